@@ -1,0 +1,383 @@
+"""Acceptance analytics: the one place where acceptance math lives.
+
+Definitions (vLLM's conventions; ``D`` drafts, ``A`` accepted tokens, ``T`` draft tokens,
+``a_i`` drafts whose first i+1 tokens were all accepted):
+
+- mean acceptance length  ``L = 1 + A / D`` (counts the bonus token)
+  PromQL: ``1 + rate(vllm:spec_decode_num_accepted_tokens_total[5m]) / rate(vllm:spec_decode_num_drafts_total[5m])``
+- draft acceptance rate  ``A / T``
+- per-position acceptance rate  ``r_i = a_i / D``
+- conditional acceptance rate  ``β_i = r_i / r_{i-1}`` (``β_0 = r_0``): the chance position i is
+  accepted given that every position before it was.
+- implied iid rate ``α``: the single per-token rate for which ``Σ_{i=1..k} α^i = Σ r_i``; the
+  Leviathan et al. formula assumes every ``β_i = α``.
+
+Aggregation always sums counts and divides once (weighting by drafts); rates are never
+averaged. Each quantity only uses the windows where all of its inputs are known, so a
+window without per-position counts does not dilute ``r_i``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import polars as pl
+
+from specobs.analysis.intervals import Z95, wilson
+
+#: Default grouping: every source, engine, model and method separately.
+DEFAULT_BY = ("source", "engine", "model", "method")
+
+#: ``--by`` names → the column (or derived column) they group on.
+GROUP_KEYS = {
+    "source": "source",
+    "engine": "engine",
+    "model": "model",
+    "method": "method",
+    "draft_model": "draft_model",
+    "workload": "workload",
+    "platform": "platform",
+    "device": "device",
+    "run": "run_id",
+    "k": "num_spec_tokens",
+    "batch": "batch_bucket",
+    "hour": "hour",
+}
+
+#: Minimum drafts reaching a position before its conditional rate is used for the diagnosis.
+MIN_SUPPORT = 30
+
+
+def batch_bucket(batch_size: pl.Expr) -> pl.Expr:
+    """Power-of-two batch-size buckets: ``1``, ``2-3``, ``4-7``, ``8-15``, ... (null stays null)."""
+    exponent = batch_size.clip(lower_bound=1).cast(pl.Float64).log(2).floor().cast(pl.Int64)
+    low = pl.lit(2).pow(exponent).cast(pl.Int64)
+    high = low * 2 - 1
+    label = pl.when(low == 1).then(pl.lit("1")).otherwise(low.cast(pl.String) + "-" + high.cast(pl.String))
+    return pl.when(batch_size.is_null()).then(None).otherwise(label)
+
+
+def with_group_columns(windows: pl.LazyFrame) -> pl.LazyFrame:
+    """Add the derived grouping columns ``batch_bucket`` and ``hour``."""
+    return windows.with_columns(
+        batch_bucket=batch_bucket(pl.col("batch_size")),
+        hour=(pl.col("end_ts") // 3600 * 3600 * 1_000_000).cast(pl.Datetime("us", "UTC")).dt.strftime("%Y-%m-%d %H:00"),
+    )
+
+
+def group_columns(by: Sequence[str]) -> list[str]:
+    """Columns for ``--by`` names; raises ``ValueError`` naming an unknown one."""
+    unknown = [name for name in by if name not in GROUP_KEYS]
+    if unknown:
+        raise ValueError(f"unknown --by {', '.join(unknown)} (choose from {', '.join(GROUP_KEYS)})")
+    return [GROUP_KEYS[name] for name in by]
+
+
+def max_positions(windows: pl.LazyFrame) -> int:
+    """The longest per-position list in ``windows`` (0 when none is known)."""
+    value = windows.select(pl.col("num_accepted_tokens_per_pos").list.len().max()).collect().item()
+    return int(value or 0)
+
+
+def aggregate(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """Summed counts per group, with the masks that keep each ratio honest.
+
+    Returns one row per group with ``num_windows``, the counter sums, ``acc_for_length`` /
+    ``drafts_for_length`` (windows where drafts and accepted are both known),
+    ``acc_for_rate`` / ``tokens_for_rate``, ``pos_0..pos_{K-1}`` / ``drafts_for_pos``, the
+    sums the between-window variance needs, and the drafts-free fallback from printed
+    mean acceptance lengths (weighted by batch size, as SGLang prints them).
+    """
+    lazy = with_group_columns(windows.lazy())
+    k = max_positions(lazy)
+    drafts, accepted, tokens = pl.col("num_drafts"), pl.col("num_accepted_tokens"), pl.col("num_draft_tokens")
+    per_pos = pl.col("num_accepted_tokens_per_pos")
+    length_known = drafts.is_not_null() & accepted.is_not_null() & (drafts > 0)
+    rate_known = tokens.is_not_null() & accepted.is_not_null()
+    pos_known = per_pos.is_not_null() & drafts.is_not_null() & (drafts > 0)
+    reported_only = ~length_known & pl.col("reported_mean_acceptance_length").is_not_null()
+    weight = pl.col("batch_size").fill_null(1).cast(pl.Float64)
+
+    def masked(value: pl.Expr, mask: pl.Expr) -> pl.Expr:
+        return pl.when(mask).then(value)
+
+    aggs = [
+        pl.len().alias("num_windows"),
+        drafts.sum().alias("num_drafts"),
+        drafts.is_not_null().any().alias("has_drafts"),
+        tokens.sum().alias("num_draft_tokens"),
+        tokens.is_not_null().any().alias("has_draft_tokens"),
+        accepted.sum().alias("num_accepted_tokens"),
+        accepted.is_not_null().any().alias("has_accepted"),
+        masked(accepted, length_known).sum().alias("acc_for_length"),
+        masked(drafts, length_known).sum().alias("drafts_for_length"),
+        length_known.sum().alias("windows_for_length"),
+        (masked(accepted, length_known).cast(pl.Float64) ** 2).sum().alias("acc_sq"),
+        (masked(drafts, length_known).cast(pl.Float64) ** 2).sum().alias("drafts_sq"),
+        (masked(accepted * drafts, length_known).cast(pl.Float64)).sum().alias("acc_drafts"),
+        masked(accepted, rate_known).sum().alias("acc_for_rate"),
+        masked(tokens, rate_known).sum().alias("tokens_for_rate"),
+        masked(drafts, pos_known).sum().alias("drafts_for_pos"),
+        (masked(pl.col("reported_mean_acceptance_length") * weight, reported_only)).sum().alias("reported_weighted"),
+        masked(weight, reported_only).sum().alias("reported_weight"),
+        reported_only.sum().alias("windows_reported_only"),
+        masked(pl.col("reported_draft_acceptance_rate"), ~rate_known).mean().alias("reported_rate_mean"),
+        pl.col("num_drafts_derived").any().alias("num_drafts_derived"),
+        pl.col("num_spec_tokens").max().alias("num_spec_tokens"),
+        pl.col("start_ts").min().alias("start_ts"),
+        pl.col("end_ts").max().alias("end_ts"),
+        pl.col("draft_seconds").sum().alias("draft_seconds"),
+        pl.col("verify_seconds").sum().alias("verify_seconds"),
+        pl.col("step_seconds").sum().alias("step_seconds"),
+        pl.col("num_timed_steps").sum().alias("num_timed_steps"),
+    ]
+    aggs += [
+        masked(per_pos.list.get(i, null_on_oob=True).fill_null(0), pos_known).sum().alias(f"pos_{i}") for i in range(k)
+    ]
+    grouped = lazy.group_by(list(keys)) if keys else lazy.group_by(pl.lit(True).alias("_all"))
+    out = grouped.agg(aggs).collect()
+    if not keys:
+        out = out.drop("_all")
+    return out.with_columns(
+        [
+            pl.when(pl.col(flag)).then(pl.col(col)).otherwise(None).alias(col)
+            for col, flag in (
+                ("num_drafts", "has_drafts"),
+                ("num_draft_tokens", "has_draft_tokens"),
+                ("num_accepted_tokens", "has_accepted"),
+            )
+        ]
+    ).drop("has_drafts", "has_draft_tokens", "has_accepted")
+
+
+def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """Long frame: one row per group and position with ``r_i``, ``β_i`` and Wilson intervals.
+
+    ``r_i`` uses the drafts of windows that printed per-position counts; ``β_i``'s interval
+    treats the drafts that reached position i (``a_{i-1}``) as the trials.
+    """
+    pos_cols = sorted((c for c in aggregated.columns if c.startswith("pos_")), key=lambda c: int(c[4:]))
+    if not pos_cols:
+        return pl.DataFrame(schema={**{k: aggregated.schema[k] for k in keys}, "position": pl.Int64})
+    long = (
+        aggregated.select([*keys, "drafts_for_pos", *pos_cols])
+        .with_row_index("_group")
+        .unpivot(
+            index=["_group", *keys, "drafts_for_pos"], on=pos_cols, variable_name="position", value_name="accepted"
+        )
+        .with_columns(position=pl.col("position").str.slice(4).cast(pl.Int64))
+        .sort("_group", "position")
+    )
+    reached = pl.col("accepted").shift(1, fill_value=None).over("_group")
+    reached = pl.when(pl.col("position") == 0).then(pl.col("drafts_for_pos")).otherwise(reached)
+    rate_low, rate_high = wilson(pl.col("accepted"), pl.col("drafts_for_pos"))
+    cond_low, cond_high = wilson(pl.col("accepted"), reached)
+    return long.with_columns(
+        reached=reached,
+        rate=pl.when(pl.col("drafts_for_pos") > 0).then(pl.col("accepted") / pl.col("drafts_for_pos")),
+        rate_low=rate_low,
+        rate_high=rate_high,
+        conditional=pl.when(reached > 0).then(pl.col("accepted") / reached),
+        conditional_low=cond_low,
+        conditional_high=cond_high,
+    )
+
+
+def summarize(windows: pl.LazyFrame | pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> pl.DataFrame:
+    """One row per group: the acceptance summary with intervals and the iid diagnosis.
+
+    Columns: the group columns, ``num_windows``, ``num_drafts``, ``num_draft_tokens``,
+    ``num_accepted_tokens``, ``mean_acceptance_length`` (+ ``_low``/``_high``, and
+    ``mean_acceptance_length_basis``: ``counts`` or ``reported``), ``draft_acceptance_rate``,
+    ``acceptance_rate_per_position`` (+ ``_low``/``_high`` lists),
+    ``conditional_acceptance_rate_per_position`` (+ ``_low``/``_high``), ``iid_alpha``,
+    ``iid_max_gap``, ``conditional_trend``, ``num_drafts_derived``, timing sums, time range.
+    """
+    keys = group_columns(by)
+    agg = aggregate(windows, keys)
+    positions = per_position(agg, keys)
+    return _finish(agg, positions, keys)
+
+
+def _finish(agg: pl.DataFrame, positions: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    n_groups = agg.height
+    agg = agg.with_row_index("_group")
+    if "rate" in positions.columns:
+        lists = positions.group_by("_group", maintain_order=True).agg(
+            acceptance_rate_per_position=pl.col("rate"),
+            acceptance_rate_per_position_low=pl.col("rate_low"),
+            acceptance_rate_per_position_high=pl.col("rate_high"),
+            conditional_acceptance_rate_per_position=pl.col("conditional"),
+            conditional_acceptance_rate_per_position_low=pl.col("conditional_low"),
+            conditional_acceptance_rate_per_position_high=pl.col("conditional_high"),
+            reached=pl.col("reached"),
+        )
+        agg = agg.join(lists, on="_group", how="left")
+        # Groups without any per-position counts get null, not a list of nulls.
+        no_pos = pl.col("drafts_for_pos").fill_null(0) == 0
+        list_cols = [c for c in lists.columns if c != "_group"]
+        agg = agg.with_columns([pl.when(no_pos).then(None).otherwise(pl.col(c)).alias(c) for c in list_cols])
+    else:
+        agg = agg.with_columns(
+            [
+                pl.lit(None, pl.List(pl.Float64)).alias(c)
+                for c in (
+                    "acceptance_rate_per_position",
+                    "acceptance_rate_per_position_low",
+                    "acceptance_rate_per_position_high",
+                    "conditional_acceptance_rate_per_position",
+                    "conditional_acceptance_rate_per_position_low",
+                    "conditional_acceptance_rate_per_position_high",
+                )
+            ]
+            + [pl.lit(None, pl.List(pl.Int64)).alias("reached")]
+        )
+    # Mean acceptance length: from counts where known, else the printed value weighted by batch.
+    drafts = pl.col("drafts_for_length").cast(pl.Float64)
+    from_counts = 1 + pl.col("acc_for_length") / drafts
+    from_reported = pl.col("reported_weighted") / pl.col("reported_weight")
+    agg = agg.with_columns(
+        mean_acceptance_length=pl.when(drafts > 0).then(from_counts).otherwise(from_reported),
+        mean_acceptance_length_basis=pl.when(drafts > 0)
+        .then(pl.lit("counts"))
+        .when(pl.col("reported_weight") > 0)
+        .then(pl.lit("reported"))
+        .otherwise(None),
+        draft_acceptance_rate=pl.when(pl.col("tokens_for_rate") > 0)
+        .then(pl.col("acc_for_rate") / pl.col("tokens_for_rate"))
+        .otherwise(None),
+    )
+    rows = agg.to_dicts()
+    extra = [_length_interval_and_diagnosis(row) for row in rows]
+    diag = (
+        pl.DataFrame(
+            extra,
+            schema={
+                "mean_acceptance_length_low": pl.Float64,
+                "mean_acceptance_length_high": pl.Float64,
+                "iid_alpha": pl.Float64,
+                "iid_max_gap": pl.Float64,
+                "conditional_trend": pl.String,
+            },
+        )
+        if n_groups
+        else pl.DataFrame()
+    )
+    out = pl.concat([agg, diag], how="horizontal") if n_groups else agg
+    return out.drop("_group").sort(keys, nulls_last=True) if keys else out.drop("_group")
+
+
+def _length_interval_and_diagnosis(row: dict) -> dict:
+    """Per-group scalars that need a little Python: the length interval and the iid diagnosis."""
+    rates = [r for r in (row.get("acceptance_rate_per_position") or []) if r is not None]
+    length = row["mean_acceptance_length"]
+    low = high = None
+    if length is not None and row["mean_acceptance_length_basis"] == "counts":
+        se = _length_standard_error(row, rates)
+        if se is not None:
+            low, high = max(1.0, length - Z95 * se), length + Z95 * se
+    alpha = iid_alpha(rates) if rates and any(rates) else None
+    gap = None
+    if alpha is not None:
+        gap = max(abs(r - alpha ** (i + 1)) for i, r in enumerate(rates))
+    return {
+        "mean_acceptance_length_low": low,
+        "mean_acceptance_length_high": high,
+        "iid_alpha": alpha,
+        "iid_max_gap": gap,
+        "conditional_trend": conditional_trend(row),
+    }
+
+
+def _length_standard_error(row: dict, rates: list[float]) -> float | None:
+    """Standard error of ``1 + A/D``.
+
+    Two estimates, the larger wins: the per-draft spread of accepted length (known exactly
+    from the per-position rates, since P(L ≥ i+1) = r_i), and, with ten or more windows, the
+    between-window ratio-estimator variance, which also captures drift between intervals.
+    """
+    drafts = row["drafts_for_length"]
+    if not drafts:
+        return None
+    candidates = []
+    if rates:
+        mean = sum(rates)
+        second = sum((2 * i + 1) * r for i, r in enumerate(rates))
+        var = max(second - mean * mean, 0.0)
+        candidates.append(math.sqrt(var / drafts))
+    n = row["windows_for_length"]
+    if n >= 10:
+        ratio = row["acc_for_length"] / drafts
+        resid = row["acc_sq"] - 2 * ratio * row["acc_drafts"] + ratio * ratio * row["drafts_sq"]
+        mean_d = drafts / n
+        var = max(resid, 0.0) / (n * (n - 1) * mean_d * mean_d)
+        candidates.append(math.sqrt(var))
+    return max(candidates) if candidates else None
+
+
+def iid_alpha(rates: Sequence[float]) -> float | None:
+    """The α with ``Σ_{i=1..k} α^i = Σ r_i`` (bisection; k = len(rates))."""
+    target = sum(rates)
+    k = len(rates)
+    if k == 0:
+        return None
+    if target >= k:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid**i for i in range(1, k + 1)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def conditional_trend(row: dict) -> str | None:
+    """``falling``, ``rising`` or ``flat`` conditional acceptance across positions.
+
+    Compares the first and the last position that at least :data:`MIN_SUPPORT` drafts
+    reached: ``falling`` when the last position's 95% interval lies wholly below the
+    first's, ``rising`` when wholly above, ``flat`` (consistent with iid) otherwise.
+    Null with fewer than two supported positions.
+    """
+    lows = row.get("conditional_acceptance_rate_per_position_low") or []
+    highs = row.get("conditional_acceptance_rate_per_position_high") or []
+    supported = supported_positions(row)
+    if len(supported) < 2:
+        return None
+    first, last = supported[0], supported[-1]
+    if highs[last] < lows[first]:
+        return "falling"
+    if lows[last] > highs[first]:
+        return "rising"
+    return "flat"
+
+
+def supported_positions(row: dict) -> list[int]:
+    """0-based positions that at least :data:`MIN_SUPPORT` drafts reached (all earlier accepted)."""
+    lows = row.get("conditional_acceptance_rate_per_position_low") or []
+    reached = row.get("reached") or []
+    return [i for i, n in enumerate(reached) if n is not None and n >= MIN_SUPPORT and lows[i] is not None]
+
+
+def wasted_positions(rates: Sequence[float | None], threshold: float = 0.1) -> list[int]:
+    """0-based positions whose acceptance rate is below ``threshold``."""
+    return [i for i, r in enumerate(rates) if r is not None and r < threshold]
+
+
+def truncation(rates: Sequence[float | None]) -> list[dict]:
+    """Expected tokens per verification step and share of accepted tokens kept at each k' ≤ k.
+
+    ``tokens_per_step(k') = 1 + Σ_{i<k'} r_i``: exact when drafting stops after k' tokens,
+    because a draft's acceptance of its first k' tokens does not depend on what follows.
+    """
+    known = [r or 0.0 for r in rates]
+    total = sum(known)
+    out = []
+    running = 0.0
+    for k, r in enumerate(known, start=1):
+        running += r
+        out.append({"k": k, "tokens_per_step": 1 + running, "share_of_accepted": running / total if total else None})
+    return out

@@ -1,0 +1,177 @@
+"""The ``specobs`` command line: thin wrappers that parse options and call the library."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from contextlib import ExitStack
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+from specobs import __version__
+from specobs.analysis.acceptance import DEFAULT_BY, GROUP_KEYS
+from specobs.errors import SpecobsError
+from specobs.ingest import FORMATS, load
+from specobs.ingest.source import Source
+
+PROGRESS_MIN_BYTES = 50 * 1024 * 1024
+
+app = typer.Typer(
+    name="specobs",
+    help="Measure and tune speculative decoding in LLM serving: acceptance, cost and speedup "
+    "from vLLM/SGLang logs, Prometheus scrapes and specobs event files.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True, highlight=False)
+
+
+class OutputFormat(StrEnum):
+    rich = "rich"
+    json = "json"
+    markdown = "markdown"
+
+
+WHAT_REPORT_READS = """\
+specobs report reads what operators already have (format detected per file):
+
+  vLLM server logs      'SpecDecoding metrics:' / 'Speculative metrics:' lines, V0 and V1, any prefix
+  SGLang logs           'Decode batch' lines with 'accept len'
+  Prometheus scrapes    saved /metrics text with vllm:spec_decode_* counters (one or several)
+  specobs event files   JSON Lines or Parquet with the steps columns
+
+Inputs may be files, folders, gzip files or '-' for stdin. Example:
+
+  specobs report examples/data/vllm-cpu-ngram-k3.log
+"""
+
+
+def user_errors(command):
+    """Turn :class:`SpecobsError` into one line on stderr and exit status 2 (no traceback)."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except SpecobsError as exc:
+            err.print(f"specobs: {exc}", highlight=False, markup=False)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"specobs {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Measure and tune speculative decoding in LLM serving."""
+
+
+def _progress_factory(progress: Progress):
+    def factory(src: Source):
+        if src.size is None or src.size < PROGRESS_MIN_BYTES:
+            return None
+        total = None if src.compressed else src.size
+        task = progress.add_task(os.path.basename(src.name), total=total)
+        return lambda n: progress.advance(task, n)
+
+    return factory
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    "  specobs report examples/data/vllm-cpu-ngram-k3.log\n\n"
+    "  specobs report /var/log/vllm/ --by model,method --format markdown\n\n"
+    "  kubectl logs deploy/vllm | specobs report - --format json",
+)
+@user_errors
+def report(
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Log files, scrapes, event files or folders; '-' reads stdin.")
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="Output: rich tables, one JSON object, or Markdown.")
+    ] = OutputFormat.rich,
+    input_format: Annotated[
+        str | None,
+        typer.Option(
+            "--input-format",
+            help=f"Skip detection and read every input as this format: {', '.join(FORMATS)}.",
+        ),
+    ] = None,
+    by: Annotated[
+        str,
+        typer.Option(help=f"Group by a comma-separated subset of: {', '.join(GROUP_KEYS)}."),
+    ] = ",".join(DEFAULT_BY),
+) -> None:
+    """Acceptance report: acceptance length, per-position and conditional rates with 95% intervals,
+    what they mean, and where acceptance changed over time."""
+    from specobs import report as report_model
+    from specobs.render import report as render
+
+    if not paths:
+        err.print(WHAT_REPORT_READS, end="")
+        raise typer.Exit(2)
+    groups = [b.strip() for b in by.split(",") if b.strip()]
+    unknown = [g for g in groups if g not in GROUP_KEYS]
+    if unknown:
+        raise SpecobsError(f"unknown --by {', '.join(unknown)} (choose from {', '.join(GROUP_KEYS)})")
+    with ExitStack() as stack:
+        progress = Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+        )
+        stack.enter_context(progress)
+        ingested = load(paths, input_format, progress_factory=_progress_factory(progress))
+    result = report_model.build(ingested, groups)
+    if not result.summary or result.summary.get("num_windows", 0) == 0:
+        names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths)
+        for skipped in ingested.skipped[:5]:
+            err.print(f"specobs: skipped {skipped}", highlight=False, markup=False)
+        err.print(f"specobs: {names}: no speculative decoding metrics found", highlight=False, markup=False)
+        raise typer.Exit(1)
+    if output_format is not OutputFormat.rich:  # the rich report lists them itself
+        for skipped in ingested.skipped[:5]:
+            err.print(f"specobs: skipped {skipped}", highlight=False, markup=False)
+        if len(ingested.skipped) > 5:
+            err.print(f"specobs: skipped {len(ingested.skipped):,} line(s) in all", highlight=False)
+    if output_format is OutputFormat.json:
+        sys.stdout.write(render.to_json(result) + "\n")
+    elif output_format is OutputFormat.markdown:
+        sys.stdout.write(render.to_markdown(result))
+    else:
+        render.to_rich(result, Console())
+
+
+def main() -> None:
+    """Entry point for the console script."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Ingest: turn what operators already have into ``windows`` (and ``steps``) frames.
+
+``load(paths)`` detects each input's format (``--format`` overrides), parses it, and returns
+one :class:`Ingested` with every input's windows combined, each keeping its source label,
+plus what was skipped and why. Parsers live one per source format in this package.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from specobs import schema
+from specobs.errors import InputError, Skipped
+from specobs.ingest import events, prometheus_text, sglang_log, vllm_log
+from specobs.ingest.columns import reference_year
+from specobs.ingest.scan import find_lines
+from specobs.ingest.source import Source, expand_paths, open_source
+
+#: Names accepted by ``--format``.
+FORMATS = ("vllm-log", "sglang-log", "prometheus-text", "events")
+
+_VLLM_PREFIX = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d")
+_SGLANG_PREFIX = re.compile(rb"(?m)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z_]+\d+)*\] ")
+_PROM_LINE = re.compile(rb"^(?:# (?:HELP|TYPE|EOF|UNIT)\b.*|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?\s+\S+(?:\s+\d+)?)$")
+_ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+@dataclass
+class SourceReport:
+    """What was read from one input."""
+
+    name: str
+    format: str
+    lines: int | None
+    windows: int
+    skipped: int
+
+
+@dataclass
+class Ingested:
+    """Everything read from a set of inputs."""
+
+    windows: pl.LazyFrame
+    sources: list[SourceReport] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def detect(src: Source) -> str:
+    """The format of ``src`` from its first bytes, or :class:`InputError` when unknown."""
+    head = src.head
+    if not head.strip():
+        raise InputError(src.name, "empty input")
+    if head.startswith(events.PARQUET_MAGIC):
+        return events.FORMAT_PARQUET
+    if _is_binary(head):
+        raise InputError(src.name, "binary data, not a recognised log, scrape or event file")
+    if events.looks_like_jsonl(head):
+        return events.FORMAT_JSONL
+    lines = [_ANSI.sub(b"", raw).strip() for raw in head.split(b"\n")[:-1] or [head]]
+    lines = [line for line in lines if line][:500]
+    if lines and b"vllm:" in head:
+        exposition = sum(1 for line in lines if _PROM_LINE.match(line))
+        if exposition >= 0.8 * len(lines):
+            return prometheus_text.FORMAT
+    if any(needle in head for needle in vllm_log.NEEDLES[:4]) or _VLLM_PREFIX.search(head):
+        return vllm_log.FORMAT
+    if b"Decode batch" in head or _SGLANG_PREFIX.search(head):
+        return sglang_log.FORMAT
+    raise InputError(src.name, "not a recognised log, scrape or event file")
+
+
+def _is_binary(head: bytes) -> bool:
+    if b"\x00" in head:
+        return True
+    sample = head[:8192]
+    text = sample.decode("utf-8", "replace")
+    odd = sum(1 for ch in text if ch == "\ufffd" or (ord(ch) < 32 and ch not in "\t\n\r\x1b\x0c"))
+    return odd > 0.05 * max(len(text), 1)
+
+
+def read_source(
+    src: Source, fmt: str | None = None, *, progress: Callable[[int], None] | None = None
+) -> tuple[pl.LazyFrame, SourceReport, list[Skipped]]:
+    """Windows from one opened input, in ``fmt`` or in the detected format."""
+    detected = detect(src) if fmt is None else _resolve_format(src, fmt)
+    if detected == events.FORMAT_PARQUET:
+        steps = events.read_parquet(src)
+        windows = events.steps_to_windows(steps, src.name, detected)
+        return windows, SourceReport(src.name, detected, None, -1, 0), []
+    if detected == events.FORMAT_JSONL:
+        steps, skipped = events.read_jsonl(src)
+        windows = events.steps_to_windows(steps, src.name, detected)
+        return windows, SourceReport(src.name, detected, None, -1, len(skipped)), skipped
+    if detected == vllm_log.FORMAT:
+        found = find_lines(src, vllm_log.NEEDLES, progress=progress)
+        mtime = src.path.stat().st_mtime if src.path is not None else None
+        frame, skipped = vllm_log.parse(found, src.name, year=reference_year(mtime), reference=mtime)
+    elif detected == sglang_log.FORMAT:
+        found = find_lines(src, sglang_log.NEEDLES, progress=progress)
+        frame, skipped = sglang_log.parse(found, src.name)
+    else:
+        found = find_lines(src, prometheus_text.NEEDLES, progress=progress)
+        frame, skipped = prometheus_text.parse(found, src.name)
+    skipped = found.skipped + skipped
+    report = SourceReport(src.name, detected, found.total_lines, frame.height, len(skipped))
+    return frame.lazy(), report, skipped
+
+
+def _resolve_format(src: Source, fmt: str) -> str:
+    if fmt == "events":
+        if src.head.startswith(events.PARQUET_MAGIC):
+            return events.FORMAT_PARQUET
+        return events.FORMAT_JSONL
+    if fmt not in FORMATS:
+        raise InputError(src.name, f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    return fmt
+
+
+def load(
+    paths: Sequence[str],
+    fmt: str | None = None,
+    *,
+    progress_factory: Callable[[Source], Callable[[int], None] | None] | None = None,
+) -> Ingested:
+    """Read every input in ``paths`` (files, folders, ``-``) into one :class:`Ingested`.
+
+    An explicitly named file that is not a known format raises :class:`InputError`; files
+    met while walking a folder that are not a known format are listed as skipped instead.
+    """
+    frames: list[pl.LazyFrame] = []
+    result = Ingested(windows=schema.empty(schema.WINDOWS).lazy())
+    for name, explicit in expand_paths(list(paths)):
+        try:
+            src = open_source(name)
+            progress = progress_factory(src) if progress_factory else None
+            frame, report, skipped = read_source(src, fmt, progress=progress)
+        except InputError as exc:
+            if explicit:
+                raise
+            result.skipped.append(Skipped(name, None, exc.why))
+            continue
+        frames.append(frame)
+        result.sources.append(report)
+        result.skipped.extend(skipped)
+    if frames:
+        result.windows = pl.concat(frames, how="vertical")
+    return result

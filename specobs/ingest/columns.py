@@ -1,0 +1,161 @@
+"""Column-wise helpers shared by the text parsers: cleaning, field extraction, timestamps,
+process prefixes and the conversion of cumulative counters into per-interval windows.
+
+Parsers work on a frame with one row per found line (``line`` number, ``text``) and add
+columns with these expressions, so a million lines cost a few vectorised regex passes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+
+from specobs import schema
+
+ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
+NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+# Prefixes that several processes or containers put before vLLM's own "LEVEL MM-DD ..." prefix:
+#   "(APIServer pid=3617069) ", "(EngineCore_DP0 pid=12) ", "vllm-1  | " (docker compose).
+PID = r"\((\w+) pid=(\d+)\)"
+COMPOSE_SERVICE = r"^([A-Za-z][\w.-]*)\s+\|\s"
+# A full date somewhere in the prefix: collector timestamps "2026-04-19 17:36:42.061 | ",
+# SGLang's "[2026-07-21 15:00:13 TP0 EP0]" and Python logging's "2026-07-21 15:00:13,123".
+FULL_DATE = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+# vLLM's own prefix: "INFO 11-30 03:13:17 " (no year).
+VLLM_LEVEL_DATE = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})"
+
+
+def clean(text: pl.Expr) -> pl.Expr:
+    """Strip ANSI colour codes and stray carriage returns."""
+    return text.str.replace_all(ANSI, "").str.replace_all("\r", "", literal=True)
+
+
+def field_int(text: pl.Expr, pattern: str) -> pl.Expr:
+    """The first capture group of ``pattern`` as an integer (null when absent or not a number)."""
+    return text.str.extract(pattern, 1).cast(pl.Int64, strict=False)
+
+
+def field_float(text: pl.Expr, pattern: str) -> pl.Expr:
+    """The first capture group of ``pattern`` as a float; ``nan`` and junk become null."""
+    value = text.str.extract(pattern, 1).cast(pl.Float64, strict=False)
+    return pl.when(value.is_nan()).then(None).otherwise(value)
+
+
+def float_list(text: pl.Expr, pattern: str) -> pl.Expr:
+    """A comma-separated list of numbers captured by ``pattern`` (``0.877, 0.807, nan``)."""
+    items = (
+        text.str.extract(pattern, 1)
+        .str.split(",")
+        .list.eval(pl.element().str.strip_chars().cast(pl.Float64, strict=False))
+    )
+    return items.list.eval(pl.when(pl.element().is_nan()).then(None).otherwise(pl.element()))
+
+
+def process_key(text: pl.Expr) -> pl.Expr:
+    """Which process printed the line: compose service and/or pid, null when unmarked.
+
+    ``"vllm-a-1  | (APIServer pid=7) INFO ..."`` → ``"vllm-a-1 APIServer pid=7"``.
+    """
+    service = text.str.extract(COMPOSE_SERVICE, 1)
+    name = text.str.extract(PID, 1)
+    pid = text.str.extract(PID, 2)
+    return (
+        pl.concat_str([service, name + " pid=" + pid], separator=" ", ignore_nulls=True)
+        .str.strip_chars()
+        .replace("", None)
+    )
+
+
+def reference_year(mtime: float | None) -> int:
+    """The year assumed for vLLM's year-less timestamps: that of the file's last change."""
+    moment = dt.datetime.fromtimestamp(mtime, dt.UTC) if mtime else dt.datetime.now(dt.UTC)
+    return moment.year
+
+
+def vllm_timestamp(text: pl.Expr, *, year: int, reference: float | None) -> pl.Expr:
+    """Unix seconds from vLLM's ``MM-DD HH:MM:SS`` prefix, or from a full date before it.
+
+    vLLM prints no year or zone. specobs reads the times as UTC in ``year`` (the year the
+    file was last written); a jump back of more than half a year (December → January)
+    moves the following lines into the next year, and when the last line would lie after
+    the file was written, everything moves back one year.
+    """
+    full = _full_date(text)
+    mmdd = text.str.extract(VLLM_LEVEL_DATE, 1)
+    hms = text.str.extract(VLLM_LEVEL_DATE, 2)
+
+    def at(years: pl.Expr) -> pl.Expr:
+        stamp = pl.concat_str([years.cast(pl.String), pl.lit("-"), mmdd, pl.lit(" "), hms])
+        parsed = stamp.str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S", strict=False)
+        return parsed.dt.epoch("us").cast(pl.Float64) / 1e6
+
+    first_guess = at(pl.lit(year))
+    previous = first_guess.forward_fill().shift(1)
+    rolled = ((first_guess - previous) < -183 * 86400).fill_null(False).cum_sum()
+    seconds = at(pl.lit(year) + rolled)
+    if reference is not None:
+        too_late = seconds.max() > reference + 2 * 86400
+        seconds = pl.when(too_late).then(at(pl.lit(year - 1) + rolled)).otherwise(seconds)
+    return pl.coalesce(full, seconds)
+
+
+def full_date_timestamp(text: pl.Expr) -> pl.Expr:
+    """Unix seconds (UTC) from the first full ``YYYY-MM-DD HH:MM:SS[.fff]`` in the line."""
+    return _full_date(text)
+
+
+def _full_date(text: pl.Expr) -> pl.Expr:
+    stamp = text.str.extract("(" + FULL_DATE + ")", 1)
+    parsed = (
+        stamp.str.replace("T", " ", literal=True)
+        .str.replace(",", ".", literal=True)
+        .str.slice(0, 26)
+        .str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
+    )
+    return parsed.dt.epoch("us").cast(pl.Float64) / 1e6
+
+
+def windows_from_cumulative(frame: pl.DataFrame, keys: list[str], counters: list[str]) -> pl.DataFrame:
+    """Turn running totals into per-interval differences, per ``keys``, in row order.
+
+    A total that falls means the engine restarted: the window after a restart is the new
+    total itself (counted from zero). The first row of each key is the total since the
+    engine started, so its ``start_ts`` stays null.
+
+    Example (one engine)::
+
+        num_drafts  10, 25, 40, 5     (restart before the last row)
+        window      10, 15, 15, 5
+    """
+    if frame.is_empty():
+        return frame
+    over = keys or None
+    previous = {c: pl.col(c).shift(1).over(over) if over else pl.col(c).shift(1) for c in counters}
+    restart = pl.any_horizontal([pl.col(c) < previous[c] for c in counters]).fill_null(False)
+    first = pl.int_range(pl.len()).over(over) == 0 if over else pl.int_range(pl.len()) == 0
+    prev_end = pl.col("end_ts").shift(1).over(over) if over else pl.col("end_ts").shift(1)
+    return frame.with_columns(
+        [pl.when(first | restart).then(pl.col(c)).otherwise(pl.col(c) - previous[c]).alias(c) for c in counters]
+        + [pl.when(first | restart).then(None).otherwise(prev_end).alias("start_ts")]
+    )
+
+
+def per_pos_list(frame: pl.DataFrame, prefix: str = "pos_") -> pl.Expr:
+    """Pack columns ``pos_0, pos_1, ...`` into ``num_accepted_tokens_per_pos`` (null when all null)."""
+    cols = sorted((c for c in frame.columns if c.startswith(prefix)), key=lambda c: int(c[len(prefix) :]))
+    if not cols:
+        return pl.lit(None, dtype=pl.List(pl.Int64)).alias("num_accepted_tokens_per_pos")
+    packed = pl.concat_list([pl.col(c).cast(pl.Int64) for c in cols])
+    return (
+        pl.when(pl.all_horizontal([pl.col(c).is_null() for c in cols]))
+        .then(None)
+        .otherwise(packed)
+        .alias("num_accepted_tokens_per_pos")
+    )
+
+
+def finish(frame: pl.DataFrame) -> pl.DataFrame:
+    """Conform a parser's result to the windows schema."""
+    return schema.conform(frame, schema.WINDOWS)

@@ -1,0 +1,190 @@
+"""Render a :class:`specobs.report.Report` as rich tables, Markdown or JSON. No math here."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from specobs.report import Report, explain
+
+BAR_WIDTH = 20
+
+
+def _num(value, fmt: str = "{:,}") -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def _interval(value, low, high, fmt: str = "{:.2f}") -> str:
+    if value is None:
+        return "–"
+    if low is None or high is None:
+        return fmt.format(value)
+    return f"{fmt.format(value)} [{fmt.format(low)}–{fmt.format(high)}]"
+
+
+def _bar(rate: float | None) -> str:
+    if rate is None:
+        return ""
+    filled = round(max(0.0, min(1.0, rate)) * BAR_WIDTH)
+    return "█" * filled + "·" * (BAR_WIDTH - filled)
+
+
+def _label(row: dict, columns: list[str]) -> str:
+    return " · ".join(str(row.get(c)) for c in columns if row.get(c) is not None) or "all"
+
+
+def _shown_columns(report: Report) -> list[str]:
+    """Group columns with at least one known value (an all-null column says nothing)."""
+    return [c for c in report.group_columns if any(g.get(c) is not None for g in report.groups)]
+
+
+def _summary_rows(report: Report) -> list[tuple[list[str], dict]]:
+    """``(group label cells, row)`` for every group, plus the overall row when there are several."""
+    cols = _shown_columns(report)
+    rows = [([_num(g.get(c), "{}") for c in cols], g) for g in report.groups]
+    if len(rows) != 1:
+        rows.append((["all"] + [""] * (len(cols) - 1) if cols else ["all"], report.summary))
+    return rows
+
+
+def _summary_headers(report: Report) -> list[str]:
+    return (_shown_columns(report) or ["group"]) + list(MEASURE_HEADERS)
+
+
+MEASURE_HEADERS = ("windows", "k", "drafts", "drafted", "accepted", "acceptance length [95%]", "accept rate")
+
+
+def _summary_cells(label: list[str], row: dict) -> list[str]:
+    derived = "*" if row.get("num_drafts_derived") else ""
+    return [
+        *label,
+        _num(row.get("num_windows")),
+        _num(row.get("num_spec_tokens")),
+        _num(row.get("num_drafts")) + derived,
+        _num(row.get("num_draft_tokens")),
+        _num(row.get("num_accepted_tokens")),
+        _interval(
+            row.get("mean_acceptance_length"),
+            row.get("mean_acceptance_length_low"),
+            row.get("mean_acceptance_length_high"),
+        ),
+        _num(row.get("draft_acceptance_rate"), "{:.1%}"),
+    ]
+
+
+def _position_rows(row: dict) -> list[list[str]]:
+    rates = row.get("acceptance_rate_per_position") or []
+    n = len(rates)
+
+    def at(key: str, i: int):
+        return (row.get(key) or [None] * n)[i]
+
+    return [
+        [
+            str(i + 1),
+            _interval(
+                rate, at("acceptance_rate_per_position_low", i), at("acceptance_rate_per_position_high", i), "{:.3f}"
+            ),
+            _interval(
+                at("conditional_acceptance_rate_per_position", i),
+                at("conditional_acceptance_rate_per_position_low", i),
+                at("conditional_acceptance_rate_per_position_high", i),
+                "{:.3f}",
+            ),
+            _bar(rate),
+        ]
+        for i, rate in enumerate(rates)
+    ]
+
+
+POSITION_HEADERS = ("position", "accepted share r_i [95%]", "conditional β_i [95%]", "r_i")
+
+
+def _sections(report: Report) -> list[tuple[str, dict, list[str]]]:
+    """One section per group (and the overall one when there are several): title, row, findings."""
+    cols = _shown_columns(report)
+    sections = [(_label(g, cols), g, explain(g)) for g in report.groups]
+    if len(sections) == 1:
+        return [(sections[0][0], sections[0][1], report.findings())]
+    return [*sections, ("all inputs", report.summary, report.findings())]
+
+
+def to_rich(report: Report, console: Console) -> None:
+    """Print the report as rich tables and findings."""
+    sources = Table(title="Inputs", title_justify="left", show_edge=False)
+    for header in ("source", "format", "lines", "windows", "skipped"):
+        sources.add_column(header, justify="right" if header in ("lines", "windows", "skipped") else "left")
+    for s in report.sources:
+        sources.add_row(Text(s.name), s.format, _num(s.lines), _num(s.windows), _num(s.skipped))
+    console.print(sources)
+    console.print()
+
+    summary = Table(title="Acceptance", title_justify="left", show_edge=False)
+    headers = _summary_headers(report)
+    for i, header in enumerate(headers):
+        summary.add_column(header, justify="left" if i < len(headers) - len(MEASURE_HEADERS) else "right")
+    for label, row in _summary_rows(report):
+        summary.add_row(*(Text(cell) for cell in _summary_cells(label, row)))
+    console.print(summary)
+    if any(row.get("num_drafts_derived") for _, row in _summary_rows(report)):
+        console.print(Text("* derived from printed rates (vLLM does not print the number of drafts)", style="dim"))
+
+    for title, row, findings in _sections(report):
+        console.print()
+        console.print(Text(title, style="bold"))
+        positions = _position_rows(row)
+        if positions:
+            table = Table(show_edge=False)
+            for header in POSITION_HEADERS:
+                table.add_column(header, justify="left" if header == "r_i" else "right")
+            for cells in positions:
+                table.add_row(*cells[:3], Text(cells[3], style="cyan"))
+            console.print(table)
+        for line in findings:
+            console.print(Text(f"• {line}"))
+    if report.skipped:
+        console.print()
+        console.print(Text(f"Skipped {len(report.skipped):,} input line(s); first ones:", style="yellow"))
+        for s in report.skipped[:5]:
+            console.print(Text(f"  {s}", style="yellow"))
+
+
+def _md_table(headers, rows) -> str:
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def to_markdown(report: Report) -> str:
+    """The report as GitHub-flavoured Markdown, for pasting into a PR or an issue."""
+    parts = ["## Speculative decoding acceptance (specobs)", ""]
+    parts.append(
+        _md_table(
+            ("source", "format", "lines", "windows", "skipped"),
+            [(s.name, s.format, _num(s.lines), _num(s.windows), _num(s.skipped)) for s in report.sources],
+        )
+    )
+    rows = [_summary_cells(label, row) for label, row in _summary_rows(report)]
+    parts += ["", _md_table(_summary_headers(report), rows)]
+    for title, row, findings in _sections(report):
+        parts += ["", f"### {title}"]
+        positions = _position_rows(row)
+        if positions:
+            parts += ["", _md_table(POSITION_HEADERS, [[*p[:3], f"`{p[3]}`"] for p in positions])]
+        if findings:
+            parts += [""] + [f"- {line}" for line in findings]
+    if report.skipped:
+        parts += ["", f"Skipped {len(report.skipped):,} input line(s); first ones:", ""]
+        parts += [f"- `{s}`" for s in report.skipped[:5]]
+    return "\n".join(parts) + "\n"
+
+
+def to_json(report: Report) -> str:
+    """The report as one JSON object (see docs/report.md for the keys)."""
+    return json.dumps(report.to_dict(), indent=2, allow_nan=False)

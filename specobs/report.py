@@ -1,0 +1,237 @@
+"""The acceptance report: ingest → analysis → one :class:`Report`, which every surface renders.
+
+The JSON form (``Report.to_dict``) is a public contract: ``summary`` and each entry of
+``groups`` carry exactly the keys in :data:`SUMMARY_KEYS` (plus, for groups, their labels);
+intervals, diagnoses and plain-language findings live under ``details``, ``findings`` and
+``change_points``. See docs/report.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from specobs.analysis import acceptance
+from specobs.analysis.timeseries import ChangePoint, acceptance_over_time, change_points
+from specobs.errors import Skipped
+from specobs.ingest import Ingested, SourceReport
+
+SUMMARY_KEYS = (
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+    "acceptance_rate_per_position",
+    "conditional_acceptance_rate_per_position",
+)
+DETAIL_KEYS = (
+    "num_windows",
+    "num_spec_tokens",
+    "mean_acceptance_length_low",
+    "mean_acceptance_length_high",
+    "mean_acceptance_length_basis",
+    "acceptance_rate_per_position_low",
+    "acceptance_rate_per_position_high",
+    "conditional_acceptance_rate_per_position_low",
+    "conditional_acceptance_rate_per_position_high",
+    "iid_alpha",
+    "iid_max_gap",
+    "conditional_trend",
+    "num_drafts_derived",
+    "start_ts",
+    "end_ts",
+)
+#: Positions accepted in fewer than this share of drafts are called wasted.
+WASTED_THRESHOLD = 0.10
+MAX_SKIPPED_EXAMPLES = 20
+
+
+@dataclass
+class GroupChange:
+    """A change point found in one group's acceptance series."""
+
+    labels: dict
+    change: ChangePoint
+
+
+@dataclass
+class Report:
+    """Everything ``specobs report`` shows, computed once."""
+
+    by: list[str]
+    summary: dict
+    groups: list[dict]
+    sources: list[SourceReport]
+    skipped: list[Skipped]
+    changes: list[GroupChange] = field(default_factory=list)
+
+    @property
+    def group_columns(self) -> list[str]:
+        return acceptance.group_columns(self.by)
+
+    def findings(self, row: dict | None = None) -> list[str]:
+        """Plain-language sentences about ``row`` (default: the overall summary)."""
+        return explain(row or self.summary, changes=self.changes if row is None else [])
+
+    def to_dict(self) -> dict:
+        cols = self.group_columns
+        return {
+            "summary": {k: _clean(self.summary.get(k)) for k in SUMMARY_KEYS},
+            "groups": [
+                {**{c: _clean(g.get(c)) for c in cols}, **{k: _clean(g.get(k)) for k in SUMMARY_KEYS}}
+                for g in self.groups
+            ],
+            "details": {
+                "summary": {k: _clean(self.summary.get(k)) for k in DETAIL_KEYS},
+                "groups": [
+                    {**{c: _clean(g.get(c)) for c in cols}, **{k: _clean(g.get(k)) for k in DETAIL_KEYS}}
+                    for g in self.groups
+                ],
+            },
+            "findings": self.findings(),
+            "change_points": [
+                {
+                    **{k: _clean(v) for k, v in c.labels.items()},
+                    "ts": c.change.ts,
+                    "kind": c.change.kind,
+                    "before": round(c.change.before, 4),
+                    "after": round(c.change.after, 4),
+                    "z": round(c.change.z, 2),
+                }
+                for c in self.changes
+            ],
+            "sources": [
+                {"source": s.name, "format": s.format, "lines": s.lines, "windows": s.windows, "skipped": s.skipped}
+                for s in self.sources
+            ],
+            "skipped_lines": {
+                "total": len(self.skipped),
+                "examples": [
+                    {"source": s.source, "line": s.line, "why": s.why} for s in self.skipped[:MAX_SKIPPED_EXAMPLES]
+                ],
+            },
+        }
+
+
+def _clean(value):
+    """JSON-safe: round floats, keep None, convert lists."""
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def build(ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY) -> Report:
+    """Analyse ``ingested`` into a :class:`Report` grouped by ``by``."""
+    windows = ingested.windows
+    overall = acceptance.summarize(windows, by=())
+    groups = acceptance.summarize(windows, by=by)
+    keys = acceptance.group_columns(by)
+    summary = overall.to_dicts()[0] if overall.height else {}
+    sources = [
+        s if s.windows >= 0 else SourceReport(s.name, s.format, s.lines, _count(windows, s.name), s.skipped)
+        for s in ingested.sources
+    ]
+    changes: list[GroupChange] = []
+    series = acceptance_over_time(acceptance.with_group_columns(windows.lazy()), keys)
+    if series.height:
+        parts = series.partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): series}
+        for labels, part in parts.items():
+            for change in change_points(part):
+                changes.append(GroupChange(dict(zip(keys, labels, strict=True)), change))
+    return Report(list(by), summary, groups.to_dicts(), sources, ingested.skipped, changes)
+
+
+def _count(windows: pl.LazyFrame, source: str) -> int:
+    return int(windows.filter(pl.col("source") == source).select(pl.len()).collect().item())
+
+
+def _positions(indices: list[int]) -> str:
+    """``[4, 5, 6]`` (0-based) → ``positions 5–7``."""
+    ones = [i + 1 for i in indices]
+    if len(ones) == 1:
+        return f"position {ones[0]}"
+    if ones == list(range(ones[0], ones[-1] + 1)):
+        return f"positions {ones[0]}–{ones[-1]}"
+    return "positions " + ", ".join(map(str, ones))
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "an unknown time"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def explain(row: dict, *, changes: Sequence[GroupChange] = ()) -> list[str]:
+    """What the numbers mean, in sentences with the numbers in them."""
+    out: list[str] = []
+    length = row.get("mean_acceptance_length")
+    if length is None:
+        if row.get("draft_acceptance_rate") is not None:
+            out.append(
+                f"{row['draft_acceptance_rate']:.1%} of drafted tokens were accepted; the number of drafts is not "
+                "known, so the acceptance length cannot be computed (newer vLLM versions print it)."
+            )
+        return out
+    low, high = row.get("mean_acceptance_length_low"), row.get("mean_acceptance_length_high")
+    interval = f" (95% interval {low:.2f}–{high:.2f})" if low is not None and high is not None else ""
+    if row.get("mean_acceptance_length_basis") == "reported":
+        out.append(
+            f"Each verification step yields {length:.2f} tokens on average{interval}, as printed by the engine "
+            "(no counts: the mean is weighted by running requests)."
+        )
+    else:
+        out.append(
+            f"Each verification step yields {length:.2f} tokens on average{interval}: "
+            f"{length - 1:.2f} accepted draft tokens plus the one token the target model adds."
+        )
+    rate = row.get("draft_acceptance_rate")
+    if rate is not None:
+        out.append(f"{rate:.1%} of drafted tokens are accepted; the rest is draft and verify work thrown away.")
+    rates = row.get("acceptance_rate_per_position") or []
+    wasted = acceptance.wasted_positions(rates, WASTED_THRESHOLD)
+    if rates and wasted:
+        tail_start = wasted[0]
+        if wasted == list(range(tail_start, len(rates))) and tail_start > 0:
+            cut = acceptance.truncation(rates)[tail_start - 1]
+            share = cut["share_of_accepted"]
+            out.append(
+                f"{_positions(wasted).capitalize()} are accepted in under {WASTED_THRESHOLD:.0%} of drafts: "
+                f"k={tail_start} keeps {share:.0%} of the accepted tokens "
+                f"({cut['tokens_per_step']:.2f} tokens per step instead of {1 + sum(r or 0 for r in rates):.2f})."
+            )
+        else:
+            out.append(f"{_positions(wasted).capitalize()} are accepted in under {WASTED_THRESHOLD:.0%} of drafts.")
+    trend, alpha, gap = row.get("conditional_trend"), row.get("iid_alpha"), row.get("iid_max_gap")
+    cond = row.get("conditional_acceptance_rate_per_position") or []
+    supported = acceptance.supported_positions(row)
+    if trend in ("falling", "rising") and alpha is not None:
+        first, last = supported[0], supported[-1]
+        out.append(
+            f"Conditional acceptance is {trend}: {cond[first]:.2f} at position {first + 1}, {cond[last]:.2f} at "
+            f"position {last + 1}. The iid (Leviathan) formula with α={alpha:.2f} misses some positions by up to "
+            f"{gap:.2f}; use the per-position rates, not α, to predict other k."
+        )
+    elif trend == "flat" and alpha is not None:
+        out.append(
+            f"Conditional acceptance is flat across positions (consistent with a constant α={alpha:.2f}): "
+            "the iid formula is a fair model here."
+        )
+    if row.get("num_drafts_derived"):
+        out.append(
+            "The number of drafts is derived from the printed acceptance rates (vLLM's log line does not print it)."
+        )
+    for change in changes:
+        c = change.change
+        where = ", ".join(f"{k}={v}" for k, v in change.labels.items() if v is not None)
+        direction = "fell" if c.kind == "regression" else "rose"
+        out.append(
+            f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}"
+            f"{' (' + where + ')' if where else ''}: {c.kind} (z={c.z:.1f})."
+        )
+    return out

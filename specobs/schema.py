@@ -1,0 +1,116 @@
+"""The two frames every part of specobs speaks: ``steps`` and ``windows``.
+
+This module is the only place that names their columns. Capture and ingest produce these
+frames; analysis, tuning and every surface consume them. Counter names follow vLLM's own
+``SpecDecodingStats`` fields and Prometheus base units (seconds, plain counts).
+
+Unknown values are null, never 0: a log line that does not print the number of drafts
+leaves ``num_drafts`` null, and every aggregate skips it instead of counting it as zero.
+See ``docs/schema.md`` for the full contract.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+#: Labels that identify what was measured. Shared by steps and windows.
+LABELS: dict[str, pl.DataType] = {
+    "run_id": pl.String(),
+    "engine": pl.Int64(),
+    "model": pl.String(),
+    "method": pl.String(),
+    "draft_model": pl.String(),
+    "platform": pl.String(),
+    "device": pl.String(),
+    "workload": pl.String(),
+}
+
+#: Speculative-decoding counters, summable over steps and windows.
+COUNTERS: dict[str, pl.DataType] = {
+    "num_drafts": pl.Int64(),
+    "num_draft_tokens": pl.Int64(),
+    "num_accepted_tokens": pl.Int64(),
+    "num_accepted_tokens_per_pos": pl.List(pl.Int64()),
+    "num_generated_tokens": pl.Int64(),
+}
+
+#: Wall-clock or device time, in seconds.
+TIMINGS: dict[str, pl.DataType] = {
+    "draft_seconds": pl.Float64(),
+    "verify_seconds": pl.Float64(),
+    "step_seconds": pl.Float64(),
+}
+
+#: One row per engine step (or per request per step when ``request_id`` is set).
+STEPS: dict[str, pl.DataType] = {
+    "ts": pl.Float64(),
+    **LABELS,
+    "request_id": pl.String(),
+    "batch_size": pl.Int64(),
+    "num_spec_tokens": pl.Int64(),
+    **COUNTERS,
+    **TIMINGS,
+}
+
+#: One row per interval aggregate: a log line, a pair of Prometheus scrapes, or a step.
+WINDOWS: dict[str, pl.DataType] = {
+    "start_ts": pl.Float64(),
+    "end_ts": pl.Float64(),
+    "source": pl.String(),
+    "source_line": pl.Int64(),
+    "source_format": pl.String(),
+    **LABELS,
+    "batch_size": pl.Int64(),
+    "num_spec_tokens": pl.Int64(),
+    **COUNTERS,
+    # Timings are sums over ``num_timed_steps`` steps (mean = sum / num_timed_steps).
+    **TIMINGS,
+    "num_timed_steps": pl.Int64(),
+    # What the source printed, kept when counts cannot be recovered (SGLang, V0 gauges).
+    "reported_mean_acceptance_length": pl.Float64(),
+    "reported_draft_acceptance_rate": pl.Float64(),
+    # True when num_drafts (and per-position counts) were derived from printed rates.
+    "num_drafts_derived": pl.Boolean(),
+    # "interval" when the source printed per-interval counts, "cumulative" when it printed
+    # running totals that specobs turned into differences, "step" for event-file rows.
+    "counters": pl.String(),
+}
+
+#: Columns an event file must have to be recognised as one (others may be missing).
+EVENT_FILE_REQUIRED = ("ts", "num_drafts", "num_accepted_tokens")
+
+#: vLLM's names for speculative methods (``SpeculativeConfig.method``).
+KNOWN_METHODS = (
+    "ngram",
+    "ngram_gpu",
+    "suffix",
+    "medusa",
+    "mlp_speculator",
+    "draft_model",
+    "eagle",
+    "eagle3",
+    "mtp",
+    "deepseek_mtp",
+    "qwen3_next_mtp",
+    "dflash",
+)
+
+
+def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """An empty frame with exactly these columns."""
+    return pl.DataFrame(schema=schema)
+
+
+def conform(frame: pl.DataFrame | pl.LazyFrame, schema: dict[str, pl.DataType]):
+    """Select and cast ``frame`` to ``schema``: missing columns become null, extras are dropped.
+
+    Works on eager and lazy frames alike, so a Parquet scan stays lazy.
+    """
+    names = frame.collect_schema().names() if isinstance(frame, pl.LazyFrame) else frame.columns
+    if not names:
+        result = empty(schema)
+        return result.lazy() if isinstance(frame, pl.LazyFrame) else result
+    missing = [pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in names]
+    return frame.with_columns(missing).select(
+        [pl.col(name).cast(dtype, strict=False) for name, dtype in schema.items()]
+    )

@@ -1,0 +1,51 @@
+"""Shared helpers: write inputs to temporary files and run the real ``specobs`` CLI on them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from specobs.ingest import load
+
+
+@pytest.fixture
+def write(tmp_path: Path):
+    """Write text (or bytes) to a file under tmp_path; ``gz=True`` compresses it."""
+
+    def _write(name: str, content: str | bytes, *, gz: bool = False) -> Path:
+        data = content.encode() if isinstance(content, str) else content
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(data) if gz else data)
+        return path
+
+    return _write
+
+
+def windows_of(*paths, fmt: str | None = None) -> pl.DataFrame:
+    """Ingest paths and return their windows, in source-line order."""
+    return load([str(p) for p in paths], fmt).windows.collect().sort("source", "source_line")
+
+
+def run_cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    """Run the installed CLI as a user would (a real process, real exit status)."""
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "specobs.cli", *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def report_json(*args: str, stdin: bytes | None = None) -> dict:
+    result = run_cli("report", *args, "--format", "json", stdin=stdin)
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(result.stdout)
