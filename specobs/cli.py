@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from contextlib import ExitStack
 from enum import StrEnum
 from typing import Annotated
 
@@ -31,6 +30,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True, highlight=False)
+
+
+def say(message: str) -> None:
+    """One plain line on stderr (never wrapped or styled, so scripts can match it)."""
+    print(f"specobs: {message}", file=sys.stderr, flush=True)
 
 
 class OutputFormat(StrEnum):
@@ -61,7 +65,7 @@ def user_errors(command):
         try:
             return command(*args, **kwargs)
         except SpecobsError as exc:
-            err.print(f"specobs: {exc}", highlight=False, markup=False)
+            say(str(exc))
             raise typer.Exit(2) from None
 
     return wrapper
@@ -86,6 +90,7 @@ def _progress_factory(progress: Progress):
     def factory(src: Source):
         if src.size is None or src.size < PROGRESS_MIN_BYTES:
             return None
+        progress.start()  # only once an input is big enough to need it
         total = None if src.compressed else src.size
         task = progress.add_task(os.path.basename(src.name), total=total)
         return lambda n: progress.advance(task, n)
@@ -131,30 +136,32 @@ def report(
     unknown = [g for g in groups if g not in GROUP_KEYS]
     if unknown:
         raise SpecobsError(f"unknown --by {', '.join(unknown)} (choose from {', '.join(GROUP_KEYS)})")
-    with ExitStack() as stack:
-        progress = Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=True,
-        )
-        stack.enter_context(progress)
+    progress = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    )
+    try:
         ingested = load(paths, input_format, progress_factory=_progress_factory(progress))
+    finally:
+        if progress.live.is_started:
+            progress.stop()
     result = report_model.build(ingested, groups)
     if not result.summary or result.summary.get("num_windows", 0) == 0:
         names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths)
         for skipped in ingested.skipped[:5]:
-            err.print(f"specobs: skipped {skipped}", highlight=False, markup=False)
-        err.print(f"specobs: {names}: no speculative decoding metrics found", highlight=False, markup=False)
+            say(f"skipped {skipped}")
+        say(f"{names}: no speculative decoding metrics found")
         raise typer.Exit(1)
     if output_format is not OutputFormat.rich:  # the rich report lists them itself
         for skipped in ingested.skipped[:5]:
-            err.print(f"specobs: skipped {skipped}", highlight=False, markup=False)
+            say(f"skipped {skipped}")
         if len(ingested.skipped) > 5:
-            err.print(f"specobs: skipped {len(ingested.skipped):,} line(s) in all", highlight=False)
+            say(f"skipped {len(ingested.skipped):,} line(s) in all")
     if output_format is OutputFormat.json:
         sys.stdout.write(render.to_json(result) + "\n")
     elif output_format is OutputFormat.markdown:

@@ -168,7 +168,10 @@ def test_several_api_servers_are_separate_sources(write):
     b = [line.replace("pid=3617069", "pid=42") for line in a]
     w = windows_of(write("two.log", "\n".join([a[0], b[0], a[1], b[1]]) + "\n"))
     assert sorted(w["source"].to_list()) == sorted(
-        [f"{w['source'][0].split(' [')[0]} [APIServer pid=3617069]", f"{w['source'][0].split(' [')[0]} [APIServer pid=42]"]
+        [
+            f"{w['source'][0].split(' [')[0]} [APIServer pid=3617069]",
+            f"{w['source'][0].split(' [')[0]} [APIServer pid=42]",
+        ]
     )
     # Each spec line takes the stats line of its own process.
     assert w["batch_size"].to_list() == [3, 3]
@@ -181,7 +184,12 @@ def test_startup_config_labels_model_method_and_k(write):
         "num_spec_tokens=3), tokenizer='/models/tiny', served_model_name=tiny, enforce_eager=True"
     )
     w = windows_of(write("cfg.log", config + "\n" + CURRENT + "\n")).row(0, named=True)
-    assert (w["model"], w["method"], w["draft_model"], w["num_spec_tokens"]) == ("tiny", "draft_model", "/models/draft", 3)
+    assert (w["model"], w["method"], w["draft_model"], w["num_spec_tokens"]) == (
+        "tiny",
+        "draft_model",
+        "/models/draft",
+        3,
+    )
 
 
 def test_v0_cumulative_counts_become_windows_with_restart(write):
@@ -215,7 +223,9 @@ def test_v0_stage_times_are_one_timed_step(write):
 def test_malformed_spec_line_is_skipped_and_reported(write):
     from specobs.ingest import load
 
-    bad = "INFO 04-02 10:00:00 [metrics.py:60] SpecDecoding metrics: Draft acceptance rate: 60.4%, Accepted: lots tokens"
+    bad = (
+        "INFO 04-02 10:00:00 [metrics.py:60] SpecDecoding metrics: Draft acceptance rate: 60.4%, Accepted: lots tokens"
+    )
     path = write("bad.log", CURRENT + "\n" + bad + "\n" + GEN1 + "\n")
     result = load([str(path)])
     assert result.windows.collect().height == 2

@@ -238,7 +238,11 @@ def _finish(agg: pl.DataFrame, positions: pl.DataFrame, keys: list[str]) -> pl.D
     from_counts = 1 + pl.col("acc_for_length") / drafts
     from_reported = pl.col("reported_weighted") / pl.col("reported_weight")
     agg = agg.with_columns(
-        mean_acceptance_length=pl.when(drafts > 0).then(from_counts).otherwise(from_reported),
+        mean_acceptance_length=pl.when(drafts > 0)
+        .then(from_counts)
+        .when(pl.col("reported_weight") > 0)
+        .then(from_reported)
+        .otherwise(None),
         mean_acceptance_length_basis=pl.when(drafts > 0)
         .then(pl.lit("counts"))
         .when(pl.col("reported_weight") > 0)

@@ -129,8 +129,8 @@ def windows_from_cumulative(frame: pl.DataFrame, keys: list[str], counters: list
         num_drafts  10, 25, 40, 5     (restart before the last row)
         window      10, 15, 15, 5
     """
-    if frame.is_empty():
-        return frame
+    if frame.is_empty() or not counters:
+        return frame.with_columns(start_ts=pl.lit(None, pl.Float64))
     over = keys or None
     previous = {c: pl.col(c).shift(1).over(over) if over else pl.col(c).shift(1) for c in counters}
     restart = pl.any_horizontal([pl.col(c) < previous[c] for c in counters]).fill_null(False)

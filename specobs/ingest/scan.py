@@ -25,6 +25,7 @@ from specobs.ingest.source import GZIP_ERRORS, Source
 BLOCK_BYTES = 4 * 1024 * 1024
 #: Lines longer than this are not metric lines; they are reported and skipped.
 MAX_LINE_BYTES = 64 * 1024
+GZIP_PIECE_BYTES = 64 * 1024
 
 Progress = Callable[[int], None]
 
@@ -59,22 +60,17 @@ def find_lines(
     skipping_long = False  # inside an over-long line whose start was already dropped
     with src.open() as stream:
         while True:
-            try:
-                n = stream.readinto(view[filled : filled + BLOCK_BYTES])
-            except GZIP_ERRORS as exc:
+            n, error = _read_block(stream, view[filled : filled + BLOCK_BYTES], src.compressed)
+            if error is not None:
                 found.skipped.append(
-                    Skipped(
-                        src.name,
-                        None,
-                        f"gzip stream truncated or corrupt after line {line_base} ({exc}); "
-                        "the lines before it are kept",
-                    )
+                    Skipped(src.name, None, f"gzip stream truncated or corrupt ({error}); the lines before it are kept")
                 )
-                n = 0
-            final = not n
+            final = not n or error is not None
             filled += n
             if progress and n:
                 progress(n)
+            if error is not None:
+                filled = buf.rfind(b"\n", 0, filled) + 1  # a line cut off mid-way is not data
             end = filled if final else buf.rfind(b"\n", 0, filled) + 1
             if end == 0 and not final:
                 # No newline in a whole block: an over-long line. Drop it, remember to skip its rest.
@@ -100,6 +96,23 @@ def find_lines(
     if raw:
         found.lines = b"\n".join(raw).decode("utf-8", "replace").split("\n")
     return found
+
+
+def _read_block(stream, view: memoryview, compressed: bool) -> tuple[int, Exception | None]:
+    """Fill ``view`` from ``stream``; a gzip stream is read in small pieces so that a cut-off
+    file loses only its last piece, and its error is returned instead of raised."""
+    if not compressed:
+        return stream.readinto(view), None
+    n = 0
+    while n < len(view):
+        try:
+            got = stream.readinto(view[n : n + GZIP_PIECE_BYTES])
+        except GZIP_ERRORS as exc:
+            return n, exc
+        if not got:
+            break
+        n += got
+    return n, None
 
 
 def _scan_block(

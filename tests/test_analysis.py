@@ -1,0 +1,191 @@
+"""Acceptance analytics on windows whose right answers are known by construction."""
+
+from __future__ import annotations
+
+import random
+
+import polars as pl
+import pytest
+
+from specobs import schema
+from specobs.analysis import acceptance
+from specobs.analysis.intervals import wilson
+from specobs.analysis.timeseries import acceptance_over_time, change_points
+
+
+def windows(rows: list[dict]) -> pl.DataFrame:
+    base = {"source": "s", "engine": 0, "model": "m", "method": "eagle3", "counters": "interval"}
+    return schema.conform(pl.DataFrame([{**base, **r} for r in rows]), schema.WINDOWS)
+
+
+def draws(n: int, betas: list[float], seed: int = 0) -> list[int]:
+    """Accepted length of n drafts whose position i is accepted with probability betas[i] given i-1 was."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        length = 0
+        for beta in betas:
+            if rng.random() >= beta:
+                break
+            length += 1
+        out.append(length)
+    return out
+
+
+def window_from(lengths: list[int], k: int, **extra) -> dict:
+    return {
+        "num_drafts": len(lengths),
+        "num_draft_tokens": len(lengths) * k,
+        "num_accepted_tokens": sum(lengths),
+        "num_accepted_tokens_per_pos": [sum(1 for x in lengths if x > i) for i in range(k)],
+        **extra,
+    }
+
+
+def test_wilson_matches_reference_values():
+    frame = pl.DataFrame({"x": [8, 0, 10], "n": [10, 10, 10]})
+    low, high = wilson(pl.col("x"), pl.col("n"))
+    out = frame.select(low=low, high=high)
+    # Reference: Wilson 95% interval for 8/10 is [0.4902, 0.9433]; 0/10 -> [0, 0.2775].
+    assert out["low"][0] == pytest.approx(0.4902, abs=1e-4) and out["high"][0] == pytest.approx(0.9433, abs=1e-4)
+    assert out["low"][1] == 0.0 and out["high"][1] == pytest.approx(0.2775, abs=1e-4)
+    assert out["high"][2] == pytest.approx(1.0)
+
+
+def test_summary_by_hand():
+    w = windows(
+        [
+            {
+                "num_drafts": 10,
+                "num_draft_tokens": 30,
+                "num_accepted_tokens": 18,
+                "num_accepted_tokens_per_pos": [8, 6, 4],
+            },
+            {
+                "num_drafts": 30,
+                "num_draft_tokens": 90,
+                "num_accepted_tokens": 42,
+                "num_accepted_tokens_per_pos": [20, 14, 8],
+            },
+        ]
+    )
+    row = acceptance.summarize(w).row(0, named=True)
+    assert row["num_drafts"] == 40 and row["num_accepted_tokens"] == 60 and row["num_draft_tokens"] == 120
+    assert row["mean_acceptance_length"] == pytest.approx(1 + 60 / 40)
+    assert row["draft_acceptance_rate"] == pytest.approx(60 / 120)
+    assert row["acceptance_rate_per_position"] == pytest.approx([28 / 40, 20 / 40, 12 / 40])
+    assert row["conditional_acceptance_rate_per_position"] == pytest.approx([28 / 40, 20 / 28, 12 / 20])
+    assert row["acceptance_rate_per_position_low"][0] < 0.7 < row["acceptance_rate_per_position_high"][0]
+    low, high = row["mean_acceptance_length_low"], row["mean_acceptance_length_high"]
+    assert low < 2.5 < high
+    # Per-draft spread: E[L] = 1.5, E[L^2] = 1*0.7 + 3*0.5 + 5*0.3 = 3.7 -> var 1.45, se = sqrt(1.45/40).
+    assert (high - low) / 2 == pytest.approx(1.959964 * (1.45 / 40) ** 0.5, rel=1e-6)
+
+
+def test_rates_average_by_drafts_never_by_window():
+    w = windows(
+        [
+            {
+                "num_drafts": 1,
+                "num_draft_tokens": 3,
+                "num_accepted_tokens": 3,
+                "num_accepted_tokens_per_pos": [1, 1, 1],
+            },
+            {
+                "num_drafts": 99,
+                "num_draft_tokens": 297,
+                "num_accepted_tokens": 0,
+                "num_accepted_tokens_per_pos": [0, 0, 0],
+            },
+        ]
+    )
+    row = acceptance.summarize(w).row(0, named=True)
+    assert row["mean_acceptance_length"] == pytest.approx(1.03)  # not the mean of 4.0 and 1.0
+    assert row["acceptance_rate_per_position"][0] == pytest.approx(0.01)
+
+
+def test_unknown_counts_do_not_dilute_known_ones():
+    w = windows(
+        [
+            {
+                "num_drafts": 10,
+                "num_draft_tokens": 30,
+                "num_accepted_tokens": 15,
+                "num_accepted_tokens_per_pos": [7, 5, 3],
+            },
+            # An older log line: accepted and drafted known, drafts and per-position unknown.
+            {"num_drafts": None, "num_draft_tokens": 100, "num_accepted_tokens": 90},
+        ]
+    )
+    row = acceptance.summarize(w).row(0, named=True)
+    assert row["mean_acceptance_length"] == pytest.approx(1 + 15 / 10)
+    assert row["acceptance_rate_per_position"] == pytest.approx([0.7, 0.5, 0.3])
+    assert row["draft_acceptance_rate"] == pytest.approx(105 / 130)
+    assert row["num_drafts"] == 10
+
+
+def test_unknown_is_null_not_zero():
+    w = windows([{"num_draft_tokens": 66, "num_accepted_tokens": 66}])
+    row = acceptance.summarize(w).row(0, named=True)
+    assert row["num_drafts"] is None and row["mean_acceptance_length"] is None
+    assert row["acceptance_rate_per_position"] is None and row["draft_acceptance_rate"] == 1.0
+
+
+def test_iid_alpha_and_flat_trend_on_iid_data():
+    k = 4
+    lengths = draws(20000, [0.8] * k, seed=1)
+    row = acceptance.summarize(windows([window_from(lengths, k)])).row(0, named=True)
+    assert row["iid_alpha"] == pytest.approx(0.8, abs=0.01)
+    assert row["iid_max_gap"] < 0.02
+    assert row["conditional_trend"] == "flat"
+
+
+@pytest.mark.parametrize(("betas", "trend"), [([0.9, 0.8, 0.6, 0.4], "falling"), ([0.5, 0.7, 0.85, 0.95], "rising")])
+def test_non_iid_trend_is_diagnosed(betas, trend):
+    lengths = draws(5000, betas, seed=2)
+    row = acceptance.summarize(windows([window_from(lengths, 4)])).row(0, named=True)
+    assert row["conditional_trend"] == trend
+    assert row["conditional_acceptance_rate_per_position"] == pytest.approx(betas, abs=0.05)
+    # On non-iid data the iid curve misses at least one position clearly.
+    assert row["iid_max_gap"] > 0.05
+
+
+def test_iid_alpha_paper_value():
+    # Leviathan et al.: alpha = 0.8, gamma = 5 -> expected tokens (1 - a^6)/(1 - a) = 3.69.
+    rates = [0.8 ** (i + 1) for i in range(5)]
+    assert acceptance.iid_alpha(rates) == pytest.approx(0.8, abs=1e-9)
+    assert acceptance.truncation(rates)[-1]["tokens_per_step"] == pytest.approx(3.69, abs=0.005)
+
+
+def test_truncation_and_wasted_positions():
+    rates = [0.6, 0.385, 0.215, 0.108, 0.062, 0.0, 0.0]
+    assert acceptance.wasted_positions(rates, 0.1) == [4, 5, 6]
+    cut = acceptance.truncation(rates)[3]
+    assert cut["k"] == 4
+    assert cut["tokens_per_step"] == pytest.approx(1 + 0.6 + 0.385 + 0.215 + 0.108)
+    assert cut["share_of_accepted"] == pytest.approx(1.308 / 1.37)
+
+
+def test_group_by_batch_bucket_and_method():
+    rows = [window_from([1, 2, 3], 3, batch_size=b, method=m) for b, m in [(1, "a"), (3, "a"), (2, "a"), (9, "b")]]
+    out = acceptance.summarize(windows(rows), by=["method", "batch"])
+    assert out.select("method", "batch_bucket", "num_windows").rows() == [
+        ("a", "1", 1),
+        ("a", "2-3", 2),
+        ("b", "8-15", 1),
+    ]
+
+
+def test_change_point_finds_a_regression_and_not_noise():
+    rng = random.Random(3)
+    rows = []
+    for i in range(120):
+        beta = 0.8 if i < 70 else 0.65
+        lengths = draws(200, [beta] * 3, seed=rng.randrange(10**9))
+        rows.append(window_from(lengths, 3, end_ts=1000.0 + 10 * i))
+    series = acceptance_over_time(windows(rows))
+    found = change_points(series)
+    assert len(found) == 1
+    assert found[0].kind == "regression" and abs(found[0].index - 70) <= 2
+    stationary = acceptance_over_time(windows(rows[:70]))
+    assert change_points(stationary) == []
