@@ -4,6 +4,7 @@ crashes the parsers (bad input is skipped or rejected with an InputError, nothin
 from __future__ import annotations
 
 import gzip
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def _window(lengths: list[int]) -> dict:
 def test_any_interval_split_aggregates_to_the_same_summary(lengths, data):
     cuts = sorted(set(data.draw(st.lists(st.integers(1, len(lengths) - 1), max_size=20))))
     bounds = [0, *cuts, len(lengths)]
-    split = [_window(lengths[a:b]) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    split = [_window(lengths[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
     whole = [_window(lengths)]
     keys = ["num_drafts", "num_accepted_tokens", "mean_acceptance_length", "draft_acceptance_rate"]
     a = acceptance.summarize(schema.conform(pl.DataFrame(split), schema.WINDOWS), by=()).row(0, named=True)

@@ -14,7 +14,8 @@ import polars as pl
 from specobs import schema
 
 ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
-NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+# Engines print numbers with %d / %.Nf (and "nan"); a simple class keeps the regexes on the fast path.
+NUMBER = r"-?[\d.]+|nan|inf"
 
 # Prefixes that several processes or containers put before vLLM's own "LEVEL MM-DD ..." prefix:
 #   "(APIServer pid=3617069) ", "(EngineCore_DP0 pid=12) ", "vllm-1  | " (docker compose).
@@ -24,12 +25,17 @@ COMPOSE_SERVICE = r"^([A-Za-z][\w.-]*)\s+\|\s"
 # SGLang's "[2026-07-21 15:00:13 TP0 EP0]" and Python logging's "2026-07-21 15:00:13,123".
 FULL_DATE = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
 # vLLM's own prefix: "INFO 11-30 03:13:17 " (no year).
-VLLM_LEVEL_DATE = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})"
+VLLM_LEVEL_DATE = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
 
 
-def clean(text: pl.Expr) -> pl.Expr:
-    """Strip ANSI colour codes and stray carriage returns."""
-    return text.str.replace_all(ANSI, "").str.replace_all("\r", "", literal=True)
+def clean(lines: pl.DataFrame, column: str = "text") -> pl.DataFrame:
+    """Strip ANSI colour codes and stray carriage returns (only when there are any: it is costly)."""
+    text = pl.col(column)
+    if lines[column].str.contains("\x1b", literal=True).any():
+        lines = lines.with_columns(text.str.replace_all(ANSI, ""))
+    if lines[column].str.contains("\r", literal=True).any():
+        lines = lines.with_columns(text.str.replace_all("\r", "", literal=True))
+    return lines
 
 
 def field_int(text: pl.Expr, pattern: str) -> pl.Expr:
@@ -39,18 +45,16 @@ def field_int(text: pl.Expr, pattern: str) -> pl.Expr:
 
 def field_float(text: pl.Expr, pattern: str) -> pl.Expr:
     """The first capture group of ``pattern`` as a float; ``nan`` and junk become null."""
-    value = text.str.extract(pattern, 1).cast(pl.Float64, strict=False)
-    return pl.when(value.is_nan()).then(None).otherwise(value)
+    return text.str.extract(pattern, 1).cast(pl.Float64, strict=False).fill_nan(None)
 
 
 def float_list(text: pl.Expr, pattern: str) -> pl.Expr:
     """A comma-separated list of numbers captured by ``pattern`` (``0.877, 0.807, nan``)."""
-    items = (
+    return (
         text.str.extract(pattern, 1)
         .str.split(",")
-        .list.eval(pl.element().str.strip_chars().cast(pl.Float64, strict=False))
+        .list.eval(pl.element().str.strip_chars().cast(pl.Float64, strict=False).fill_nan(None))
     )
-    return items.list.eval(pl.when(pl.element().is_nan()).then(None).otherwise(pl.element()))
 
 
 def process_key(text: pl.Expr) -> pl.Expr:
@@ -74,31 +78,46 @@ def reference_year(mtime: float | None) -> int:
     return moment.year
 
 
-def vllm_timestamp(text: pl.Expr, *, year: int, reference: float | None) -> pl.Expr:
-    """Unix seconds from vLLM's ``MM-DD HH:MM:SS`` prefix, or from a full date before it.
+def with_vllm_timestamp(
+    lines: pl.DataFrame, *, year: int, reference: float | None, column: str = "text"
+) -> pl.DataFrame:
+    """Add ``ts``: unix seconds from vLLM's ``MM-DD HH:MM:SS`` prefix, or a full date before it.
 
     vLLM prints no year or zone. specobs reads the times as UTC in ``year`` (the year the
     file was last written); a jump back of more than half a year (December → January)
     moves the following lines into the next year, and when the last line would lie after
-    the file was written, everything moves back one year.
+    the file was written, everything moves back one year. Computed in stages so that each
+    regex runs once per line.
     """
-    full = _full_date(text)
-    mmdd = text.str.extract(VLLM_LEVEL_DATE, 1)
-    hms = text.str.extract(VLLM_LEVEL_DATE, 2)
+    text = pl.col(column)
+    staged = lines.with_columns(_full=_full_date(text), _stamp=text.str.extract(VLLM_LEVEL_DATE, 1)).with_columns(
+        [
+            pl.col("_stamp").str.slice(start, 2).cast(pl.Int32, strict=False).alias(f"_{name}")
+            for name, start in _STAMP_PARTS.items()
+        ]
+    )
+    valid = pl.col("_month").is_between(1, 12) & pl.col("_day").is_between(1, 31)
 
     def at(years: pl.Expr) -> pl.Expr:
-        stamp = pl.concat_str([years.cast(pl.String), pl.lit("-"), mmdd, pl.lit(" "), hms])
-        parsed = stamp.str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S", strict=False)
-        return parsed.dt.epoch("us").cast(pl.Float64) / 1e6
+        moment = pl.datetime(
+            years, pl.col("_month"), pl.col("_day"), pl.col("_hour"), pl.col("_minute"), pl.col("_second")
+        )
+        return pl.when(valid).then(moment.dt.epoch("s").cast(pl.Float64))
 
-    first_guess = at(pl.lit(year))
-    previous = first_guess.forward_fill().shift(1)
-    rolled = ((first_guess - previous) < -183 * 86400).fill_null(False).cum_sum()
-    seconds = at(pl.lit(year) + rolled)
-    if reference is not None:
-        too_late = seconds.max() > reference + 2 * 86400
-        seconds = pl.when(too_late).then(at(pl.lit(year - 1) + rolled)).otherwise(seconds)
-    return pl.coalesce(full, seconds)
+    staged = staged.with_columns(_guess=at(pl.lit(year)))
+    staged = staged.with_columns(
+        _rolled=((pl.col("_guess") - pl.col("_guess").forward_fill().shift(1)) < -183 * 86400)
+        .fill_null(False)
+        .cum_sum()
+    )
+    staged = staged.with_columns(_seconds=at(pl.lit(year) + pl.col("_rolled")))
+    if reference is not None and (staged["_seconds"].max() or 0) > reference + 2 * 86400:
+        staged = staged.with_columns(_seconds=at(pl.lit(year - 1) + pl.col("_rolled")))
+    helpers = [c for c in staged.columns if c.startswith("_") and c not in lines.columns]
+    return staged.with_columns(ts=pl.coalesce("_full", "_seconds")).drop(helpers)
+
+
+_STAMP_PARTS = {"month": 0, "day": 3, "hour": 6, "minute": 9, "second": 12}
 
 
 def full_date_timestamp(text: pl.Expr) -> pl.Expr:

@@ -32,9 +32,11 @@ Progress = Callable[[int], None]
 
 @dataclass
 class FoundLines:
-    """The lines of one input that contain a needle, with their 1-based line numbers."""
+    """The lines of one input that contain a needle, with their 1-based line numbers and the
+    index of the needle each contains (the first in the list when it has several)."""
 
     line_numbers: list[int] = field(default_factory=list)
+    kinds: list[int] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     total_lines: int = 0
     skipped: list[Skipped] = field(default_factory=list)
@@ -126,36 +128,35 @@ def _scan_block(
     name: str,
 ) -> int:
     """Collect the needle lines of ``buf[start:end]``; return the line number after it."""
-    hits: list[int] = []
-    for needle in needles:
-        pos = buf.find(needle, start, end)
+    find, rfind = buf.find, buf.rfind
+    hits: list[tuple[int, int, int]] = []  # (line start, line end, needle index)
+    for index, needle in enumerate(needles):
+        pos = find(needle, start, end)
         while pos != -1:
-            hits.append(pos)
-            eol = buf.find(b"\n", pos, end)
-            if eol == -1:
-                break
-            pos = buf.find(needle, eol, end)
+            line_end = find(b"\n", pos, end)
+            if line_end == -1:
+                line_end = end
+            hits.append((rfind(b"\n", start, pos) + 1 or start, line_end, index))
+            pos = find(needle, line_end, end)
     if len(needles) > 1:
         hits.sort()
     count = buf.count
     cursor = start  # newlines before cursor are already counted in line_base
     last_line_start = -1
-    for pos in hits:
-        line_start = buf.rfind(b"\n", start, pos) + 1 or start
+    numbers, kinds = found.line_numbers, found.kinds
+    for line_start, line_end, index in hits:
         if line_start == last_line_start:
-            continue  # a second needle on the same line
+            continue  # a second needle on the same line: the first needle in the list wins
         last_line_start = line_start
         line_base += count(b"\n", cursor, line_start)
         cursor = line_start
-        line_end = buf.find(b"\n", pos, end)
-        if line_end == -1:
-            line_end = end
         if line_end - line_start > MAX_LINE_BYTES:
             found.skipped.append(Skipped(name, line_base, f"line longer than {MAX_LINE_BYTES // 1024} KiB"))
             continue
-        if buf[line_end - 1 : line_end] == b"\r":
+        if buf[line_end - 1] == 13:  # "\r" of a CRLF line ending
             line_end -= 1
-        found.line_numbers.append(line_base)
+        numbers.append(line_base)
+        kinds.append(index)
         raw.append(buf[line_start:line_end])
     return line_base + count(b"\n", cursor, end)
 

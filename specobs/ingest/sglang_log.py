@@ -35,7 +35,7 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
     """Windows from the lines ``scan.find_lines`` found for :data:`NEEDLES`."""
     lines = pl.DataFrame(
         {"line": found.line_numbers, "text": found.lines}, schema={"line": pl.Int64, "text": pl.String}
-    ).with_columns(C.clean(pl.col("text")).alias("text"))
+    ).pipe(C.clean)
     text = pl.col("text")
     config = (
         lines.filter(text.str.contains("ServerArgs(", literal=True))
@@ -55,7 +55,7 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
         accept_len=C.field_float(text, r"accept len: (" + C.NUMBER + ")"),
         accept_rate=C.field_float(text, r"accept rate: (" + C.NUMBER + ")"),
         ts=C.full_date_timestamp(text),
-        engine=C.field_int(text.str.extract(r"^(.*?)Decode batch", 1), r"\bDP(\d+)\b").fill_null(0),
+        engine=C.field_int(text.str.extract(r"^(.*?)Decode batch", 1), r"(?-u:\b)DP(\d+)(?-u:\b)").fill_null(0),
     )
     skipped = [
         Skipped(source, line, "Decode batch line without '#running-req'")

@@ -49,14 +49,12 @@ NEEDLES = (
     b"speculative_config",
 )
 
-_SPEC_V1 = "SpecDecoding metrics:"
-_SPEC_LEGACY = "Speculative metrics:"
-_STATS = "Avg prompt throughput"
-_STAGES = "SpecDecodeWorker stage times"
-_CONFIG = "speculative_config"
+#: What a line holding NEEDLES[i] is (the legacy needle and the config one are checked further).
+_NEEDLE_KINDS = {0: "spec", 2: "stats", 3: "stages"}
+_CONFIG_LINE = r"speculative_config\s*[=:]\s*(?:SpeculativeConfig\(|\{)"
 
-_ACCEPTED = r"(?:\bAccepted: (\d+) tokens|Number of accepted tokens: (\d+))"
-_DRAFTED = r"(?:\bDrafted: (\d+) tokens|Number of draft tokens(?: tokens)?: (\d+))"
+_ACCEPTED = r"(?:Accepted|Number of accepted tokens): (\d+)"
+_DRAFTED = r"(?:Drafted|Number of draft tokens(?: tokens)?): (\d+)"
 _EMITTED = r"Number of emitted tokens(?: tokens)?: (\d+)"
 _PER_POS = r"Per-position acceptance rate: ((?:nan|[\d.]+)(?:, ?(?:nan|[\d.]+))*)"
 
@@ -64,29 +62,22 @@ _PER_POS = r"Per-position acceptance rate: ((?:nan|[\d.]+)(?:, ?(?:nan|[\d.]+))*
 def parse(found: FoundLines, source: str, *, year: int, reference: float | None) -> tuple[pl.DataFrame, list[Skipped]]:
     """Windows from the lines ``scan.find_lines`` found for :data:`NEEDLES`."""
     lines = pl.DataFrame(
-        {"line": found.line_numbers, "text": found.lines},
-        schema={"line": pl.Int64, "text": pl.String},
-    ).with_columns(C.clean(pl.col("text")).alias("text"))
+        {"line": found.line_numbers, "text": found.lines, "needle": found.kinds},
+        schema={"line": pl.Int64, "text": pl.String, "needle": pl.Int8},
+    ).pipe(C.clean)
     text = pl.col("text")
+    legacy_v0 = text.str.contains(r"System efficiency|Number of emitted tokens|Number of speculative tokens")
     lines = lines.with_columns(
-        kind=pl.when(text.str.contains(_SPEC_V1, literal=True))
-        .then(pl.lit("spec"))
-        .when(text.str.contains(_SPEC_LEGACY, literal=True))
-        .then(
-            pl.when(text.str.contains(r"System efficiency|Number of emitted tokens|Number of speculative tokens"))
-            .then(pl.lit("spec_v0"))
-            .otherwise(pl.lit("spec"))
-        )
-        .when(text.str.contains(_STAGES, literal=True))
-        .then(pl.lit("stages"))
-        .when(text.str.contains(_STATS, literal=True))
-        .then(pl.lit("stats"))
-        .when(text.str.contains(r"speculative_config\s*[=:]\s*(?:SpeculativeConfig\(|\{)"))
-        .then(pl.lit("config"))
-        .otherwise(None),
-        ts=C.vllm_timestamp(text, year=year, reference=reference),
+        # The scanner says which needle each line holds (see NEEDLES); only the legacy
+        # "Speculative metrics:" needle needs a look at the fields to tell V0 from early V1.
+        kind=pl.when(pl.col("needle") == 1)
+        .then(pl.when(legacy_v0).then(pl.lit("spec_v0")).otherwise(pl.lit("spec")))
+        .when(pl.col("needle") == 4)
+        .then(pl.when(text.str.contains(_CONFIG_LINE)).then(pl.lit("config")))
+        .otherwise(pl.col("needle").replace_strict(_NEEDLE_KINDS, default=None, return_dtype=pl.String)),
         process=C.process_key(text),
     ).filter(pl.col("kind").is_not_null())
+    lines = C.with_vllm_timestamp(lines, year=year, reference=reference)
 
     config = _config(lines)
     skipped: list[Skipped] = []
@@ -110,7 +101,7 @@ def _config(lines: pl.DataFrame) -> pl.DataFrame:
                 text.str.extract(r"'model': '([^']*)'", 1),
             ),
             method=spec_part.str.extract(r"method'?\s*[=:]\s*'(\w+)'", 1),
-            draft_model=spec_part.str.extract(r"\bmodel'?\s*[=:]\s*'([^']*)'", 1),
+            draft_model=spec_part.str.extract(r"(?-u:\b)model'?\s*[=:]\s*'([^']*)'", 1),
             num_spec_tokens=C.field_int(spec_part, r"num_spec(?:ulative)?_tokens'?\s*[=:]\s*(\d+)"),
         )
         .sort("line")
@@ -183,9 +174,9 @@ def _attach_stats(spec: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
 def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped: list[Skipped]) -> pl.DataFrame:
     text = pl.col("text")
     spec = lines.filter(pl.col("kind") == "spec").with_columns(
-        accepted=pl.coalesce(C.field_int(text, _ACCEPTED), text.str.extract(_ACCEPTED, 2).cast(pl.Int64, strict=False)),
-        drafted=pl.coalesce(C.field_int(text, _DRAFTED), text.str.extract(_DRAFTED, 2).cast(pl.Int64, strict=False)),
-        printed_drafts=C.field_int(text, r"\bDrafts: (\d+)"),
+        accepted=C.field_int(text, _ACCEPTED),
+        drafted=C.field_int(text, _DRAFTED),
+        printed_drafts=C.field_int(text, r"[ ,:]Drafts: (\d+)"),
         mal=C.field_float(text, r"Mean acceptance length: (" + C.NUMBER + ")"),
         rate_value=C.field_float(text, r"Draft acceptance rate: (" + C.NUMBER + ")"),
         rate_is_percent=text.str.contains(r"Draft acceptance rate: [^,]*%"),
