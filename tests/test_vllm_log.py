@@ -95,6 +95,8 @@ def test_aggregated_engines_line_leaves_engine_null(write):
         (GEN1_NAN, 0, 0, None, None),
         (TRANSITIONAL, 262, 295, 262 / (0.983 + 0.949 + 0.915 + 0.881 + 0.712), 0.888),
         (TRAILING_ZEROS, 89, 975, 89 / (0.600 + 0.385 + 0.215 + 0.108 + 0.062), 0.091),
+        # A fork's extra field is ignored.
+        (CURRENT.replace("Accepted: 1124", "Current speculative depth: 7, Accepted: 1124"), 1124, 1320, 456, 0.852),
     ],
 )
 def test_every_v1_generation(write, line, accepted, drafted, drafts, rate):

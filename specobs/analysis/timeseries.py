@@ -20,27 +20,44 @@ from dataclasses import dataclass
 import polars as pl
 
 
+#: Above this many windows, the series is bucketed in time to at most this many points.
+MAX_POINTS = 2000
+
+
 def acceptance_over_time(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
-    """Per window with known counts, in time order: ``end_ts``, drafts, accepted, acceptance length."""
-    frame = (
+    """Acceptance length per window with known counts, in time order, per group.
+
+    Step-level inputs (millions of rows) are summed into equal time buckets first, at most
+    :data:`MAX_POINTS` over the whole span, so change detection sees intervals, not steps.
+    Columns: ``keys``, ``end_ts``, ``num_drafts``, ``num_accepted_tokens``, ``mean_acceptance_length``.
+    """
+    known = (
         windows.lazy()
         .filter(
             pl.col("num_drafts").is_not_null()
             & (pl.col("num_drafts") > 0)
             & pl.col("num_accepted_tokens").is_not_null()
         )
-        .select(
-            *keys,
-            "end_ts",
-            "source_line",
-            "num_drafts",
-            "num_accepted_tokens",
-            mean_acceptance_length=1 + pl.col("num_accepted_tokens") / pl.col("num_drafts"),
+        .select(*keys, "end_ts", "source_line", "num_drafts", "num_accepted_tokens")
+    )
+    size = known.select(n=pl.len(), lo=pl.col("end_ts").min(), hi=pl.col("end_ts").max()).collect().row(0, named=True)
+    if size["n"] > MAX_POINTS and size["lo"] is not None and size["hi"] > size["lo"]:
+        width = (size["hi"] - size["lo"]) / MAX_POINTS
+        known = (
+            known.group_by([*keys, ((pl.col("end_ts") - size["lo"]) // width).alias("_bucket")])
+            .agg(
+                pl.col("end_ts").max(),
+                pl.col("source_line").min(),
+                pl.col("num_drafts").sum(),
+                pl.col("num_accepted_tokens").sum(),
+            )
+            .drop("_bucket")
         )
+    return (
+        known.with_columns(mean_acceptance_length=1 + pl.col("num_accepted_tokens") / pl.col("num_drafts"))
         .sort([*keys, "end_ts", "source_line"], nulls_last=True)
         .collect()
     )
-    return frame
 
 
 @dataclass(frozen=True)
