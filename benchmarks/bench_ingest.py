@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import random
-import resource
 import subprocess
 import sys
 import time
@@ -83,7 +82,8 @@ def generate_log(path: Path, size_bytes: int, seed: int = 7) -> None:
                     f"(APIServer pid=1234) INFO {d} [metrics.py:101] SpecDecoding metrics: Mean acceptance length: "
                     f"{1 + accepted / drafts:.2f}, Accepted throughput: {accepted / 10:.2f} tokens/s, Drafted "
                     f"throughput: {drafted / 10:.2f} tokens/s, Accepted: {accepted} tokens, Drafted: {drafted} tokens, "
-                    f"Per-position acceptance rate: {rate_text}, Avg Draft acceptance rate: {100 * accepted / drafted:.1f}%"
+                    f"Per-position acceptance rate: {rate_text}, "
+                    f"Avg Draft acceptance rate: {100 * accepted / drafted:.1f}%"
                 )
             block = "\n".join(lines) + "\n"
             out.write(block)

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import polars as pl
 
-
 #: Above this many windows, the series is bucketed in time to at most this many points.
 MAX_POINTS = 2000
 
