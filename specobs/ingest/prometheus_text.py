@@ -48,7 +48,7 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
     scrape = 0
     seen: set[tuple] = set()
     scrape_line: dict[int, int] = {}
-    for line_no, text in zip(found.line_numbers, found.lines, strict=True):
+    for line_no, text in found.frame.select("line", "text").iter_rows():
         text = text.strip()
         if not text or text.startswith("#"):
             continue

@@ -61,10 +61,7 @@ _PER_POS = r"Per-position acceptance rate: ((?:nan|[\d.]+)(?:, ?(?:nan|[\d.]+))*
 
 def parse(found: FoundLines, source: str, *, year: int, reference: float | None) -> tuple[pl.DataFrame, list[Skipped]]:
     """Windows from the lines ``scan.find_lines`` found for :data:`NEEDLES`."""
-    lines = pl.DataFrame(
-        {"line": found.line_numbers, "text": found.lines, "needle": found.kinds},
-        schema={"line": pl.Int64, "text": pl.String, "needle": pl.Int8},
-    ).pipe(C.clean)
+    lines = C.clean(found.frame)
     text = pl.col("text")
     legacy_v0 = text.str.contains(r"System efficiency|Number of emitted tokens|Number of speculative tokens")
     lines = lines.with_columns(
