@@ -96,7 +96,7 @@ def read_source(
         windows = events.steps_to_windows(steps, src.name, detected)
         return windows, SourceReport(src.name, detected, None, -1, len(skipped)), skipped
     if detected == vllm_log.FORMAT:
-        found = find_lines(src, vllm_log.NEEDLES, progress=progress)
+        found = find_lines(src, vllm_log.NEEDLES, fields=vllm_log.scan_fields(src.head), progress=progress)
         mtime = src.path.stat().st_mtime if src.path is not None else None
         frame, skipped = vllm_log.parse(found, src.name, year=reference_year(mtime), reference=mtime)
     elif detected == sglang_log.FORMAT:

@@ -13,29 +13,20 @@ import polars as pl
 
 from specobs import schema
 
-ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
 # Engines print numbers with %d / %.Nf (and "nan"); a simple class keeps the regexes on the fast path.
 NUMBER = r"-?[\d.]+|nan|inf"
 
 # Prefixes that several processes or containers put before vLLM's own "LEVEL MM-DD ..." prefix:
 #   "(APIServer pid=3617069) ", "(EngineCore_DP0 pid=12) ", "vllm-1  | " (docker compose).
-PID = r"\((\w+) pid=(\d+)\)"
 COMPOSE_SERVICE = r"^([A-Za-z][\w.-]*)\s+\|\s"
 # A full date somewhere in the prefix: collector timestamps "2026-04-19 17:36:42.061 | ",
 # SGLang's "[2026-07-21 15:00:13 TP0 EP0]" and Python logging's "2026-07-21 15:00:13,123".
 FULL_DATE = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+# Full dates are at the start of a line (after an optional compose service and "["); anchoring
+# the regex keeps it fast on large inputs.
+LEADING_FULL_DATE = r"^(?:[A-Za-z][\w.-]*\s+\|\s)?\[?(" + FULL_DATE + ")"
 # vLLM's own prefix: "INFO 11-30 03:13:17 " (no year).
 VLLM_LEVEL_DATE = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
-
-
-def clean(lines: pl.DataFrame, column: str = "text") -> pl.DataFrame:
-    """Strip ANSI colour codes and stray carriage returns (only when there are any: it is costly)."""
-    text = pl.col(column)
-    if lines[column].str.contains("\x1b", literal=True).any():
-        lines = lines.with_columns(text.str.replace_all(ANSI, ""))
-    if lines[column].str.contains("\r", literal=True).any():
-        lines = lines.with_columns(text.str.replace_all("\r", "", literal=True))
-    return lines
 
 
 def field_int(text: pl.Expr, pattern: str) -> pl.Expr:
@@ -57,21 +48,6 @@ def float_list(text: pl.Expr, pattern: str) -> pl.Expr:
     )
 
 
-def process_key(text: pl.Expr) -> pl.Expr:
-    """Which process printed the line: compose service and/or pid, null when unmarked.
-
-    ``"vllm-a-1  | (APIServer pid=7) INFO ..."`` → ``"vllm-a-1 APIServer pid=7"``.
-    """
-    service = text.str.extract(COMPOSE_SERVICE, 1)
-    name = text.str.extract(PID, 1)
-    pid = text.str.extract(PID, 2)
-    return (
-        pl.concat_str([service, name + " pid=" + pid], separator=" ", ignore_nulls=True)
-        .str.strip_chars()
-        .replace("", None)
-    )
-
-
 def reference_year(mtime: float | None) -> int:
     """The year assumed for vLLM's year-less timestamps: that of the file's last change."""
     moment = dt.datetime.fromtimestamp(mtime, dt.UTC) if mtime else dt.datetime.now(dt.UTC)
@@ -90,7 +66,9 @@ def with_vllm_timestamp(
     regex runs once per line.
     """
     text = pl.col(column)
-    staged = lines.with_columns(_full=_full_date(text), _stamp=text.str.extract(VLLM_LEVEL_DATE, 1)).with_columns(
+    has_full_date = lines[column].str.contains(LEADING_FULL_DATE).any()
+    full = _full_date(text) if has_full_date else pl.lit(None, pl.Float64)
+    staged = lines.with_columns(_full=full, _stamp=text.str.extract(VLLM_LEVEL_DATE, 1)).with_columns(
         [
             pl.col("_stamp").str.slice(start, 2).cast(pl.Int32, strict=False).alias(f"_{name}")
             for name, start in _STAMP_PARTS.items()
@@ -121,12 +99,12 @@ _STAMP_PARTS = {"month": 0, "day": 3, "hour": 6, "minute": 9, "second": 12}
 
 
 def full_date_timestamp(text: pl.Expr) -> pl.Expr:
-    """Unix seconds (UTC) from the first full ``YYYY-MM-DD HH:MM:SS[.fff]`` in the line."""
+    """Unix seconds (UTC) from a full ``YYYY-MM-DD HH:MM:SS[.fff]`` at the start of the line."""
     return _full_date(text)
 
 
 def _full_date(text: pl.Expr) -> pl.Expr:
-    stamp = text.str.extract("(" + FULL_DATE + ")", 1)
+    stamp = text.str.extract(LEADING_FULL_DATE, 1)
     parsed = (
         stamp.str.replace("T", " ", literal=True)
         .str.replace(",", ".", literal=True)

@@ -33,7 +33,7 @@ _METHODS = {"eagle": "eagle", "eagle3": "eagle3", "nextn": "mtp", "standalone": 
 
 def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
     """Windows from the lines ``scan.find_lines`` found for :data:`NEEDLES`."""
-    lines = C.clean(found.frame)
+    lines = found.frame
     text = pl.col("text")
     config = (
         lines.filter(text.str.contains("ServerArgs(", literal=True))

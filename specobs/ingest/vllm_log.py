@@ -33,11 +33,13 @@ Counting conventions (see docs/formats.md):
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from specobs.errors import Skipped
 from specobs.ingest import columns as C
-from specobs.ingest.scan import FoundLines
+from specobs.ingest.scan import Fields, FoundLines
 
 FORMAT = "vllm-log"
 
@@ -53,26 +55,88 @@ NEEDLES = (
 _NEEDLE_KINDS = {0: "spec", 2: "stats", 3: "stages"}
 _CONFIG_LINE = r"speculative_config\s*[=:]\s*(?:SpeculativeConfig\(|\{)"
 
-_ACCEPTED = r"(?:Accepted|Number of accepted tokens): (\d+)"
-_DRAFTED = r"(?:Drafted|Number of draft tokens(?: tokens)?): (\d+)"
-_EMITTED = r"Number of emitted tokens(?: tokens)?: (\d+)"
-_PER_POS = r"Per-position acceptance rate: ((?:nan|[\d.]+)(?:, ?(?:nan|[\d.]+))*)"
+_ACCEPTED = r"(?:Accepted|Number of accepted tokens): ([0-9]+)"
+_DRAFTED = r"(?:Drafted|Number of draft tokens(?: tokens)?): ([0-9]+)"
+_PER_POS = r"Per-position acceptance rate: ((?:nan|[0-9.]+)(?:, ?(?:nan|[0-9.]+))*)"
+# The optional "(Name pid=N) " and vLLM's own "LEVEL MM-DD HH:MM:SS": one regex pass for both.
+_PREFIX = (
+    r"(?:\(([A-Za-z0-9_]+) pid=([0-9]+)\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +"
+    r"([0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})"
+)
+
+
+def scan_fields(head: bytes) -> Fields:
+    """Per-line fields evaluated while scanning (see ``scan.find_lines``), by needle index.
+
+    Regexes run only on the lines of their needle; the collector date and compose service
+    regexes only when the first bytes of the input show such prefixes.
+    """
+    text = pl.col("text")
+    prefix = text.str.extract_groups(_PREFIX)
+    every_line = {
+        "process_name": prefix.struct.field("1"),
+        "pid": prefix.struct.field("2"),
+        "stamp": prefix.struct.field("3"),
+    }
+    if re.search(rb"(?m)^(?:[A-Za-z][\w.-]*\s+\|\s)?\[?\d{4}-\d\d-\d\d[ T]\d\d:", head):
+        every_line["full_ts"] = C.full_date_timestamp(text)
+    if re.search(rb"(?m)^[A-Za-z][\w.-]*\s+\|\s", head):
+        every_line["service"] = text.str.extract(C.COMPOSE_SERVICE, 1)
+    counts = {"accepted": C.field_int(text, _ACCEPTED), "drafted": C.field_int(text, _DRAFTED)}
+    return {
+        None: every_line,
+        0: {
+            **counts,
+            "mal": C.field_float(text, r"Mean acceptance length: ([0-9.]+|nan)"),
+            "per_pos_rates": C.float_list(text, _PER_POS),
+            "accepted_throughput": C.field_float(text, r"Accepted throughput: ([0-9.]+|nan) tokens/s"),
+        },
+        1: {
+            **counts,
+            "legacy_v0": text.str.contains(r"System efficiency|Number of emitted tokens|Number of speculative tokens"),
+            "k": C.field_int(text, r"Number of speculative tokens: ([0-9]+)"),
+            "emitted": C.field_int(text, r"Number of emitted tokens(?: tokens)?: ([0-9]+)"),
+            "rate": C.field_float(text, r"Draft acceptance rate: ([0-9.]+|nan)"),
+        },
+        2: {
+            "stats_engine": C.field_int(text, r"Engine ([0-9]+):"),
+            "stats_aggregated": text.str.contains("Engines Aggregated:", literal=True),
+            "stats_batch": C.field_int(text, r"Running: ([0-9]+) reqs"),
+        },
+        3: {
+            "proposal_per_token": C.field_float(text, r"average_time_per_proposal_tok_ms=([0-9.]+)") / 1000,
+            "scoring": C.field_float(text, r"scoring_time_ms=([0-9.]+)") / 1000,
+            "verification": C.field_float(text, r"verification_time_ms=([0-9.]+)") / 1000,
+        },
+    }
+
+
+_LINE_COLUMNS = {
+    "process_name": pl.String, "pid": pl.String, "stamp": pl.String, "full_ts": pl.Float64, "service": pl.String,
+    "accepted": pl.Int64, "drafted": pl.Int64, "mal": pl.Float64, "per_pos_rates": pl.List(pl.Float64),
+    "accepted_throughput": pl.Float64, "legacy_v0": pl.Boolean, "k": pl.Int64, "emitted": pl.Int64,
+    "rate": pl.Float64, "stats_engine": pl.Int64, "stats_aggregated": pl.Boolean, "stats_batch": pl.Int64,
+    "proposal_per_token": pl.Float64, "scoring": pl.Float64, "verification": pl.Float64,
+}  # fmt: skip
 
 
 def parse(found: FoundLines, source: str, *, year: int, reference: float | None) -> tuple[pl.DataFrame, list[Skipped]]:
-    """Windows from the lines ``scan.find_lines`` found for :data:`NEEDLES`."""
-    lines = C.clean(found.frame)
+    """Windows from the lines and fields ``scan.find_lines`` found for :data:`NEEDLES`."""
+    lines = found.frame
+    missing = [pl.lit(None, dtype).alias(name) for name, dtype in _LINE_COLUMNS.items() if name not in lines.columns]
+    lines = lines.with_columns(missing)
     text = pl.col("text")
-    legacy_v0 = text.str.contains(r"System efficiency|Number of emitted tokens|Number of speculative tokens")
     lines = lines.with_columns(
         # The scanner says which needle each line holds (see NEEDLES); only the legacy
         # "Speculative metrics:" needle needs a look at the fields to tell V0 from early V1.
         kind=pl.when(pl.col("needle") == 1)
-        .then(pl.when(legacy_v0).then(pl.lit("spec_v0")).otherwise(pl.lit("spec")))
+        .then(pl.when(pl.col("legacy_v0")).then(pl.lit("spec_v0")).otherwise(pl.lit("spec")))
         .when(pl.col("needle") == 4)
         .then(pl.when(text.str.contains(_CONFIG_LINE)).then(pl.lit("config")))
         .otherwise(pl.col("needle").replace_strict(_NEEDLE_KINDS, default=None, return_dtype=pl.String)),
-        process=C.process_key(text),
+        process=pl.concat_str(
+            [pl.col("service"), pl.col("process_name") + " pid=" + pl.col("pid")], separator=" ", ignore_nulls=True
+        ).replace("", None),
     ).filter(pl.col("kind").is_not_null())
     lines = C.with_vllm_timestamp(lines, year=year, reference=reference)
 
@@ -85,21 +149,29 @@ def parse(found: FoundLines, source: str, *, year: int, reference: float | None)
 
 
 def _config(lines: pl.DataFrame) -> pl.DataFrame:
-    """Model, method, draft model and k from engine start-up lines, by line number."""
+    """Model, method, draft model and k from engine start-up lines, by line number.
+
+    Reads both ``Initializing a V1 LLM engine ... with config: model='m', speculative_config=
+    SpeculativeConfig(method='eagle', model='d', num_spec_tokens=3), ..., served_model_name=s``
+    and ``non-default args: {'model': 'm', 'served_model_name': ['s'], 'speculative_config':
+    {'method': 'ngram', 'num_speculative_tokens': 3}}``.
+    """
     text = pl.col("text")
-    spec_part = text.str.extract(r"speculative_config\s*[=:]\s*((?:SpeculativeConfig\([^)]*\))|\{[^}]*\})", 1)
+    spec_part = text.str.extract(r"speculative_config'?\s*[=:]\s*((?:SpeculativeConfig\([^)]*\))|\{[^}]*\})", 1)
     return (
         lines.filter(pl.col("kind") == "config")
         .select(
             "line",
             model=pl.coalesce(
                 text.str.extract(r"served_model_name=([^,\s)]+)", 1),
+                text.str.extract(r"'served_model_name': \['([^']*)'", 1),
+                text.str.extract(r"'served_model_name': '([^']*)'", 1),
                 text.str.extract(r"with config: model='([^']*)'", 1),
                 text.str.extract(r"'model': '([^']*)'", 1),
             ),
-            method=spec_part.str.extract(r"method'?\s*[=:]\s*'(\w+)'", 1),
+            method=spec_part.str.extract(r"method'?\s*[=:]\s*'([A-Za-z0-9_]+)'", 1),
             draft_model=spec_part.str.extract(r"(?-u:\b)model'?\s*[=:]\s*'([^']*)'", 1),
-            num_spec_tokens=C.field_int(spec_part, r"num_spec(?:ulative)?_tokens'?\s*[=:]\s*(\d+)"),
+            num_spec_tokens=C.field_int(spec_part, r"num_spec(?:ulative)?_tokens'?\s*[=:]\s*([0-9]+)"),
         )
         .sort("line")
     )
@@ -130,56 +202,48 @@ def _attach_stats(spec: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     (some collectors reorder lines within a second), the whole process is read the other way
     round: each spec line takes the stats line just after it.
     """
-    text = pl.col("text")
-    ordered = (
-        lines.filter(pl.col("kind").is_in(["stats", "spec"]))
-        .sort("line")
+    stats = lines.filter(pl.col("kind") == "stats").select(
+        "line", "kind", "ts", "process", "stats_engine", "stats_aggregated", "stats_batch"
+    )
+    ordered = pl.concat([stats, spec.select("line", "kind", "ts", "process")], how="diagonal").sort("line")
+    several = ordered["process"].n_unique() > 1
+
+    def shifted(name: str, n: int) -> pl.Expr:
+        return pl.col(name).shift(n).over("process") if several else pl.col(name).shift(n)
+
+    first = (pl.int_range(pl.len()).over("process") if several else pl.int_range(pl.len())) == 0
+    staged = (
+        ordered.lazy()
+        .with_columns(pl.col("process").fill_null(""))
         .with_columns(
-            stats_engine=pl.when(pl.col("kind") == "stats").then(C.field_int(text, r"Engine (\d+):")),
-            stats_aggregated=pl.when(pl.col("kind") == "stats").then(text.str.contains(r"Engines Aggregated:")),
-            stats_batch=pl.when(pl.col("kind") == "stats").then(C.field_int(text, r"Running: (\d+) reqs")),
+            _prev_is_stats=shifted("kind", 1) == "stats",
+            _next_is_stats=(shifted("kind", -1) == "stats") & (shifted("ts", -1) == pl.col("ts")),
+            _first=first,
+        )
+        .with_columns(
+            _reversed=(pl.col("_first") & (pl.col("kind") == "spec") & pl.col("_next_is_stats")).any().over("process")
         )
     )
-    over = "process"
-    ordered = ordered.with_columns(pl.col("process").fill_null(""))
-    prev_is_stats = pl.col("kind").shift(1).over(over) == "stats"
-    next_is_stats = (pl.col("kind").shift(-1).over(over) == "stats") & (
-        pl.col("ts").shift(-1).over(over) == pl.col("ts")
-    )
-    # Reversed order (spec line first) when a process's first metric line is a spec line
-    # followed by a stats line of the same second.
-    first = pl.int_range(pl.len()).over(over) == 0
-    reversed_order = (first & (pl.col("kind") == "spec") & next_is_stats).any().over(over)
-    picked = []
-    for name in ("stats_engine", "stats_aggregated", "stats_batch"):
-        picked.append(
-            pl.when(reversed_order & next_is_stats)
-            .then(pl.col(name).shift(-1).over(over))
-            .when(~reversed_order & prev_is_stats)
-            .then(pl.col(name).shift(1).over(over))
-            .otherwise(None)
-            .alias(name)
-        )
+    picked = [
+        pl.when(pl.col("_reversed") & pl.col("_next_is_stats"))
+        .then(shifted(name, -1))
+        .when(~pl.col("_reversed") & pl.col("_prev_is_stats"))
+        .then(shifted(name, 1))
+        .otherwise(None)
+        .alias(name)
+        for name in ("stats_engine", "stats_aggregated", "stats_batch")
+    ]
     attributed = (
-        ordered.with_columns(picked)
+        staged.with_columns(picked)
         .filter(pl.col("kind") == "spec")
         .select("line", "stats_engine", "stats_aggregated", "stats_batch")
+        .collect()
     )
     return spec.join(attributed, on="line", how="left")
 
 
 def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped: list[Skipped]) -> pl.DataFrame:
-    text = pl.col("text")
-    spec = lines.filter(pl.col("kind") == "spec").with_columns(
-        accepted=C.field_int(text, _ACCEPTED),
-        drafted=C.field_int(text, _DRAFTED),
-        printed_drafts=C.field_int(text, r"[ ,:]Drafts: (\d+)"),
-        mal=C.field_float(text, r"Mean acceptance length: (" + C.NUMBER + ")"),
-        rate_value=C.field_float(text, r"Draft acceptance rate: (" + C.NUMBER + ")"),
-        rate_is_percent=text.str.contains(r"Draft acceptance rate: [^,]*%"),
-        per_pos_rates=C.float_list(text, _PER_POS),
-        accepted_throughput=C.field_float(text, r"Accepted throughput: (" + C.NUMBER + ") tokens/s"),
-    )
+    spec = lines.filter(pl.col("kind") == "spec").drop("text", "stats_engine", "stats_aggregated", "stats_batch")
     bad = spec.filter(pl.col("accepted").is_null() | pl.col("drafted").is_null())
     skipped.extend(
         Skipped(source, line, "speculative metrics line without accepted and drafted token counts")
@@ -201,14 +265,7 @@ def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
         .round(0)
         .cast(pl.Int64)
     )
-    spec = spec.with_columns(
-        num_drafts=pl.coalesce(pl.col("printed_drafts"), derived),
-        num_drafts_derived=pl.when(pl.col("printed_drafts").is_not_null())
-        .then(False)
-        .when(derived.is_not_null())
-        .then(True)
-        .otherwise(None),
-    )
+    spec = spec.with_columns(num_drafts=derived, num_drafts_derived=pl.when(derived.is_not_null()).then(True))
     spec = spec.with_columns(
         num_accepted_tokens_per_pos=pl.when(pl.col("num_drafts").is_not_null())
         .then(_scale_list(pl.col("per_pos_rates"), pl.col("num_drafts")))
@@ -242,9 +299,6 @@ def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
         num_accepted_tokens="accepted",
         num_accepted_tokens_per_pos="num_accepted_tokens_per_pos",
         reported_mean_acceptance_length="mal",
-        reported_draft_acceptance_rate=pl.when(pl.col("rate_is_percent"))
-        .then(pl.col("rate_value") / 100)
-        .otherwise(pl.col("rate_value")),
         num_drafts_derived="num_drafts_derived",
         counters=pl.lit("interval"),
         process="process",
@@ -257,14 +311,7 @@ def _scale_list(rates: pl.Expr, drafts: pl.Expr) -> pl.Expr:
 
 
 def _v0_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped: list[Skipped]) -> pl.DataFrame:
-    text = pl.col("text")
-    spec = lines.filter(pl.col("kind") == "spec_v0").with_columns(
-        k=C.field_int(text, r"Number of speculative tokens: (\d+)"),
-        accepted_raw=C.field_int(text, r"Number of accepted tokens: (\d+)"),
-        drafted=C.field_int(text, r"Number of draft tokens(?: tokens)?: (\d+)"),
-        emitted=C.field_int(text, _EMITTED),
-        rate=C.field_float(text, r"Draft acceptance rate: (" + C.NUMBER + ")"),
-    )
+    spec = lines.filter(pl.col("kind") == "spec_v0").rename({"accepted": "accepted_raw"})
     required = ["k", "accepted_raw", "drafted", "emitted"]
     bad = spec.filter(pl.any_horizontal([pl.col(c).is_null() for c in required]) | (pl.col("k") <= 0))
     skipped.extend(
@@ -315,20 +362,12 @@ def _attach_stage_times(windows: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFr
     Each ``SpecDecodeWorker stage times`` line is the timing of one step; it is given to the
     metrics line nearest to it, so no step is counted twice.
     """
-    text = pl.col("text")
-    stats = (
-        lines.filter(pl.col("kind") == "stats")
-        .select(stats_line="line", batch=C.field_int(text, r"Running: (\d+) reqs"))
-        .sort("stats_line")
-    )
+    stats = lines.filter(pl.col("kind") == "stats").select(stats_line="line", batch="stats_batch").sort("stats_line")
     windows = windows.sort("line").join_asof(stats, left_on="line", right_on="stats_line", strategy="backward")
     stages = (
         lines.filter(pl.col("kind") == "stages")
         .select(
-            stage_line="line",
-            proposal_per_token=C.field_float(text, r"average_time_per_proposal_tok_ms=(" + C.NUMBER + ")") / 1000,
-            scoring=C.field_float(text, r"scoring_time_ms=(" + C.NUMBER + ")") / 1000,
-            verification=C.field_float(text, r"verification_time_ms=(" + C.NUMBER + ")") / 1000,
+            stage_line="line", proposal_per_token="proposal_per_token", scoring="scoring", verification="verification"
         )
         .sort("stage_line")
     )
