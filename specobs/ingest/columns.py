@@ -25,8 +25,6 @@ FULL_DATE = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
 # Full dates are at the start of a line (after an optional compose service and "["); anchoring
 # the regex keeps it fast on large inputs.
 LEADING_FULL_DATE = r"^(?:[A-Za-z][\w.-]*\s+\|\s)?\[?(" + FULL_DATE + ")"
-# vLLM's own prefix: "INFO 11-30 03:13:17 " (no year).
-VLLM_LEVEL_DATE = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
 
 
 def field_int(text: pl.Expr, pattern: str) -> pl.Expr:
@@ -54,48 +52,29 @@ def reference_year(mtime: float | None) -> int:
     return moment.year
 
 
-def with_vllm_timestamp(
-    lines: pl.DataFrame, *, year: int, reference: float | None, column: str = "text"
-) -> pl.DataFrame:
-    """Add ``ts``: unix seconds from vLLM's ``MM-DD HH:MM:SS`` prefix, or a full date before it.
+def with_vllm_timestamp(lines: pl.DataFrame, *, year: int, reference: float | None) -> pl.DataFrame:
+    """Add ``ts`` (unix seconds) from the ``stamp`` column (vLLM's ``MM-DD HH:MM:SS``), or
+    from ``full_ts`` (a full date before it) where there is one.
 
     vLLM prints no year or zone. specobs reads the times as UTC in ``year`` (the year the
     file was last written); a jump back of more than half a year (December → January)
     moves the following lines into the next year, and when the last line would lie after
-    the file was written, everything moves back one year. Computed in stages so that each
-    regex runs once per line.
+    the file was written, everything moves back one year.
     """
-    text = pl.col(column)
-    has_full_date = lines[column].str.contains(LEADING_FULL_DATE).any()
-    full = _full_date(text) if has_full_date else pl.lit(None, pl.Float64)
-    staged = lines.with_columns(_full=full, _stamp=text.str.extract(VLLM_LEVEL_DATE, 1)).with_columns(
-        [
-            pl.col("_stamp").str.slice(start, 2).cast(pl.Int32, strict=False).alias(f"_{name}")
-            for name, start in _STAMP_PARTS.items()
-        ]
-    )
-    valid = pl.col("_month").is_between(1, 12) & pl.col("_day").is_between(1, 31)
 
     def at(years: pl.Expr) -> pl.Expr:
-        moment = pl.datetime(
-            years, pl.col("_month"), pl.col("_day"), pl.col("_hour"), pl.col("_minute"), pl.col("_second")
-        )
-        return pl.when(valid).then(moment.dt.epoch("s").cast(pl.Float64))
+        stamp = pl.concat_str([years.cast(pl.String), pl.lit("-"), pl.col("stamp")])
+        parsed = stamp.str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False, cache=True)
+        return parsed.dt.epoch("s").cast(pl.Float64)
 
-    staged = staged.with_columns(_guess=at(pl.lit(year)))
-    staged = staged.with_columns(
-        _rolled=((pl.col("_guess") - pl.col("_guess").forward_fill().shift(1)) < -183 * 86400)
-        .fill_null(False)
-        .cum_sum()
-    )
-    staged = staged.with_columns(_seconds=at(pl.lit(year) + pl.col("_rolled")))
-    if reference is not None and (staged["_seconds"].max() or 0) > reference + 2 * 86400:
-        staged = staged.with_columns(_seconds=at(pl.lit(year - 1) + pl.col("_rolled")))
-    helpers = [c for c in staged.columns if c.startswith("_") and c not in lines.columns]
-    return staged.with_columns(ts=pl.coalesce("_full", "_seconds")).drop(helpers)
-
-
-_STAMP_PARTS = {"month": 0, "day": 3, "hour": 6, "minute": 9, "second": 12}
+    guess = lines.select(at(pl.lit(year))).to_series()
+    rolled = ((guess - guess.forward_fill().shift(1)) < -183 * 86400).fill_null(False).cum_sum()
+    shift = -1 if reference is not None and (guess.max() or 0) > reference + 2 * 86400 else 0
+    if rolled.max() or shift:
+        years = pl.lit(rolled, pl.Int64) + year + shift
+        guess = lines.select(at(years)).to_series()
+    full = pl.col("full_ts") if "full_ts" in lines.columns else pl.lit(None, pl.Float64)
+    return lines.with_columns(ts=pl.coalesce(full, pl.lit(guess)))
 
 
 def full_date_timestamp(text: pl.Expr) -> pl.Expr:

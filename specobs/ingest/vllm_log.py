@@ -66,9 +66,9 @@ _PREFIX = (
 
 
 def scan_fields(head: bytes) -> Fields:
-    """Per-line fields evaluated while scanning (see ``scan.find_lines``), by needle index.
+    """Per-line fields for ``scan.find_lines``, by needle index (None: every line found).
 
-    Regexes run only on the lines of their needle; the collector date and compose service
+    Regexes run only on the lines of their needle; the collector-date and compose-service
     regexes only when the first bytes of the input show such prefixes.
     """
     text = pl.col("text")
@@ -96,7 +96,6 @@ def scan_fields(head: bytes) -> Fields:
             "legacy_v0": text.str.contains(r"System efficiency|Number of emitted tokens|Number of speculative tokens"),
             "k": C.field_int(text, r"Number of speculative tokens: ([0-9]+)"),
             "emitted": C.field_int(text, r"Number of emitted tokens(?: tokens)?: ([0-9]+)"),
-            "rate": C.field_float(text, r"Draft acceptance rate: ([0-9.]+|nan)"),
         },
         2: {
             "stats_engine": C.field_int(text, r"Engine ([0-9]+):"),
@@ -115,7 +114,7 @@ _LINE_COLUMNS = {
     "process_name": pl.String, "pid": pl.String, "stamp": pl.String, "full_ts": pl.Float64, "service": pl.String,
     "accepted": pl.Int64, "drafted": pl.Int64, "mal": pl.Float64, "per_pos_rates": pl.List(pl.Float64),
     "accepted_throughput": pl.Float64, "legacy_v0": pl.Boolean, "k": pl.Int64, "emitted": pl.Int64,
-    "rate": pl.Float64, "stats_engine": pl.Int64, "stats_aggregated": pl.Boolean, "stats_batch": pl.Int64,
+    "stats_engine": pl.Int64, "stats_aggregated": pl.Boolean, "stats_batch": pl.Int64,
     "proposal_per_token": pl.Float64, "scoring": pl.Float64, "verification": pl.Float64,
 }  # fmt: skip
 
