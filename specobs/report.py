@@ -131,8 +131,7 @@ def _clean(value):
 def build(ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY) -> Report:
     """Analyse ``ingested`` into a :class:`Report` grouped by ``by``."""
     windows = ingested.windows
-    overall = acceptance.summarize(windows, by=())
-    groups = acceptance.summarize(windows, by=by)
+    overall, groups = acceptance.summarize_with_total(windows, by=by)
     keys = acceptance.group_columns(by)
     summary = overall.to_dicts()[0] if overall.height else {}
     lazy_sources = [s.name for s in ingested.sources if s.windows < 0]  # event files are read lazily

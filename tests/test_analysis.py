@@ -189,3 +189,22 @@ def test_change_point_finds_a_regression_and_not_noise():
     assert found[0].kind == "regression" and abs(found[0].index - 70) <= 2
     stationary = acceptance_over_time(windows(rows[:70]))
     assert change_points(stationary) == []
+
+
+def test_total_is_the_roll_up_of_groups_and_lists_longer_than_k_widen():
+    rows = [
+        window_from([1, 2, 3, 0], 3, method="a", num_spec_tokens=3),
+        window_from([4, 4, 1], 5, method="b", num_spec_tokens=2),  # a list longer than the k it claims
+        {"num_draft_tokens": 10, "num_accepted_tokens": 4, "method": "c"},
+    ]
+    w = windows(rows)
+    total, groups = acceptance.summarize_with_total(w, by=["method"])
+    direct = acceptance.summarize(w, by=()).row(0, named=True)
+    row = total.row(0, named=True)
+    for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "mean_acceptance_length",
+                "draft_acceptance_rate", "acceptance_rate_per_position", "conditional_acceptance_rate_per_position",
+                "mean_acceptance_length_low", "num_windows"):
+        assert row[key] == pytest.approx(direct[key]), key
+    assert len(row["acceptance_rate_per_position"]) == 5
+    assert groups["method"].to_list() == ["a", "b", "c"]
+    assert groups.filter(pl.col("method") == "c")["num_drafts"].to_list() == [None]

@@ -74,9 +74,10 @@ def group_columns(by: Sequence[str]) -> list[str]:
     return [GROUP_KEYS[name] for name in by]
 
 
-def max_positions(windows: pl.LazyFrame) -> int:
-    """The longest per-position list in ``windows`` (0 when none is known)."""
-    value = windows.select(pl.col("num_accepted_tokens_per_pos").list.len().max()).collect().item()
+def _positions_guess(windows: pl.LazyFrame) -> int:
+    """How many positions to sum: the largest k configured (vLLM's per-position lists have k
+    entries); :func:`aggregate` checks the lists and widens when one is longer."""
+    value = windows.select(pl.col("num_spec_tokens").max()).collect().item()
     return int(value or 0)
 
 
@@ -90,7 +91,14 @@ def aggregate(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str]) -> pl.D
     mean acceptance lengths (weighted by batch size, as SGLang prints them).
     """
     lazy = with_group_columns(windows.lazy())
-    k = max_positions(lazy)
+    out = _aggregate(lazy, keys, _positions_guess(lazy))
+    longest = int(out["longest_list"].max() or 0)
+    if longest > sum(1 for c in out.columns if c.startswith("pos_")):
+        out = _aggregate(lazy, keys, longest)
+    return out.drop("longest_list")
+
+
+def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
     drafts, accepted, tokens = pl.col("num_drafts"), pl.col("num_accepted_tokens"), pl.col("num_draft_tokens")
     per_pos = pl.col("num_accepted_tokens_per_pos")
     length_known = drafts.is_not_null() & accepted.is_not_null() & (drafts > 0)
@@ -122,7 +130,9 @@ def aggregate(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str]) -> pl.D
         (masked(pl.col("reported_mean_acceptance_length") * weight, reported_only)).sum().alias("reported_weighted"),
         masked(weight, reported_only).sum().alias("reported_weight"),
         reported_only.sum().alias("windows_reported_only"),
-        masked(pl.col("reported_draft_acceptance_rate"), ~rate_known).mean().alias("reported_rate_mean"),
+        masked(pl.col("reported_draft_acceptance_rate"), ~rate_known).sum().alias("reported_rate_sum"),
+        masked(pl.col("reported_draft_acceptance_rate"), ~rate_known).count().alias("reported_rate_count"),
+        per_pos.list.len().max().alias("longest_list"),
         pl.col("num_drafts_derived").any().alias("num_drafts_derived"),
         pl.col("num_spec_tokens").max().alias("num_spec_tokens"),
         pl.col("start_ts").min().alias("start_ts"),
@@ -182,6 +192,38 @@ def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
         conditional_low=cond_low,
         conditional_high=cond_high,
     )
+
+
+#: How each aggregated column combines when groups are rolled up into a total.
+def _rollup_expr(name: str) -> pl.Expr:
+    if name in ("num_drafts_derived",):
+        return pl.col(name).any()
+    if name == "num_spec_tokens":
+        return pl.col(name).max()
+    if name == "start_ts":
+        return pl.col(name).min()
+    if name == "end_ts":
+        return pl.col(name).max()
+    if name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        # Null stays null when no group knew it (unknown is never 0).
+        return pl.when(pl.col(name).is_not_null().any()).then(pl.col(name).sum())
+    return pl.col(name).sum()
+
+
+def summarize_with_total(
+    windows: pl.LazyFrame | pl.DataFrame, by: Sequence[str] = DEFAULT_BY
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``(total, groups)``: the summary over everything and per group, from one pass.
+
+    Every aggregated quantity is a sum, a min/max or an any, so the total is the roll-up
+    of the groups and the input is only read once.
+    """
+    keys = group_columns(by)
+    agg = aggregate(windows, keys)
+    total = agg.select([_rollup_expr(c).alias(c) for c in agg.columns if c not in keys])
+    if not agg.height:
+        total = total.clear()
+    return _finish(total, per_position(total, []), []), _finish(agg, per_position(agg, keys), keys)
 
 
 def summarize(windows: pl.LazyFrame | pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> pl.DataFrame:
