@@ -22,9 +22,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SEED = 1234
 DRAFT_LAYERS = 2
-# The target's layers past DRAFT_LAYERS get their output projections scaled by this factor, so
-# the first layers dominate and the truncated draft agrees with the target about half the time
-# (1.0: the draft almost never agrees; 0.1: it agrees ~80% of the time).
+# The target's layers after the first get their output projections scaled by this factor, so
+# the early layers dominate and drafts made of the first layers agree with the target part of
+# the time (at 1.0 a random-init truncated draft almost never agrees).
 LATE_LAYER_SCALE = 0.15
 
 TEXT = """\
@@ -77,7 +77,7 @@ def main(out_dir: str) -> None:
     torch.manual_seed(SEED)
     target = LlamaForCausalLM(config(tok, 4)).eval()
     with torch.no_grad():
-        for layer in target.model.layers[DRAFT_LAYERS:]:
+        for layer in target.model.layers[1:]:
             layer.self_attn.o_proj.weight.mul_(LATE_LAYER_SCALE)
             layer.mlp.down_proj.weight.mul_(LATE_LAYER_SCALE)
     target.save_pretrained(out / "target")
@@ -90,15 +90,22 @@ def main(out_dir: str) -> None:
                            or int(k.split(".")[2]) < DRAFT_LAYERS})
     draft.save_pretrained(out / "draft")
 
-    # EAGLE head: one decoder layer fed by fc([token embedding, target hidden state]).
-    # vLLM shares the target's embeddings and lm_head, so only fc and layers.0 are stored.
-    # Layer 0 is the target's last layer, so the head starts from something target-like.
-    last = 3
-    weights = {"fc.weight": torch.cat([torch.zeros(128, 128), torch.eye(128)], dim=1)}
+    # EAGLE head: fc([token embedding, target hidden]) -> one decoder layer -> target's lm_head.
+    # vLLM shares the target's embeddings and lm_head, so only fc and layers.0 are stored, and
+    # vLLM drops layer 0's input norm. We copy the target's layer 0 and fold that missing norm
+    # into a constant scale: fc passes the embedding scaled to unit RMS (the hidden part is
+    # ignored) and the layer's output projections are scaled to match. The head then behaves
+    # like a 1-layer truncated target and agrees with it part of the time.
+    emb = sd["model.embed_tokens.weight"]
+    scale = float(emb.pow(2).mean().rsqrt())
+    hidden = emb.shape[1]
+    weights = {"fc.weight": torch.cat([torch.eye(hidden) * scale,
+                                       torch.zeros(hidden, hidden)], dim=1)}
     for k, v in sd.items():
-        prefix = f"model.layers.{last}."
-        if k.startswith(prefix) and "input_layernorm" not in k:
-            weights["layers.0." + k[len(prefix):]] = v.clone().contiguous()
+        if k.startswith("model.layers.0.") and "input_layernorm" not in k:
+            if "o_proj" in k or "down_proj" in k:
+                v = v * scale
+            weights["layers.0." + k[len("model.layers.0."):]] = v.clone().contiguous()
     save_file(weights, str(out / "eagle" / "model.safetensors"), metadata={"format": "pt"})
     eagle_cfg = config(tok, 1).to_dict()
     eagle_cfg["architectures"] = ["LlamaForCausalLM"]

@@ -291,7 +291,8 @@ def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
         model="model",
         method="method",
         draft_model="draft_model",
-        batch_size="stats_batch",
+        # A snapshot at log time: 0 means the batch drained before the line was printed.
+        batch_size=pl.when(pl.col("stats_batch") > 0).then(pl.col("stats_batch")),
         num_spec_tokens=pl.coalesce(pl.col("config_k"), pl.col("per_pos_rates").list.len().cast(pl.Int64)),
         num_drafts="num_drafts",
         num_draft_tokens="drafted",
