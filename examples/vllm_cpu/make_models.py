@@ -41,9 +41,16 @@ length and the per-position acceptance rate to decide how many tokens to specula
 The quick brown fox jumps over the lazy dog. 0123456789, ;:!?()[]{}"'-+=*/<>@#$%&_
 """
 
-LLAMA = dict(hidden_size=128, intermediate_size=256, num_attention_heads=2,
-             num_key_value_heads=2, head_dim=64, max_position_embeddings=1024,
-             tie_word_embeddings=False, torch_dtype="float32")
+LLAMA = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    head_dim=64,
+    max_position_embeddings=1024,
+    tie_word_embeddings=False,
+    torch_dtype="float32",
+)
 
 
 def build_tokenizer(out: Path) -> PreTrainedTokenizerFast:
@@ -51,19 +58,22 @@ def build_tokenizer(out: Path) -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<s>", "</s>", "<unk>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        vocab_size=400, special_tokens=["<s>", "</s>", "<unk>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(TEXT.splitlines(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>",
-                                   eos_token="</s>", unk_token="<unk>")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     fast.save_pretrained(out)
     return fast
 
 
 def config(tok, layers: int) -> LlamaConfig:
-    return LlamaConfig(vocab_size=len(tok), num_hidden_layers=layers,
-                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                       **LLAMA)
+    return LlamaConfig(
+        vocab_size=len(tok),
+        num_hidden_layers=layers,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        **LLAMA,
+    )
 
 
 def main(out_dir: str) -> None:
@@ -85,9 +95,9 @@ def main(out_dir: str) -> None:
 
     # Draft: the target's first DRAFT_LAYERS layers plus its embeddings, final norm and head.
     draft = LlamaForCausalLM(config(tok, DRAFT_LAYERS)).eval()
-    draft.load_state_dict({k: v for k, v in sd.items()
-                           if not k.startswith("model.layers.")
-                           or int(k.split(".")[2]) < DRAFT_LAYERS})
+    draft.load_state_dict(
+        {k: v for k, v in sd.items() if not k.startswith("model.layers.") or int(k.split(".")[2]) < DRAFT_LAYERS}
+    )
     draft.save_pretrained(out / "draft")
 
     # EAGLE head: fc([token embedding, target hidden]) -> one decoder layer -> target's lm_head.
@@ -99,13 +109,12 @@ def main(out_dir: str) -> None:
     emb = sd["model.embed_tokens.weight"]
     scale = float(emb.pow(2).mean().rsqrt())
     hidden = emb.shape[1]
-    weights = {"fc.weight": torch.cat([torch.eye(hidden) * scale,
-                                       torch.zeros(hidden, hidden)], dim=1)}
+    weights = {"fc.weight": torch.cat([torch.eye(hidden) * scale, torch.zeros(hidden, hidden)], dim=1)}
     for k, v in sd.items():
         if k.startswith("model.layers.0.") and "input_layernorm" not in k:
             if "o_proj" in k or "down_proj" in k:
                 v = v * scale
-            weights["layers.0." + k[len("model.layers.0."):]] = v.clone().contiguous()
+            weights["layers.0." + k[len("model.layers.0.") :]] = v.clone().contiguous()
     save_file(weights, str(out / "eagle" / "model.safetensors"), metadata={"format": "pt"})
     eagle_cfg = config(tok, 1).to_dict()
     eagle_cfg["architectures"] = ["LlamaForCausalLM"]

@@ -47,8 +47,7 @@ PROMPTS = [
 
 def spec_config(method: str, k: int) -> dict:
     if method == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": k,
-                "prompt_lookup_min": 2, "prompt_lookup_max": 3}
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
     if method == "draft":
         return {"method": "draft_model", "model": "draft", "num_speculative_tokens": k}
     if method == "eagle":
@@ -68,12 +67,17 @@ def get(url: str, timeout: float = 10) -> str:
 
 
 def complete(base: str, model: str, i: int, max_tokens: int) -> int:
-    body = {"model": model, "prompt": PROMPTS[i % len(PROMPTS)], "temperature": 0.0,
-            # vary lengths so requests finish at different times and batch sizes change
-            "max_tokens": max_tokens // 2 + (i * 37) % (max_tokens // 2 + 1),
-            "ignore_eos": True}
-    req = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {
+        "model": model,
+        "prompt": PROMPTS[i % len(PROMPTS)],
+        "temperature": 0.0,
+        # vary lengths so requests finish at different times and batch sizes change
+        "max_tokens": max_tokens // 2 + (i * 37) % (max_tokens // 2 + 1),
+        "ignore_eos": True,
+    }
+    req = urllib.request.Request(
+        base + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=600) as r:
         return json.load(r)["usage"]["completion_tokens"]
 
@@ -90,8 +94,10 @@ class Scraper:
             text = get(self.base + "/metrics")
             self.count += 1
             now = datetime.now(UTC)
-            self.file.write(f"# ---- scrape {self.count} at {now.isoformat(timespec='milliseconds')}"
-                            f" (unix {now.timestamp():.3f}) phase={label or self.phase} ----\n{text}")
+            self.file.write(
+                f"# ---- scrape {self.count} at {now.isoformat(timespec='milliseconds')}"
+                f" (unix {now.timestamp():.3f}) phase={label or self.phase} ----\n{text}"
+            )
             if not text.endswith("\n"):
                 self.file.write("\n")
             self.file.flush()
@@ -148,11 +154,11 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="folder for the .log and .metrics.txt")
     ap.add_argument("--method", choices=["ngram", "draft", "eagle"], required=True)
     ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
-    ap.add_argument("--levels", default="1,2,4,8,12",
-                    help="concurrency levels, in order (above max_num_seqs=8 requests queue)")
+    ap.add_argument(
+        "--levels", default="1,2,4,8,12", help="concurrency levels, in order (above max_num_seqs=8 requests queue)"
+    )
     ap.add_argument("--rounds", type=int, default=6, help="requests per client per level")
-    ap.add_argument("--max-tokens", type=int, default=192,
-                    help="requests ask for max_tokens/2 .. max_tokens tokens")
+    ap.add_argument("--max-tokens", type=int, default=192, help="requests ask for max_tokens/2 .. max_tokens tokens")
     ap.add_argument("--log-interval", default="2", help="VLLM_LOG_STATS_INTERVAL, seconds")
     ap.add_argument("--scrape-every", type=float, default=10.0, help="seconds between scrapes")
     ap.add_argument("--port", type=int, default=0, help="0: pick a free port")
@@ -163,22 +169,47 @@ def main() -> None:
     stem = f"vllm-cpu-{a.method}-k{a.k}"
     port = a.port or free_port()
     base, model = f"http://127.0.0.1:{port}", "tiny-llama"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-           "--model", "target", "--served-model-name", model,
-           "--speculative-config", json.dumps(spec_config(a.method, a.k)),
-           "--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.3",
-           "--max-model-len", "512", "--max-num-seqs", "8", "--seed", "0",
-           "--host", "127.0.0.1", "--port", str(port)]
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", PYTHONUNBUFFERED="1",
-               VLLM_LOG_STATS_INTERVAL=a.log_interval)
-    print("cwd:", models, "\nenv: VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOG_STATS_INTERVAL="
-          + a.log_interval + "\ncmd:", subprocess.list2cmdline(cmd[1:]), flush=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "target",
+        "--served-model-name",
+        model,
+        "--speculative-config",
+        json.dumps(spec_config(a.method, a.k)),
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--gpu-memory-utilization",
+        "0.3",
+        "--max-model-len",
+        "512",
+        "--max-num-seqs",
+        "8",
+        "--seed",
+        "0",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", PYTHONUNBUFFERED="1", VLLM_LOG_STATS_INTERVAL=a.log_interval)
+    print(
+        "cwd:",
+        models,
+        "\nenv: VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOG_STATS_INTERVAL=" + a.log_interval + "\ncmd:",
+        subprocess.list2cmdline(cmd[1:]),
+        flush=True,
+    )
 
     interval = float(a.log_interval)
     log_path, metrics_path = out / f"{stem}.log", out / f"{stem}.metrics.txt"
     with open(log_path, "wb") as log, open(metrics_path, "w") as metrics:
-        server = subprocess.Popen(cmd, cwd=models, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            cmd, cwd=models, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         scraper = Scraper(base, metrics)
         try:
             wait_healthy(base, server)
@@ -194,8 +225,9 @@ def main() -> None:
                 scraper.phase = f"concurrency-{level}"
                 t0 = time.time()
                 tokens = run_level(base, model, ids, level, a.max_tokens)
-                print(f"concurrency {level}: {len(ids)} requests, {tokens} tokens, "
-                      f"{time.time() - t0:.1f} s", flush=True)
+                print(
+                    f"concurrency {level}: {len(ids)} requests, {tokens} tokens, {time.time() - t0:.1f} s", flush=True
+                )
                 scraper.phase = "idle"
                 time.sleep(interval + 1)  # let a stats interval close between levels
                 # boundary scrape: counter deltas between these give exact per-level totals
