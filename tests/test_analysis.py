@@ -201,9 +201,17 @@ def test_total_is_the_roll_up_of_groups_and_lists_longer_than_k_widen():
     total, groups = acceptance.summarize_with_total(w, by=["method"])
     direct = acceptance.summarize(w, by=()).row(0, named=True)
     row = total.row(0, named=True)
-    for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "mean_acceptance_length",
-                "draft_acceptance_rate", "acceptance_rate_per_position", "conditional_acceptance_rate_per_position",
-                "mean_acceptance_length_low", "num_windows"):
+    for key in (
+        "num_drafts",
+        "num_draft_tokens",
+        "num_accepted_tokens",
+        "mean_acceptance_length",
+        "draft_acceptance_rate",
+        "acceptance_rate_per_position",
+        "conditional_acceptance_rate_per_position",
+        "mean_acceptance_length_low",
+        "num_windows",
+    ):
         assert row[key] == pytest.approx(direct[key]), key
     assert len(row["acceptance_rate_per_position"]) == 5
     assert groups["method"].to_list() == ["a", "b", "c"]

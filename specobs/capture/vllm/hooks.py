@@ -1,0 +1,471 @@
+"""Hooks inside vLLM's engine core that turn each engine step into one ``steps`` row.
+
+Where the numbers come from (vLLM V1; read against vLLM 0.32, see docs/vllm.md):
+
+- acceptance: ``Scheduler.make_spec_decoding_stats`` is called once per request that
+  verified drafts in the step, with the drafted and accepted counts the scheduler computes
+  in ``update_from_output``; the hook sees every call (even with stats logging off) and
+  sums them the way ``SpecDecodingStats.observe_draft`` does;
+- the row is finished when ``Scheduler.update_from_output`` returns: batch size (requests in
+  the step), tokens generated, the step's wall time since ``Scheduler.schedule`` started it;
+- timing: the model runner's ``execute_model`` (target forward that scores the drafts) and
+  ``_sample`` (rejection sampling) make ``verify_seconds``; ``propose_draft_token_ids`` (the
+  proposer) makes ``draft_seconds``. Model Runner V2 (``VLLM_USE_V2_MODEL_RUNNER``) has
+  ``execute_model``, ``sample`` and ``speculator.propose`` instead. The CPU runner inherits
+  the GPU runner's methods.
+
+Runner and scheduler meet in the engine-core process (vLLM runs the model in that process
+for a single GPU, in both in-process and multiprocess mode), keyed by the identity of the
+``SchedulerOutput`` of the step, so acceptance and timing of one step land in one row even
+when async scheduling overlaps steps. A hook point that this vLLM version lacks is skipped
+with one warning; every hook runs vLLM's own code unchanged and only guards its own work.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import platform
+import threading
+import time
+import zlib
+from collections import OrderedDict
+from typing import Any
+
+from specobs.capture.config import CaptureConfig
+from specobs.capture.recorder import NullRecorder, Recorder
+from specobs.capture.timing import clock_for_device
+
+logger = logging.getLogger("specobs")
+
+#: Steps whose timing is kept while waiting for the scheduler to finish them.
+MAX_OPEN_STEPS = 256
+_MAKE_STATS_PARAMS = ["self", "spec_decoding_stats", "num_draft_tokens", "num_accepted_tokens",
+                      "num_invalid_spec_tokens", "request_id"]  # fmt: skip
+
+
+class _Step:
+    """Timing of one step, collected from the runner until the scheduler finishes the step."""
+
+    __slots__ = ("draft", "started", "verify")
+
+    def __init__(self, started: float | None = None) -> None:
+        self.started = started
+        self.verify: list[Any] = []
+        self.draft: list[Any] = []
+
+
+class _Drafts:
+    """Per-step sums of the scheduler's per-request draft observations."""
+
+    __slots__ = ("accepted", "drafted", "drafts", "per_pos", "requests")
+
+    def __init__(self) -> None:
+        self.drafts = 0
+        self.drafted = 0
+        self.accepted = 0
+        self.per_pos: list[int] = []
+        self.requests: list[tuple[str, int, int]] = []
+
+
+class Capture:
+    """Per-process capture state shared by the hooks."""
+
+    def __init__(self, config: CaptureConfig, recorder: Recorder | NullRecorder | None = None, clock=None) -> None:
+        self.config = config
+        self._recorder = recorder
+        self.clock = clock or clock_for_device()
+        self._steps: OrderedDict[int, _Step] = OrderedDict()
+        self._local = threading.local()
+        self._labels: dict[int, dict[str, Any]] = {}
+        self.installed: list[str] = []
+        self.missing: list[str] = []
+
+    @property
+    def recorder(self) -> Recorder | NullRecorder:
+        if self._recorder is None:  # created on first use: processes that never step stay thread-free
+            self._recorder = Recorder([self.config.sink()], capacity=self.config.queue_size)
+        return self._recorder
+
+    def use_recorder(self, recorder: Recorder | NullRecorder) -> None:
+        self._recorder = recorder
+
+    # --- step timing, keyed by the SchedulerOutput of the step ---------------------------
+    def _step(self, key: int) -> _Step:
+        step = self._steps.get(key)
+        if step is None:
+            step = self._steps[key] = _Step()
+            while len(self._steps) > MAX_OPEN_STEPS:
+                self._steps.popitem(last=False)
+        return step
+
+    def step_scheduled(self, scheduler_output: Any, started: float) -> None:
+        self._step(id(scheduler_output)).started = started
+
+    def add_span(self, key: int | None, kind: str, span: Any) -> None:
+        if key is not None:
+            getattr(self._step(key), kind).append(span)
+
+    # --- acceptance, summed while update_from_output runs --------------------------------
+    def begin_update(self) -> None:
+        self._local.drafts = _Drafts()
+
+    def observe_draft(self, num_draft_tokens: int, num_accepted: int, invalid: Any, request_id: str) -> None:
+        drafts = getattr(self._local, "drafts", None)
+        if drafts is None or not num_draft_tokens:  # same guard as make_spec_decoding_stats
+            return
+        if invalid:
+            num_draft_tokens -= invalid.get(request_id, 0)
+        drafts.drafts += 1
+        drafts.drafted += num_draft_tokens
+        drafts.accepted += num_accepted
+        per_pos = drafts.per_pos
+        if len(per_pos) < num_accepted:
+            per_pos.extend([0] * (num_accepted - len(per_pos)))
+        for i in range(num_accepted):
+            per_pos[i] += 1
+        if self.config.per_request and _sampled(request_id, self.config.per_request_sample):
+            drafts.requests.append((request_id, num_draft_tokens, num_accepted))
+
+    def end_update(self) -> _Drafts | None:
+        drafts = getattr(self._local, "drafts", None)
+        self._local.drafts = None
+        return drafts
+
+    def finish_step(self, scheduler: Any, scheduler_output: Any, model_runner_output: Any, drafts: _Drafts) -> None:
+        """Build and record the row of one finished step."""
+        num_scheduled = getattr(scheduler_output, "num_scheduled_tokens", None) or {}
+        if not num_scheduled:
+            self._steps.pop(id(scheduler_output), None)
+            return  # an idle step: nothing ran
+        now = time.perf_counter()
+        step = self._steps.pop(id(scheduler_output), None) or _Step()
+        k = int(getattr(scheduler, "num_spec_tokens", 0) or 0)
+        per_pos = drafts.per_pos + [0] * max(k - len(drafts.per_pos), 0)
+        sampled = getattr(model_runner_output, "sampled_token_ids", None)
+        row = {
+            "ts": time.time(),
+            **self.labels(scheduler),
+            "batch_size": len(num_scheduled),
+            "num_spec_tokens": k,
+            "num_drafts": drafts.drafts,
+            "num_draft_tokens": drafts.drafted,
+            "num_accepted_tokens": drafts.accepted,
+            "num_accepted_tokens_per_pos": per_pos,
+            "num_generated_tokens": sum(len(t) for t in sampled) if isinstance(sampled, list) else None,
+            "draft_seconds": step.draft or None,
+            "verify_seconds": step.verify or None,
+            "step_seconds": (now - step.started) if step.started is not None else None,
+        }
+        recorder = self.recorder
+        recorder.record(row)
+        for request_id, drafted, accepted in drafts.requests:
+            recorder.record(
+                {
+                    "ts": row["ts"],
+                    **self.labels(scheduler),
+                    "request_id": request_id,
+                    "batch_size": row["batch_size"],
+                    "num_spec_tokens": k,
+                    "num_drafts": 1,
+                    "num_draft_tokens": drafted,
+                    "num_accepted_tokens": accepted,
+                    "num_accepted_tokens_per_pos": [1] * accepted + [0] * max(k - accepted, 0),
+                }
+            )
+
+    def labels(self, scheduler: Any) -> dict[str, Any]:
+        key = id(scheduler)
+        labels = self._labels.get(key)
+        if labels is None:
+            labels = self._labels[key] = {
+                **labels_from_config(getattr(scheduler, "vllm_config", None)),
+                "run_id": self.config.run_id,
+                "workload": self.config.workload,
+            }
+        return labels
+
+
+def _sampled(request_id: str, share: float) -> bool:
+    """A stable choice per request id, so a sampled request keeps all its rows."""
+    return share >= 1.0 or (zlib.crc32(str(request_id).encode()) % 10_000) < share * 10_000
+
+
+def labels_from_config(vllm_config: Any) -> dict[str, Any]:
+    """model, method, draft model, engine index, platform and device of this engine."""
+    labels: dict[str, Any] = {"platform": None, "device": None}
+    try:
+        model_config = getattr(vllm_config, "model_config", None)
+        served = getattr(model_config, "served_model_name", None)
+        if isinstance(served, list | tuple):
+            served = served[0] if served else None
+        labels["model"] = served or getattr(model_config, "model", None)
+        spec = getattr(vllm_config, "speculative_config", None)
+        labels["method"] = getattr(spec, "method", None) if spec is not None else None
+        draft = getattr(spec, "model", None) if spec is not None else None
+        labels["draft_model"] = draft if draft and draft != labels["model"] else None
+        parallel = getattr(vllm_config, "parallel_config", None)
+        labels["engine"] = int(getattr(parallel, "data_parallel_rank", 0) or 0)
+    except Exception:  # labels are best effort; rows still count
+        pass
+    labels.update(platform_labels())
+    return labels
+
+
+@functools.cache
+def platform_labels() -> dict[str, str | None]:
+    """``rocm`` when torch was built for HIP, ``cuda`` for CUDA, else vLLM's device type; and the device name."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+            return {"platform": kind, "device": torch.cuda.get_device_name(torch.cuda.current_device())}
+    except Exception:
+        pass
+    kind = "cpu"
+    try:
+        from vllm.platforms import current_platform
+
+        kind = str(getattr(current_platform, "device_type", "cpu") or "cpu")
+    except Exception:
+        pass
+    return {"platform": kind, "device": _cpu_name() if kind == "cpu" else None}
+
+
+def _cpu_name() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+# --- installing the hooks ---------------------------------------------------------------------
+
+_CAPTURE: Capture | None = None
+_LOCK = threading.Lock()
+
+
+def current() -> Capture | None:
+    """The capture of this process, if hooks are installed."""
+    return _CAPTURE
+
+
+def install(config: CaptureConfig | None = None, recorder: Recorder | NullRecorder | None = None) -> Capture:
+    """Install the hooks in this process (idempotent) and return the capture state."""
+    global _CAPTURE
+    with _LOCK:
+        if _CAPTURE is None:
+            capture = Capture(config or CaptureConfig.from_env(), recorder)
+            _patch_all(capture)
+            _CAPTURE = capture
+            if capture.missing:
+                logger.warning("specobs: hook points missing in this vLLM, skipped: %s", ", ".join(capture.missing))
+        elif recorder is not None:
+            _CAPTURE.use_recorder(recorder)
+        return _CAPTURE
+
+
+def _patch_all(capture: Capture) -> None:
+    try:
+        from vllm.v1.core.sched.scheduler import Scheduler
+    except Exception:
+        capture.missing.append("vllm.v1.core.sched.scheduler.Scheduler")
+        return
+    _patch(capture, Scheduler, "schedule", _wrap_schedule)
+    _patch(capture, Scheduler, "update_from_output", _wrap_update)
+    _patch(capture, Scheduler, "make_spec_decoding_stats", _wrap_make_stats, params=_MAKE_STATS_PARAMS)
+    runners = []
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        runners.append(("v1", GPUModelRunner))
+    except Exception:
+        capture.missing.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner")
+    try:
+        from vllm.v1.worker.gpu.model_runner import GPUModelRunner as RunnerV2
+
+        runners.append(("v2", RunnerV2))
+    except Exception:
+        pass  # Model Runner V2 is optional
+    for kind, runner in runners:
+        _patch(capture, runner, "execute_model", _wrap_execute)
+        _patch(capture, runner, "sample_tokens", _wrap_sample_tokens)
+        if kind == "v1":
+            _patch(capture, runner, "_sample", _wrap_timed("verify"))
+            _patch(capture, runner, "propose_draft_token_ids", _wrap_propose)
+        else:
+            _patch(capture, runner, "sample", _wrap_timed("verify"))
+
+
+def _patch(capture: Capture, cls: type, name: str, wrapper_factory, params: list[str] | None = None) -> None:
+    where = f"{cls.__module__}.{cls.__qualname__}.{name}"
+    original = cls.__dict__.get(name)
+    if original is None or not callable(original):
+        capture.missing.append(where)
+        return
+    if getattr(original, "__specobs__", False):
+        return  # already hooked in this process
+    if params is not None and list(inspect.signature(original).parameters)[: len(params)] != params:
+        capture.missing.append(f"{where} (signature changed)")
+        return
+    wrapper = wrapper_factory(original, where)
+    functools.update_wrapper(wrapper, original)
+    wrapper.__specobs__ = True
+    setattr(cls, name, wrapper)
+    capture.installed.append(where)
+
+
+def _guard(where: str, fn, *args) -> Any:
+    """Run specobs' own work; count and swallow its failures."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        capture = _CAPTURE
+        if capture is not None:
+            capture.recorder.error(where, exc)
+        return None
+
+
+def _wrap_schedule(original, where):
+    def schedule(self, *args, **kwargs):
+        started = time.perf_counter()
+        out = original(self, *args, **kwargs)
+        capture = _CAPTURE
+        if capture is not None:
+            _guard(where, capture.step_scheduled, out, started)
+        return out
+
+    return schedule
+
+
+def _wrap_make_stats(original, where):
+    def make_spec_decoding_stats(
+        self, spec_decoding_stats, num_draft_tokens, num_accepted_tokens, num_invalid_spec_tokens, request_id
+    ):
+        capture = _CAPTURE
+        if capture is not None:
+            _guard(
+                where, capture.observe_draft, num_draft_tokens, num_accepted_tokens, num_invalid_spec_tokens, request_id
+            )
+        return original(
+            self, spec_decoding_stats, num_draft_tokens, num_accepted_tokens, num_invalid_spec_tokens, request_id
+        )
+
+    return make_spec_decoding_stats
+
+
+def _wrap_update(original, where):
+    def update_from_output(self, scheduler_output, model_runner_output, *args, **kwargs):
+        capture = _CAPTURE
+        if capture is None:
+            return original(self, scheduler_output, model_runner_output, *args, **kwargs)
+        _guard(where, capture.begin_update)
+        try:
+            out = original(self, scheduler_output, model_runner_output, *args, **kwargs)
+        finally:
+            drafts = _guard(where, capture.end_update)
+        if drafts is not None:
+            _guard(where, capture.finish_step, self, scheduler_output, model_runner_output, drafts)
+        return out
+
+    return update_from_output
+
+
+def _start(capture: Capture | None):
+    return _guard("timing", capture.clock.start) if capture is not None else None
+
+
+def _stop(span) -> None:
+    if span is not None:
+        _guard("timing", span.stop)
+
+
+def _wrap_execute(original, where):
+    def execute_model(self, scheduler_output, *args, **kwargs):
+        capture = _CAPTURE
+        span = _start(capture)
+        out = original(self, scheduler_output, *args, **kwargs)
+        _stop(span)
+        if capture is not None and span is not None:
+            key = id(scheduler_output)
+            self.__dict__["_specobs_step"] = key
+            _guard(where, capture.add_span, key, "verify", span)
+        return out
+
+    return execute_model
+
+
+_CURRENT = threading.local()
+
+
+def _wrap_sample_tokens(original, where):
+    def sample_tokens(self, *args, **kwargs):
+        _CURRENT.step = self.__dict__.get("_specobs_step")
+        capture = _CAPTURE
+        if capture is not None:
+            _guard(where, _hook_v2_speculator, self, capture)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _CURRENT.step = None
+
+    return sample_tokens
+
+
+def _wrap_timed(kind: str):
+    """Time a runner method as part of ``kind`` for the step being sampled."""
+
+    def factory(original, where):
+        def timed(self, *args, **kwargs):
+            capture = _CAPTURE
+            span = _start(capture)
+            out = original(self, *args, **kwargs)
+            _stop(span)
+            if capture is not None and span is not None:
+                _guard(where, capture.add_span, getattr(_CURRENT, "step", None), kind, span)
+            return out
+
+        return timed
+
+    return factory
+
+
+def _wrap_propose(original, where):
+    def propose_draft_token_ids(self, scheduler_output, *args, **kwargs):
+        capture = _CAPTURE
+        span = _start(capture)
+        out = original(self, scheduler_output, *args, **kwargs)
+        _stop(span)
+        if capture is not None and span is not None:
+            _guard(where, capture.add_span, id(scheduler_output), "draft", span)
+        return out
+
+    return propose_draft_token_ids
+
+
+def _hook_v2_speculator(runner: Any, capture: Capture) -> None:
+    """Model Runner V2 keeps its proposer in ``runner.speculator``: time its ``propose``."""
+    speculator = getattr(runner, "speculator", None)
+    propose = getattr(speculator, "propose", None)
+    if speculator is None or propose is None or getattr(propose, "__specobs__", False):
+        return
+
+    def timed_propose(*args, **kwargs):
+        span = _start(_CAPTURE)
+        out = propose(*args, **kwargs)
+        _stop(span)
+        if _CAPTURE is not None and span is not None:
+            _guard("speculator.propose", _CAPTURE.add_span, getattr(_CURRENT, "step", None), "draft", span)
+        return out
+
+    timed_propose.__specobs__ = True
+    speculator.propose = timed_propose
+
+
+__all__ = ["Capture", "current", "install", "labels_from_config"]

@@ -1,0 +1,1 @@
+"""Helpers for testing against real engines (tiny local models)."""

@@ -1,0 +1,214 @@
+"""The engine-agnostic capture pieces: recorder, device-event timing, event-file sinks, crash safety."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from specobs import schema
+from specobs.capture import JsonlSink, MemorySink, ParquetSink, Recorder
+from specobs.capture.timing import DeviceClock, HostClock
+from specobs.ingest import load
+
+
+def row(i: int, **extra) -> dict:
+    return {
+        "ts": 1764472000.0 + i,
+        "run_id": "r",
+        "engine": 0,
+        "batch_size": 4,
+        "num_spec_tokens": 3,
+        "num_drafts": 4,
+        "num_draft_tokens": 12,
+        "num_accepted_tokens": 7,
+        "num_accepted_tokens_per_pos": [4, 2, 1],
+        **extra,
+    }
+
+
+def wait_for(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.02)
+
+
+def test_rows_reach_the_sink_within_a_flush_interval():
+    sink = MemorySink()
+    recorder = Recorder([sink], flush_interval=0.2)
+    for i in range(10):
+        recorder.record(row(i))
+    wait_for(lambda: len(sink.rows) == 10, timeout=2.0)
+    assert sink.rows[3]["num_accepted_tokens_per_pos"] == [4, 2, 1]
+    assert set(sink.rows[0]) == set(schema.STEPS)
+    recorder.close()
+    assert sink.closed and recorder.counters["dropped_events"] == 0
+
+
+class RaisingSink:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def write(self, rows):
+        self.calls += 1
+        raise RuntimeError("disk on fire")
+
+    def close(self):
+        raise RuntimeError("still on fire")
+
+
+def test_a_raising_sink_is_counted_never_raised():
+    sink, good = RaisingSink(), MemorySink()
+    recorder = Recorder([sink, good], flush_interval=0.1)
+    for i in range(5):
+        recorder.record(row(i))
+    wait_for(lambda: len(good.rows) == 5)
+    recorder.close()
+    assert sink.calls >= 1 and recorder.sink_errors >= 2  # a failed write and a failed close
+    assert recorder.dropped_events == 5  # the raising sink lost them; the good one did not
+
+
+class BlockingSink:
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def write(self, rows):
+        self.release.wait()  # forever, until the test ends
+
+    def close(self):
+        pass
+
+
+def test_a_blocking_sink_never_blocks_the_engine():
+    sink = BlockingSink()
+    recorder = Recorder([sink], capacity=100, flush_interval=0.05, close_timeout=0.2)
+    recorder.record(row(0))
+    time.sleep(0.3)  # the flush thread is now stuck in the sink
+    started = time.perf_counter()
+    for i in range(1000):
+        recorder.record(row(i))
+    elapsed = time.perf_counter() - started
+    assert elapsed < 0.5  # 1000 records never waited on the sink
+    assert recorder.dropped_events == 900  # the queue holds 100; the rest are counted drops
+    started = time.perf_counter()
+    recorder.close()
+    assert time.perf_counter() - started < 2.0  # closing gives up on the stuck sink
+    sink.release.set()
+
+
+class FakeEvent:
+    """torch.cuda.Event stand-in: a timestamp set by record(), complete once the 'device' says so."""
+
+    device_done = False
+    device_time_ms = 0.0
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def record(self) -> None:
+        FakeEvent.device_time_ms += 2.5  # the device needs 2.5 ms between records
+        self.at = FakeEvent.device_time_ms
+
+    def query(self) -> bool:
+        return FakeEvent.device_done
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert FakeEvent.device_done, "elapsed_time read before the events completed"
+        return end.at - self.at
+
+
+def test_device_spans_wait_for_the_device_and_never_synchronise():
+    FakeEvent.device_done = False
+    clock = DeviceClock(make_event=FakeEvent)
+    sink = MemorySink()
+    recorder = Recorder([sink], flush_interval=0.05)
+    span = clock.start()
+    span.stop()
+    recorder.record(row(0, verify_seconds=[span], draft_seconds=None))
+    time.sleep(0.3)
+    assert sink.rows == []  # held back while the device has not reached the end event
+    FakeEvent.device_done = True
+    wait_for(lambda: len(sink.rows) == 1)
+    assert sink.rows[0]["verify_seconds"] == pytest.approx(0.0025)
+    recorder.close()
+
+
+def test_unresolved_device_spans_become_null_at_close():
+    FakeEvent.device_done = False
+    span = DeviceClock(make_event=FakeEvent).start()
+    span.stop()
+    sink = MemorySink()
+    recorder = Recorder([sink], flush_interval=0.05, close_timeout=0.5)
+    recorder.record(row(0, verify_seconds=[span]))
+    time.sleep(0.2)
+    recorder.close()
+    assert sink.rows[0]["verify_seconds"] is None and recorder.unresolved_timings == 1
+
+
+def test_host_clock_measures_elapsed_time():
+    span = HostClock().start()
+    time.sleep(0.02)
+    span.stop()
+    assert 0.015 < span.seconds() < 0.5
+
+
+def test_jsonl_rotation_and_reading_back(tmp_path):
+    sink = JsonlSink(tmp_path, "run:1", rotate_bytes=2000)
+    for start in range(0, 40, 5):
+        sink.write([row(i) for i in range(start, start + 5)])
+    sink.close()
+    assert len(sink.paths) > 2 and all(p.name.startswith("specobs-run_1-p") for p in sink.paths)
+    result = load([str(tmp_path)])
+    frame = result.windows.collect()
+    assert frame.height == 40 and result.skipped == []
+    assert sorted(frame["end_ts"].to_list()) == [1764472000.0 + i for i in range(40)]
+
+
+def test_parquet_parts_appear_whole(tmp_path):
+    sink = ParquetSink(tmp_path, "r", part_seconds=0.0)
+    sink.write([row(i) for i in range(3)])
+    sink.write([row(i) for i in range(3, 5)])
+    sink.close()
+    assert [p.suffix for p in sink.paths] == [".parquet", ".parquet"]
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+    assert load([str(tmp_path)]).windows.collect()["num_accepted_tokens"].sum() == 35
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from specobs.capture import Recorder, JsonlSink, ParquetSink
+    folder, kind = sys.argv[1], sys.argv[2]
+    sink = JsonlSink(folder, "kill") if kind == "jsonl" else ParquetSink(folder, "kill", part_seconds=0.05)
+    recorder = Recorder([sink], flush_interval=0.05)
+    i = 0
+    while True:
+        recorder.record({"ts": float(i), "num_drafts": 2, "num_draft_tokens": 6, "num_accepted_tokens": 3,
+                         "num_accepted_tokens_per_pos": [2, 1, 0], "request_id": "x" * (i % 300)})
+        i += 1
+        if i % 200 == 0:
+            time.sleep(0.001)
+    """
+)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_sigkill_leaves_only_complete_records(tmp_path, kind):
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), kind])
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    result = load([str(tmp_path)])
+    frame = result.windows.collect()
+    assert frame.height > 1000
+    assert result.skipped == []  # no torn line, no half-written part
+    assert (frame["num_accepted_tokens"] == 3).all()
+    assert all(not name.endswith(".tmp") for name in os.listdir(tmp_path) if not name.startswith("."))
