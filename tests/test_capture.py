@@ -212,3 +212,31 @@ def test_sigkill_leaves_only_complete_records(tmp_path, kind):
     assert result.skipped == []  # no torn line, no half-written part
     assert (frame["num_accepted_tokens"] == 3).all()
     assert all(not name.endswith(".tmp") for name in os.listdir(tmp_path) if not name.startswith("."))
+
+
+def test_missing_or_changed_hook_points_are_skipped_with_a_note():
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.vllm import hooks
+
+    class Runner:
+        def execute_model(self, scheduler_output):
+            return "ran"
+
+    class Scheduler:
+        def make_spec_decoding_stats(self, stats, drafted):  # an older, different signature
+            return None
+
+    capture = hooks.Capture(CaptureConfig(), recorder=Recorder([MemorySink()]))
+    hooks._patch(capture, Runner, "execute_model", hooks._wrap_execute)
+    hooks._patch(capture, Runner, "propose_draft_token_ids", hooks._wrap_propose)
+    hooks._patch(
+        capture, Scheduler, "make_spec_decoding_stats", hooks._wrap_make_stats, params=hooks._MAKE_STATS_PARAMS
+    )
+    assert [w.rsplit(".", 1)[-1] for w in capture.installed] == ["execute_model"]
+    assert any(w.endswith("propose_draft_token_ids") for w in capture.missing)
+    assert any(w.endswith("make_spec_decoding_stats (signature changed)") for w in capture.missing)
+    assert Runner().execute_model(object()) == "ran"  # the hooked method still does its job
+    hooks._patch(capture, Runner, "execute_model", hooks._wrap_execute)  # idempotent
+    assert len(capture.installed) == 1
+    for cls, name, original in capture.originals:
+        setattr(cls, name, original)

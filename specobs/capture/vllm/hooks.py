@@ -81,6 +81,7 @@ class Capture:
         self._labels: dict[int, dict[str, Any]] = {}
         self.installed: list[str] = []
         self.missing: list[str] = []
+        self.originals: list[tuple[type, str, Any]] = []
 
     @property
     def recorder(self) -> Recorder | NullRecorder:
@@ -271,6 +272,19 @@ def install(config: CaptureConfig | None = None, recorder: Recorder | NullRecord
         return _CAPTURE
 
 
+def uninstall() -> None:
+    """Remove the hooks from this process and close its recorder (vLLM runs as if never hooked)."""
+    global _CAPTURE
+    with _LOCK:
+        capture, _CAPTURE = _CAPTURE, None
+    if capture is None:
+        return
+    for cls, name, original in reversed(capture.originals):
+        setattr(cls, name, original)
+    if capture._recorder is not None:
+        capture._recorder.close()
+
+
 def _patch_all(capture: Capture) -> None:
     try:
         from vllm.v1.core.sched.scheduler import Scheduler
@@ -319,6 +333,7 @@ def _patch(capture: Capture, cls: type, name: str, wrapper_factory, params: list
     wrapper.__specobs__ = True
     setattr(cls, name, wrapper)
     capture.installed.append(where)
+    capture.originals.append((cls, name, original))
 
 
 def _guard(where: str, fn, *args) -> Any:
@@ -468,4 +483,4 @@ def _hook_v2_speculator(runner: Any, capture: Capture) -> None:
     speculator.propose = timed_propose
 
 
-__all__ = ["Capture", "current", "install", "labels_from_config"]
+__all__ = ["Capture", "current", "install", "labels_from_config", "uninstall"]
