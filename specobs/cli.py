@@ -178,6 +178,12 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as exc:  # a bug in specobs, not bad input: say so in one line
+        if os.environ.get("SPECOBS_DEBUG"):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        say(f"internal error: {type(exc).__name__}: {first} (set SPECOBS_DEBUG=1 for the traceback)")
+        sys.exit(70)
 
 
 if __name__ == "__main__":

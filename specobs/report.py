@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from specobs.analysis import acceptance
+from specobs.analysis.cost import timing_by_batch
 from specobs.analysis.timeseries import ChangePoint, acceptance_over_time, change_points
 from specobs.errors import Skipped
 from specobs.ingest import Ingested, SourceReport
@@ -70,6 +71,7 @@ class Report:
     sources: list[SourceReport]
     skipped: list[Skipped]
     changes: list[GroupChange] = field(default_factory=list)
+    timing: list[dict] = field(default_factory=list)
 
     @property
     def group_columns(self) -> list[str]:
@@ -95,6 +97,7 @@ class Report:
                 ],
             },
             "findings": self.findings(),
+            "timing": [{k: _clean(v) for k, v in t.items()} for t in self.timing],
             "change_points": [
                 {
                     **{k: _clean(v) for k, v in c.labels.items()},
@@ -150,17 +153,18 @@ def build(ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY) -> Repo
         for labels, part in parts.items():
             for change in change_points(part):
                 changes.append(GroupChange(dict(zip(keys, labels, strict=True)), change))
-    return Report(list(by), summary, groups.to_dicts(), sources, ingested.skipped, changes)
+    timing = timing_by_batch(windows, keys).to_dicts()
+    return Report(list(by), summary, groups.to_dicts(), sources, ingested.skipped, changes, timing)
 
 
 def _positions(indices: list[int]) -> str:
     """``[4, 5, 6]`` (0-based) → ``positions 5–7``."""
     ones = [i + 1 for i in indices]
     if len(ones) == 1:
-        return f"position {ones[0]}"
+        return f"position {ones[0]} is"
     if ones == list(range(ones[0], ones[-1] + 1)):
-        return f"positions {ones[0]}–{ones[-1]}"
-    return "positions " + ", ".join(map(str, ones))
+        return f"positions {ones[0]}–{ones[-1]} are"
+    return "positions " + ", ".join(map(str, ones)) + " are"
 
 
 def _when(ts: float | None) -> str:
@@ -203,12 +207,12 @@ def explain(row: dict, *, changes: Sequence[GroupChange] = ()) -> list[str]:
             cut = acceptance.truncation(rates)[tail_start - 1]
             share = cut["share_of_accepted"]
             out.append(
-                f"{_positions(wasted).capitalize()} are accepted in under {WASTED_THRESHOLD:.0%} of drafts: "
+                f"{_positions(wasted).capitalize()} accepted in under {WASTED_THRESHOLD:.0%} of drafts: "
                 f"k={tail_start} keeps {share:.0%} of the accepted tokens "
                 f"({cut['tokens_per_step']:.2f} tokens per step instead of {1 + sum(r or 0 for r in rates):.2f})."
             )
         else:
-            out.append(f"{_positions(wasted).capitalize()} are accepted in under {WASTED_THRESHOLD:.0%} of drafts.")
+            out.append(f"{_positions(wasted).capitalize()} accepted in under {WASTED_THRESHOLD:.0%} of drafts.")
     trend, alpha, gap = row.get("conditional_trend"), row.get("iid_alpha"), row.get("iid_max_gap")
     cond = row.get("conditional_acceptance_rate_per_position") or []
     supported = acceptance.supported_positions(row)

@@ -216,3 +216,25 @@ def test_total_is_the_roll_up_of_groups_and_lists_longer_than_k_widen():
     assert len(row["acceptance_rate_per_position"]) == 5
     assert groups["method"].to_list() == ["a", "b", "c"]
     assert groups.filter(pl.col("method") == "c")["num_drafts"].to_list() == [None]
+
+
+def test_timing_by_batch_means_are_sums_over_steps():
+    from specobs.analysis.cost import timing_by_batch
+
+    rows = [
+        {"batch_size": 1, "num_timed_steps": 1, "draft_seconds": 0.002, "verify_seconds": 0.010,
+         "step_seconds": 0.014, "num_generated_tokens": 3, "num_drafts": 1},
+        {"batch_size": 1, "num_timed_steps": 1, "draft_seconds": 0.004, "verify_seconds": 0.012,
+         "step_seconds": 0.018, "num_generated_tokens": 2, "num_drafts": 1},
+        {"batch_size": 8, "num_timed_steps": 1, "draft_seconds": None, "verify_seconds": 0.030,
+         "step_seconds": 0.032, "num_generated_tokens": 8, "num_drafts": 0},
+        {"batch_size": 8, "num_drafts": 8},  # an untimed window is left out
+    ]  # fmt: skip
+    out = timing_by_batch(windows(rows), keys=["method"]).to_dicts()
+    assert [(r["batch_bucket"], r["timed_steps"]) for r in out] == [("1", 2), ("8-15", 1)]
+    assert out[0]["mean_draft_seconds"] == pytest.approx(0.003)
+    assert out[0]["mean_verify_seconds"] == pytest.approx(0.011)
+    assert out[0]["mean_step_seconds"] == pytest.approx(0.016)
+    assert out[0]["draft_share"] == pytest.approx(0.003 / 0.016)
+    assert out[0]["generated_tokens_per_second"] == pytest.approx(5 / 0.032)
+    assert out[1]["mean_draft_seconds"] is None and out[1]["draft_share"] == 0.0

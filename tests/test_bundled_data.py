@@ -7,7 +7,6 @@ attribution and the cumulative-scrape differencing against real output.
 
 from __future__ import annotations
 
-import glob
 from pathlib import Path
 
 import pytest
@@ -41,10 +40,26 @@ def test_log_labels_and_batch_sizes(run):
     assert w["end_ts"].is_sorted() and w["start_ts"].null_count() == 0
 
 
-def test_readme_main_command_runs():
-    result = run_cli("report", *sorted(glob.glob(str(DATA / "*.log"))))
+def test_readme_main_command_runs_on_the_captured_sweep():
+    result = run_cli("report", str(DATA / "vllm-cpu-sweep"), "--by", "method,k")
     assert result.returncode == 0, result.stderr.decode()
     out = result.stdout.decode()
-    for method in RUNS.values():
-        assert method in out
-    assert "Each verification step yields" in out
+    assert "draft_model" in out and "ngram" in out and "Timing by batch size" in out
+
+
+def test_captured_sweep_is_real_and_consistent():
+    data = report_json(str(DATA / "vllm-cpu-sweep"), "--by", "method,k")
+    groups = {(g["method"], g["num_spec_tokens"]): g for g in data["groups"]}
+    assert set(groups) == {(None, 0)} | {(m, k) for m in ("ngram", "draft_model") for k in range(1, 7)}
+    assert groups[(None, 0)]["num_drafts"] == 0
+    for method in ("ngram", "draft_model"):
+        lengths = [groups[(method, k)]["mean_acceptance_length"] for k in range(1, 7)]
+        assert lengths == sorted(lengths) and lengths[0] > 1.3  # more k, more tokens per step
+        for k in range(1, 7):
+            assert len(groups[(method, k)]["acceptance_rate_per_position"]) == k
+    timing = data["timing"]
+    assert {t["batch_bucket"] for t in timing} >= {"1", "4-7", "16-31"}
+    draft = [t for t in timing if t["method"] == "draft_model"]
+    ngram = [t for t in timing if t["method"] == "ngram"]
+    # A draft model costs real time; ngram lookup is nearly free.
+    assert min(t["mean_draft_seconds"] for t in draft) > 5 * max(t["mean_draft_seconds"] for t in ngram)

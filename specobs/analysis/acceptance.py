@@ -95,7 +95,7 @@ def aggregate(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str]) -> pl.D
     longest = int(out["longest_list"].max() or 0)
     if longest > sum(1 for c in out.columns if c.startswith("pos_")):
         out = _aggregate(lazy, keys, longest)
-    return out.drop("longest_list")
+    return out
 
 
 def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
@@ -145,6 +145,7 @@ def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
     aggs += [
         masked(per_pos.list.get(i, null_on_oob=True).fill_null(0), pos_known).sum().alias(f"pos_{i}") for i in range(k)
     ]
+    aggs = [a for a in aggs if a.meta.output_name() not in keys]  # e.g. --by k groups on num_spec_tokens
     grouped = lazy.group_by(list(keys)) if keys else lazy.group_by(pl.lit(True).alias("_all"))
     out = grouped.agg(aggs).collect()
     if not keys:
@@ -198,7 +199,7 @@ def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
 def _rollup_expr(name: str) -> pl.Expr:
     if name in ("num_drafts_derived",):
         return pl.col(name).any()
-    if name == "num_spec_tokens":
+    if name in ("num_spec_tokens", "longest_list"):
         return pl.col(name).max()
     if name == "start_ts":
         return pl.col(name).min()
@@ -220,7 +221,10 @@ def summarize_with_total(
     """
     keys = group_columns(by)
     agg = aggregate(windows, keys)
-    total = agg.select([_rollup_expr(c).alias(c) for c in agg.columns if c not in keys])
+    total = agg.select(
+        [_rollup_expr(c).alias(c) for c in agg.columns if c not in keys]
+        + [pl.col(k).max().alias(k) for k in keys if k == "num_spec_tokens"]
+    )
     if not agg.height:
         total = total.clear()
     return _finish(total, per_position(total, []), []), _finish(agg, per_position(agg, keys), keys)
@@ -256,10 +260,16 @@ def _finish(agg: pl.DataFrame, positions: pl.DataFrame, keys: list[str]) -> pl.D
             reached=pl.col("reached"),
         )
         agg = agg.join(lists, on="_group", how="left")
-        # Groups without any per-position counts get null, not a list of nulls.
+        # Groups without any per-position counts get null, not a list of nulls; others keep
+        # only the positions their own drafts had (a k=2 group next to a k=6 one has 2).
         no_pos = pl.col("drafts_for_pos").fill_null(0) == 0
         list_cols = [c for c in lists.columns if c != "_group"]
-        agg = agg.with_columns([pl.when(no_pos).then(None).otherwise(pl.col(c)).alias(c) for c in list_cols])
+        agg = agg.with_columns(
+            [
+                pl.when(no_pos).then(None).otherwise(pl.col(c).list.head(pl.col("longest_list").fill_null(0))).alias(c)
+                for c in list_cols
+            ]
+        )
     else:
         agg = agg.with_columns(
             [

