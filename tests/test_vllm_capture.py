@@ -133,3 +133,11 @@ def test_multiprocess_engine_writes_exact_rows_through_the_plugin(models, tmp_pa
     assert (speculative["draft_seconds"] > 0).all() and (speculative["verify_seconds"] > 0).all()
     assert set(frame["run_id"]) == {"mp-test"} and set(frame["method"]) == {"draft_model"}
     assert spec_config("draft", models)["num_speculative_tokens"] == 3
+
+
+def test_stat_logger_writes_vllm_stats_rows_without_hooks(models, tmp_path):
+    r = run_scenario("statlogger", str(models), env={"SPECOBS_DIR": str(tmp_path), "SPECOBS_RUN_ID": "stats"})
+    frame = load([str(tmp_path)]).windows.collect()
+    assert totals(frame.to_dicts()) == delta(r["metrics"], {})  # vLLM's own numbers, step by step
+    assert frame["draft_seconds"].null_count() == frame.height  # no hooks, no timing
+    assert set(frame["run_id"]) == {"stats"} and set(frame["method"]) == {"draft_model"}

@@ -136,9 +136,33 @@ def sinks(models: Path) -> dict:
     }
 
 
+def stat_logger(models: Path) -> dict:
+    """An engine built with ``stat_loggers=[specobs.vllm.StatLogger]`` and no hooks."""
+    import vllm
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    import specobs.vllm
+
+    args = EngineArgs(model=str(models / "target"), speculative_config=spec_config("draft", models), **ENGINE_ARGS)
+    engine = LLMEngine.from_engine_args(args, stat_loggers=[specobs.vllm.StatLogger])
+    params = vllm.SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
+    for i, prompt in enumerate(PROMPTS):
+        engine.add_request(str(i), prompt, params)
+    while engine.has_unfinished_requests():
+        engine.step()
+    return {"metrics": counters(engine)}  # the logger's rows are flushed at exit
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
-    result = capture(sys.argv[2], Path(sys.argv[3])) if what == "capture" else sinks(Path(sys.argv[2]))
+    if what == "capture":
+        result = capture(sys.argv[2], Path(sys.argv[3]))
+    elif what == "sinks":
+        result = sinks(Path(sys.argv[2]))
+    else:
+        result = stat_logger(Path(sys.argv[2]))
     print("RESULT " + json.dumps(result))
     sys.stdout.flush()
-    os._exit(0)  # skip vLLM's slow teardown; everything is printed
+    if what != "statlogger":
+        os._exit(0)  # skip vLLM's slow teardown; everything is printed
