@@ -170,6 +170,141 @@ def report(
         render.to_rich(result, Console())
 
 
+def _load(paths: list[str], input_format: str | None):
+    progress = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    )
+    try:
+        return load(paths, input_format, progress_factory=_progress_factory(progress))
+    finally:
+        if progress.live.is_started:
+            progress.stop()
+
+
+InputFormatOption = Annotated[
+    str | None,
+    typer.Option("--input-format", help=f"Skip detection and read every input as this format: {', '.join(FORMATS)}."),
+]
+FormatOption = Annotated[
+    OutputFormat, typer.Option("--format", "-f", help="Output: rich tables, one JSON object, or Markdown.")
+]
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    "  specobs recommend examples/data/vllm-cpu-sweep\n\n"
+    "  specobs recommend /var/log/specobs --format json\n\n"
+    "  specobs recommend vllm.log --cost-ratio 0.05   (a log without timing)",
+)
+@user_errors
+def recommend(
+    paths: Annotated[list[str], typer.Argument(help="Event files, logs, scrapes or folders; '-' reads stdin.")],
+    output_format: FormatOption = OutputFormat.rich,
+    input_format: InputFormatOption = None,
+    max_k: Annotated[int | None, typer.Option(help="Largest k to consider (default: measured k + 2).")] = None,
+    margin: Annotated[float, typer.Option(help="Speedup a k must beat plain decoding by.")] = 0.02,
+    cost_ratio: Annotated[
+        float | None,
+        typer.Option(help="Draft cost per drafted token as a share of a target forward, for inputs without timing."),
+    ] = None,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the intervals (0: none).")] = 40,
+) -> None:
+    """Recommend a method and k per batch size (and where to switch speculation off), with
+    predicted speedups, intervals, a ready --speculative-config and the reasons."""
+    from specobs.render import tuning as render
+    from specobs.tuning.recommend import recommend as run
+
+    ingested = _load(paths, input_format)
+    result = run(ingested.windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap)
+    if result is None:
+        say(f"{', '.join(paths)}: no speculative decoding to tune (no drafts in the input)")
+        raise typer.Exit(1)
+    if output_format is OutputFormat.json:
+        sys.stdout.write(render.recommendation_to_json(result) + "\n")
+    elif output_format is OutputFormat.markdown:
+        sys.stdout.write(render.recommendation_to_markdown(result))
+    else:
+        render.recommendation_to_rich(result, Console())
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    "  specobs compare before.log after.log\n\n"
+    "  specobs compare runs/v0.31/ runs/v0.32/ --format json",
+)
+@user_errors
+def compare(
+    a: Annotated[str, typer.Argument(help="Run A (before): a file or folder.")],
+    b: Annotated[str, typer.Argument(help="Run B (after): a file or folder.")],
+    output_format: FormatOption = OutputFormat.rich,
+    input_format: InputFormatOption = None,
+) -> None:
+    """Compare two runs: acceptance length, per-position rates, cost and throughput, with a
+    verdict (regression, improvement or no significant change)."""
+    from specobs.render import tuning as render
+    from specobs.tuning.compare import compare as run
+
+    result = run(_load([a], input_format).windows, _load([b], input_format).windows)
+    if output_format is OutputFormat.json:
+        sys.stdout.write(render.comparison_to_json(result) + "\n")
+    else:
+        render.comparison_to_rich(result, Console(), (a, b))
+    if result.kind == "regression":
+        raise typer.Exit(3)  # scripts (CI after an upgrade) can gate on a regression
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    "  specobs simulate sim/ --method draft_model --k 0,2,4 --batch 1,8,32\n\n"
+    "  specobs simulate sim/ --method ngram --k 0,6 --steps 500 && specobs recommend sim/",
+)
+@user_errors
+def simulate(
+    out: Annotated[str, typer.Argument(help="Folder for the simulated event files (JSON Lines).")],
+    method: Annotated[str, typer.Option(help="Drafter profile: ngram, draft_model, eagle3 or mtp.")] = "draft_model",
+    k: Annotated[str, typer.Option(help="Comma-separated k values (0: plain decoding).")] = "0,4",
+    batch: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,4,16,64",
+    steps: Annotated[int, typer.Option(help="Steps per batch size and k.")] = 200,
+    acceptance: Annotated[
+        str | None, typer.Option(help="Override the acceptance profile: iid:0.8, falling:0.9:0.05 or rising:0.6:0.05.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """Write simulated engine steps from the documented generative model (docs/model.md)."""
+    import dataclasses
+
+    from specobs.capture.sinks import JsonlSink
+    from specobs.tuning import simulate as sim
+
+    if method not in sim.PROFILES:
+        raise SpecobsError(f"unknown --method {method} (choose from {', '.join(sim.PROFILES)})")
+    spec = sim.PROFILES[method]
+    if acceptance:
+        kind, *numbers = acceptance.split(":")
+        try:
+            spec = dataclasses.replace(spec, betas=tuple(sim.profile(kind, *map(float, numbers))))
+        except (KeyError, TypeError, ValueError):
+            raise SpecobsError(f"--acceptance {acceptance}: expected iid:A, falling:B0:D or rising:B0:D") from None
+    try:
+        ks = [int(x) for x in k.split(",")]
+        batches = [int(x) for x in batch.split(",")]
+    except ValueError:
+        raise SpecobsError("--k and --batch take comma-separated integers") from None
+    scenario = sim.Scenario(methods=(spec,), seed=seed)
+    for value in ks:
+        frame = sim.simulate_run(scenario, method if value else None, value, batches, steps)
+        sink = JsonlSink(out, f"sim-{method if value else 'plain'}-k{value}")
+        sink.write(frame.to_dicts())
+        sink.close()
+    say(f"wrote {len(ks) * len(batches) * steps:,} simulated steps to {out}")
+
+
 def main() -> None:
     """Entry point for the console script."""
     try:

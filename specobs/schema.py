@@ -47,6 +47,8 @@ STEPS: dict[str, pl.DataType] = {
     **LABELS,
     "request_id": pl.String(),
     "batch_size": pl.Int64(),
+    # Tokens the target model processed in the step: prompt chunks, decode tokens and drafts.
+    "num_scheduled_tokens": pl.Int64(),
     "num_spec_tokens": pl.Int64(),
     **COUNTERS,
     **TIMINGS,
@@ -61,6 +63,7 @@ WINDOWS: dict[str, pl.DataType] = {
     "source_format": pl.String(),
     **LABELS,
     "batch_size": pl.Int64(),
+    "num_scheduled_tokens": pl.Int64(),
     "num_spec_tokens": pl.Int64(),
     **COUNTERS,
     # Timings are sums over ``num_timed_steps`` steps (mean = sum / num_timed_steps).

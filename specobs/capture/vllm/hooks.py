@@ -149,6 +149,7 @@ class Capture:
             "ts": time.time(),
             **self.labels(scheduler),
             "batch_size": len(num_scheduled),
+            "num_scheduled_tokens": getattr(scheduler_output, "total_num_scheduled_tokens", None),
             "num_spec_tokens": k,
             "num_drafts": drafts.drafts,
             "num_draft_tokens": drafts.drafted,

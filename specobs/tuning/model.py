@@ -1,0 +1,306 @@
+"""The throughput model: acceptance per position × measured cost → tokens/s at any (k, batch).
+
+See docs/model.md for the math. In short, for a method with per-position acceptance r_i,
+drafts per request-step q and draft fill f (draft tokens per draft / k):
+
+    tokens per request-step   E(k)   = 1 + q · Σ_{i<k} r_i
+    tokens scored per request  s(k)   = 1 + q · f · k
+    step time                  t(k,B) = draft(k, B) + verify(B · s(k)) + overhead(B)
+    throughput                 X(k,B) = B · E(k) / t(k,B)
+    baseline                   X(0,B) = B / base(B)       (k = 0 rows; else verify(B) + overhead(B))
+
+``verify`` is a hinge in tokens scored (flat-ish while memory-bound, steeper once compute-bound),
+``draft`` follows the drafter's kind (autoregressive: ∝ k; parallel heads and lookups: flat in
+k), ``overhead`` is linear in B. Each is fitted by least squares on per-configuration medians
+of the steps, so a few slow steps (a garbage collection, a page fault) do not move it.
+For k beyond the measured k, the acceptance of the extra positions is extrapolated from the
+conditional rates and flagged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import polars as pl
+
+from specobs.analysis import acceptance
+
+AUTOREGRESSIVE = {"draft_model", "eagle", "eagle3", "mlp_speculator"}
+PARALLEL = {"mtp", "deepseek_mtp", "qwen3_next_mtp", "medusa", "dflash"}
+LOOKUP = {"ngram", "ngram_gpu", "suffix"}
+
+
+def drafter_kind(method: str | None) -> str:
+    if method in LOOKUP:
+        return "lookup"
+    if method in PARALLEL:
+        return "parallel"
+    return "autoregressive"  # the conservative default: cost grows with k
+
+
+# --- acceptance ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Per-position acceptance of one method, and how often requests draft."""
+
+    rates: tuple[float, ...]
+    conditional_tail: float  # β used for positions beyond the measured k
+    conditional_tail_low: float
+    conditional_tail_high: float
+    drafts_per_request_step: float = 1.0  # q
+    fill: float = 1.0  # draft tokens per draft / k
+
+    @property
+    def measured_k(self) -> int:
+        return len(self.rates)
+
+    def accepted_per_draft(self, k: int, bound: str = "mid") -> float:
+        """Σ_{i<k} r_i; beyond the measured k, r continues as r_{K−1}·β^j (``bound``: low/mid/high β)."""
+        rates = self.rates
+        if k <= len(rates):
+            return float(sum(rates[:k]))
+        beta = {"low": self.conditional_tail_low, "high": self.conditional_tail_high}.get(bound, self.conditional_tail)
+        last = rates[-1] if rates else 0.0
+        extra = sum(last * beta**j for j in range(1, k - len(rates) + 1))
+        return float(sum(rates)) + extra
+
+    def tokens_per_request_step(self, k: int, bound: str = "mid") -> float:
+        return 1.0 + self.drafts_per_request_step * self.accepted_per_draft(k, bound) if k else 1.0
+
+    def scored_per_request_step(self, k: int) -> float:
+        return 1.0 + self.drafts_per_request_step * self.fill * k
+
+
+def fit_acceptance(steps: pl.DataFrame) -> Acceptance | None:
+    """From the speculative steps (or windows) of one method: rates, tail β, q and fill."""
+    summary = acceptance.summarize(steps, by=()).row(0, named=True)
+    rates = summary.get("acceptance_rate_per_position")
+    if not rates:
+        return None
+    rates = [r or 0.0 for r in rates]
+    cond = summary.get("conditional_acceptance_rate_per_position") or []
+    lows = summary.get("conditional_acceptance_rate_per_position_low") or []
+    highs = summary.get("conditional_acceptance_rate_per_position_high") or []
+    supported = [i for i in acceptance.supported_positions(summary) if cond[i] is not None]
+    tail = supported[-min(3, len(supported)) :] if supported else []
+    if tail:
+        beta = float(np.mean([cond[i] for i in tail]))
+        beta_low = float(min(lows[i] for i in tail))
+        beta_high = float(max(highs[i] for i in tail))
+    else:
+        beta = beta_low = beta_high = 0.0
+    k = len(rates)
+    drafts = summary.get("num_drafts") or 0
+    fill = (summary.get("num_draft_tokens") or 0) / (drafts * k) if drafts and k else 1.0
+    q = _drafts_per_request_step(steps)
+    return Acceptance(tuple(rates), beta, beta_low, beta_high, q, min(max(fill, 0.0), 1.0))
+
+
+def _drafts_per_request_step(steps: pl.DataFrame) -> float:
+    """q: drafts per request per decode step (lookup drafters skip requests without a match)."""
+    decode = _decode_steps(steps).filter(pl.col("batch_size") > 0)
+    if decode.is_empty() or decode["num_drafts"].null_count() == decode.height:
+        return 1.0
+    ratio = decode["num_drafts"].sum() / decode["batch_size"].sum()
+    return float(min(max(ratio, 0.0), 1.0))
+
+
+def _decode_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """Steps with no prompt tokens: scheduled tokens = one per request plus the drafts."""
+    if "num_scheduled_tokens" not in steps.columns or steps["num_scheduled_tokens"].null_count() == steps.height:
+        return steps
+    expected = pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0)
+    return steps.filter(pl.col("num_scheduled_tokens").is_null() | (pl.col("num_scheduled_tokens") <= expected))
+
+
+# --- cost -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hinge:
+    """y = a + b·x + c·max(0, x − knee): flat-ish, then steeper (memory- then compute-bound)."""
+
+    a: float
+    b: float
+    c: float = 0.0
+    knee: float = 0.0
+
+    def __call__(self, x: float) -> float:
+        return self.a + self.b * x + self.c * max(0.0, x - self.knee)
+
+
+def fit_hinge(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> Hinge:
+    """Least squares on relative error over a fine grid of knees; slopes kept non-negative.
+
+    Relative error, because throughput predictions need small steps as right as large ones;
+    a grid finer than the data, because the knee usually lies between measured points.
+    """
+    w = np.ones_like(y) if w is None else w
+    w = w / np.maximum(y, 1e-9) ** 2
+    best: tuple[float, Hinge] | None = None
+    distinct = np.unique(x)
+    candidates: list[float | None] = [None]
+    if len(distinct) > 3:
+        candidates += list(np.geomspace(max(distinct[1], 1e-9), distinct[-2], 60))
+    for knee in candidates:
+        cols = [np.ones_like(x), x] + ([np.maximum(0.0, x - knee)] if knee is not None else [])
+        coef = _nonneg_lstsq(np.column_stack(cols), y, w, nonneg_from=1)
+        pred = np.column_stack(cols) @ coef
+        sse = float(np.sum(w * (y - pred) ** 2))
+        if knee is not None:
+            sse *= 1.05  # a knee must earn its keep
+        model = Hinge(float(coef[0]), float(coef[1]), float(coef[2]) if knee is not None else 0.0, float(knee or 0))
+        if best is None or sse < best[0]:
+            best = (sse, model)
+    assert best is not None
+    return best[1]
+
+
+def _nonneg_lstsq(a: np.ndarray, y: np.ndarray, w: np.ndarray, nonneg_from: int = 0) -> np.ndarray:
+    """Weighted least squares; coefficients from ``nonneg_from`` on are clipped at 0 by refitting."""
+    sw = np.sqrt(w)
+    active = list(range(a.shape[1]))
+    while True:
+        coef_active, *_ = np.linalg.lstsq(a[:, active] * sw[:, None], y * sw, rcond=None)
+        coef = np.zeros(a.shape[1])
+        coef[active] = coef_active
+        negative = [j for j in active if j >= nonneg_from and coef[j] < 0]
+        if not negative:
+            return coef
+        active.remove(negative[0])
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    """draft(k, B) seconds per step: d0 + d1·B + d2·k + d3·k·B (unused terms are 0)."""
+
+    d0: float
+    d1: float
+    d2: float
+    d3: float
+
+    def __call__(self, k: int, batch: float) -> float:
+        return 0.0 if k == 0 else max(self.d0 + self.d1 * batch + self.d2 * k + self.d3 * k * batch, 0.0)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Fitted step-time parts of one method on one platform, and the plain-engine step time."""
+
+    verify: Hinge
+    draft: DraftCost
+    overhead: Hinge  # in batch size
+    base: Hinge | None  # k = 0 step time in batch size; None: estimated from verify + overhead
+    kind: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def spec_step_seconds(self, k: int, batch: float, acc: Acceptance) -> float:
+        scored = batch * acc.scored_per_request_step(k)
+        return self.draft(k, batch) + self.verify(scored) + self.overhead(batch)
+
+    def base_step_seconds(self, batch: float) -> float:
+        if self.base is not None:
+            return self.base(batch)
+        return self.verify(batch) + self.overhead(batch)
+
+
+def _medians(frame: pl.DataFrame, keys: list[str], value: str) -> tuple[np.ndarray, ...]:
+    grouped = frame.group_by(keys).agg(pl.col(value).median().alias("y"), pl.len().alias("n")).sort(keys)
+    return (*(grouped[k].to_numpy().astype(float) for k in keys), grouped["y"].to_numpy(), grouped["n"].to_numpy())
+
+
+def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) -> CostModel | None:
+    """Fit the cost model from timed speculative steps (and k = 0 steps when there are any)."""
+    spec = _decode_steps(spec.filter(pl.col("verify_seconds").is_not_null() & pl.col("batch_size").is_not_null()))
+    if spec.is_empty():
+        return None
+    notes: list[str] = []
+    scored = pl.coalesce(pl.col("num_scheduled_tokens"), pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0))
+    frames = [spec.select(x=scored.cast(pl.Float64), y="verify_seconds")]
+    base_decode = None
+    if base is not None and not base.is_empty():
+        base_decode = _decode_steps(
+            base.filter(pl.col("step_seconds").is_not_null() & pl.col("batch_size").is_not_null())
+        )
+        frames.append(
+            base_decode.filter(pl.col("verify_seconds").is_not_null()).select(
+                x=pl.coalesce("num_scheduled_tokens", "batch_size").cast(pl.Float64), y="verify_seconds"
+            )
+        )
+    points = pl.concat(frames)
+    x, y, n = _medians(points, ["x"], "y")
+    verify = fit_hinge(x, y, n)
+
+    kind = drafter_kind(method)
+    timed = spec.filter(pl.col("draft_seconds").is_not_null() & (pl.col("num_spec_tokens") > 0))
+    if timed.is_empty():
+        draft = DraftCost(0.0, 0.0, 0.0, 0.0)
+        notes.append("no draft timing: drafting assumed free")
+    else:
+        k, b, d, n = _medians(timed, ["num_spec_tokens", "batch_size"], "draft_seconds")
+        if len(np.unique(k)) >= 2:
+            cols = np.column_stack([np.ones_like(b), b, k, k * b])
+            coef = _nonneg_lstsq(cols, d, n)
+            draft = DraftCost(*map(float, coef))
+        elif kind == "autoregressive":  # one k: cost per drafted token grows with batch, × k
+            coef = _nonneg_lstsq(np.column_stack([b * k, k]), d, n)
+            draft = DraftCost(0.0, 0.0, float(coef[1]), float(coef[0]))
+            notes.append(f"draft time scaled with k from k={int(k[0])} ({kind} drafter)")
+        else:
+            coef = _nonneg_lstsq(np.column_stack([np.ones_like(b), b]), d, n)
+            draft = DraftCost(float(coef[0]), float(coef[1]), 0.0, 0.0)
+            notes.append(f"draft time taken as flat in k from k={int(k[0])} ({kind} drafter)")
+
+    rest = spec.filter(pl.col("step_seconds").is_not_null()).with_columns(
+        rest=pl.col("step_seconds") - pl.col("verify_seconds") - pl.col("draft_seconds").fill_null(0.0)
+    )
+    b, r, n = _medians(rest, ["batch_size"], "rest")
+    overhead = _linear(b, r, n)
+    base_model = None
+    if base_decode is not None and not base_decode.is_empty():
+        b, s, n = _medians(base_decode, ["batch_size"], "step_seconds")
+        base_model = _linear(b, s, n) if len(b) < 4 else fit_hinge(b, s, n)
+    else:
+        notes.append("no k=0 steps: the plain step time is estimated from the verify and overhead fits")
+    return CostModel(verify, draft, overhead, base_model, kind, tuple(notes))
+
+
+def _linear(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> Hinge:
+    if len(x) == 1:
+        return Hinge(float(y[0]), 0.0)
+    coef = _nonneg_lstsq(np.column_stack([np.ones_like(x), x]), y, w, nonneg_from=1)
+    return Hinge(float(coef[0]), float(coef[1]))
+
+
+# --- predictions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prediction:
+    method: str | None
+    k: int
+    batch_size: float
+    tokens_per_second: float
+    speedup: float
+    tokens_per_step: float
+    step_seconds: float
+    extrapolated: bool
+
+
+def predict(acc: Acceptance, cost: CostModel, k: int, batch: float, method: str | None = None) -> Prediction:
+    """Throughput and speedup over the plain engine at k and batch size (k = 0: the plain engine)."""
+    base = batch / cost.base_step_seconds(batch)
+    if k == 0:
+        return Prediction(method, 0, batch, base, 1.0, 1.0, cost.base_step_seconds(batch), False)
+    step = cost.spec_step_seconds(k, batch, acc)
+    tokens = acc.tokens_per_request_step(k)
+    rate = batch * tokens / step
+    return Prediction(method, k, batch, rate, rate / base, tokens, step, k > acc.measured_k)
+
+
+def with_rates(acc: Acceptance, rates: Sequence[float]) -> Acceptance:
+    return replace(acc, rates=tuple(rates))

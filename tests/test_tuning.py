@@ -1,0 +1,130 @@
+"""The throughput model and recommendations: textbook numbers, simulated oracles, CLI contracts."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import polars as pl
+import pytest
+from conftest import run_cli
+
+from specobs.ingest.events import steps_to_windows
+from specobs.tuning import leviathan
+from specobs.tuning import simulate as sim
+from specobs.tuning.model import fit_acceptance
+from specobs.tuning.recommend import recommend
+
+
+def test_leviathan_paper_numbers():
+    # Leviathan et al. (2023): α = 0.8, γ = 5, c = 0.05 → 3.69 tokens per step, 2.95× speedup; best γ = 8 → 3.09×.
+    assert leviathan.iid_expected_tokens(0.8, 5) == pytest.approx(3.69, abs=0.005)
+    assert leviathan.iid_speedup(0.8, 5, 0.05) == pytest.approx(2.95, abs=0.005)
+    gamma, speedup = leviathan.best_gamma(0.8, 0.05)
+    assert gamma == 8 and speedup == pytest.approx(3.09, abs=0.005)
+
+
+def test_iid_formula_departs_from_per_position_rates_on_falling_acceptance():
+    scenario = sim.Scenario(
+        methods=(sim.MethodSpec("eagle3", tuple(sim.profile("falling", 0.95, 0.12)), (0, 0, 0.001, 0)),)
+    )
+    steps = sim.simulate_run(scenario, "eagle3", 6, [4], 400)
+    acc = fit_acceptance(steps_to_windows(steps.lazy(), "sim", "events-jsonl").collect())
+    from specobs.analysis.acceptance import iid_alpha
+
+    alpha = iid_alpha(acc.rates)
+    per_position = [leviathan.per_position_speedup(acc.rates, k, 0.05) for k in range(1, 7)]
+    iid = [leviathan.iid_speedup(alpha, k, 0.05) for k in range(1, 7)]
+    # Same total acceptance at k = 6, so the two agree there; at shorter k they do not.
+    assert per_position[-1] == pytest.approx(iid[-1], rel=1e-6)
+    assert per_position[1] > iid[1] * 1.05  # early positions are accepted more than α says
+    best_pp = max(range(1, 7), key=lambda k: per_position[k - 1])
+    best_iid = max(range(1, 7), key=lambda k: iid[k - 1])
+    assert best_pp < best_iid  # the iid formula picks a k that is too long
+
+
+def windows(frames: list[pl.DataFrame]):
+    return steps_to_windows(pl.concat(frames).lazy(), "sim", "events-jsonl")
+
+
+def worst_regret(scenario: sim.Scenario, method: str, fit_ks=(0, 6), batches=(1, 4, 16, 64), max_k=8) -> float:
+    frames = [sim.simulate_run(scenario, method if k else None, k, list(batches), 150) for k in fit_ks]
+    rec = recommend(windows(frames), max_k=max_k, bootstrap=0)
+    worst = 0.0
+    for row in rec.by_batch_size:
+        covered = [b for b in batches if row["batch_size_min"] <= b <= row["batch_size_max"]]
+        if not covered:
+            continue
+        oracle = {k: sim.oracle_throughput(scenario, method if k else None, k, covered[0]) for k in range(max_k + 1)}
+        worst = max(worst, 1 - oracle[row["num_speculative_tokens"]] / max(oracle.values()))
+    return worst
+
+
+@pytest.mark.parametrize("method", sorted(sim.PROFILES))
+def test_recommended_k_is_within_3_percent_of_the_oracle(method):
+    # Fitted from one speculative run (k = 6) and a plain run only; evaluated k = 0..8 per batch.
+    scenario = sim.Scenario(methods=(sim.PROFILES[method],), seed=3)
+    assert worst_regret(scenario, method) <= 0.03
+
+
+def test_off_at_large_batches_when_verification_turns_compute_bound():
+    spec = sim.MethodSpec("draft_model", tuple(sim.profile("iid", 0.6)), (0.0, 0.0, 0.002, 0.0001))
+    scenario = sim.Scenario(methods=(spec,), verify=(0.010, 0.00002, 0.0015, 48.0), seed=5)
+    frames = [sim.simulate_run(scenario, "draft_model" if k else None, k, [1, 4, 16, 64], 150) for k in (0, 4)]
+    rec = recommend(windows(frames), max_k=6, bootstrap=0)
+    by = {r["batch_size_min"]: r["num_speculative_tokens"] for r in rec.by_batch_size}
+    assert by[1] > 0 and by[64] == 0
+    assert any("switch speculation off" in line for line in rec.explanations)
+    assert worst_regret(scenario, "draft_model", fit_ks=(0, 4), max_k=6) <= 0.03
+    table = json.loads(rec.recommended["speculative_config"])["num_speculative_tokens_per_batch_size"]
+    assert table[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in itertools.pairwise(table))
+    assert table[-1][2] == 0
+
+
+def test_recommend_json_contract_and_methods_compared(tmp_path):
+    for method, ks in (("ngram", "0,6"), ("draft_model", "6")):
+        result = run_cli("simulate", str(tmp_path), "--method", method, "--k", ks, "--batch", "1,8,32", "--steps", "80")
+        assert result.returncode == 0, result.stderr.decode()
+    result = run_cli("recommend", str(tmp_path), "--format", "json", "--bootstrap", "20")
+    assert result.returncode == 0, result.stderr.decode()
+    data = json.loads(result.stdout)
+    assert set(data["recommended"]) >= {"method", "num_speculative_tokens", "predicted_speedup", "interval"}
+    assert data["recommended"]["method"] in ("ngram", "draft_model")
+    low, high = data["recommended"]["interval"]
+    assert low <= data["recommended"]["predicted_speedup"] <= high
+    for row in data["by_batch_size"]:
+        assert set(row) >= {"batch_size_min", "batch_size_max", "num_speculative_tokens", "predicted_speedup"}
+    for row in data["predicted"]:
+        assert set(row) >= {"method", "num_speculative_tokens", "batch_size", "tokens_per_second", "speedup"}
+    assert {r["method"] for r in data["predicted"]} == {"ngram", "draft_model"}
+    assert data["method_comparison"] and isinstance(data["assumptions"], list)
+
+
+def test_recommend_without_timing_falls_back_to_leviathan_and_says_so(write):
+    from test_vllm_log import CURRENT
+
+    path = write("a.log", CURRENT + "\n")
+    data = json.loads(run_cli("recommend", str(path), "--format", "json", "--cost-ratio", "0.05").stdout)
+    assert any("Leviathan" in a and "--cost-ratio 0.05" in a for a in data["assumptions"])
+    rates = [0.877, 0.807, 0.781]
+    expected = max(leviathan.per_position_speedup(rates, k, 0.05) for k in range(1, 4))
+    best3 = next(p for p in data["predicted"] if p["num_speculative_tokens"] == 3)
+    assert best3["speedup"] == pytest.approx(leviathan.per_position_speedup(rates, 3, 0.05), rel=0.01)
+    assert data["recommended"]["predicted_speedup"] >= expected * 0.99
+
+
+def test_compare_verdicts(tmp_path):
+    good = sim.Scenario(methods=(sim.MethodSpec("eagle3", tuple(sim.profile("iid", 0.8)), (0, 0, 0.001, 0)),), seed=1)
+    worse = sim.Scenario(methods=(sim.MethodSpec("eagle3", tuple(sim.profile("iid", 0.7)), (0, 0, 0.001, 0)),), seed=2)
+    same = sim.Scenario(methods=(sim.MethodSpec("eagle3", tuple(sim.profile("iid", 0.8)), (0, 0, 0.001, 0)),), seed=3)
+    for name, scenario in (("a", good), ("b", worse), ("c", same)):
+        frame = sim.simulate_run(scenario, "eagle3", 4, [8], 200)
+        (tmp_path / name).mkdir()
+        frame.write_parquet(tmp_path / name / "steps.parquet")
+    result = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json")
+    assert result.returncode == 3  # a regression fails the command, for CI gates
+    data = json.loads(result.stdout)
+    assert data["kind"] == "regression" and data["verdict"].startswith("acceptance length fell")
+    assert data["positions"][0]["changed"]
+    result = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "c"), "--format", "json")
+    assert result.returncode == 0 and json.loads(result.stdout)["kind"] == "unchanged"
