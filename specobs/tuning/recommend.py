@@ -38,10 +38,19 @@ class MethodFit:
     base_steps: pl.DataFrame | None
     batch_counts: dict[int, int]  # steps per observed batch size
     cost_ratio: tuple[float, str] | None = None
+    by_batch: dict[int, Acceptance] = field(default_factory=dict)
 
     @property
     def method(self) -> str | None:
         return self.labels.get("method")
+
+    def acceptance_for(self, batch: float) -> Acceptance:
+        """Acceptance measured at this batch size (traffic often differs with load), else at the
+        nearest measured one within a factor of two, else over all steps."""
+        if not self.by_batch:
+            return self.acceptance
+        nearest = min(self.by_batch, key=lambda b: abs(math.log(b / batch)))
+        return self.by_batch[nearest] if 0.5 <= nearest / batch <= 2 else self.acceptance
 
 
 @dataclass
@@ -91,18 +100,52 @@ def fit_methods(windows: pl.LazyFrame | pl.DataFrame, *, cost_ratio: float | Non
         acc = fit_acceptance(spec)
         if acc is None:
             continue
-        base = base_all
-        for key in ("model", "platform", "device"):
-            if labels[key] is not None and not base.is_empty():
-                base = base.filter(pl.col(key) == labels[key])
-        base = base if not base.is_empty() else None
+        base = _base_steps(base_all, labels)
         cost = fit_cost(spec, base, labels["method"]) if spec["num_timed_steps"].drop_nulls().len() else None
         counts = spec.filter(pl.col("batch_size").is_not_null()).group_by("batch_size").len()
-        fit = MethodFit(labels, acc, cost, spec, base, dict(counts.iter_rows()))
+        fit = MethodFit(labels, acc, cost, spec, base, dict(counts.iter_rows()), by_batch=_by_batch(spec))
         if cost is None:
             fit.cost_ratio = leviathan.cost_ratio_for(labels["method"], cost_ratio)
         fits.append(fit)
     return fits
+
+
+#: Drafts a batch size needs before it gets its own acceptance profile.
+MIN_DRAFTS_PER_BATCH = 200
+
+
+def _by_batch(spec: pl.DataFrame) -> dict[int, Acceptance]:
+    """Acceptance per batch size that has enough drafts (and only when there are several)."""
+    sizes = (
+        spec.filter(pl.col("batch_size").is_not_null() & pl.col("num_drafts").is_not_null())
+        .group_by("batch_size")
+        .agg(pl.col("num_drafts").sum())
+        .filter(pl.col("num_drafts") >= MIN_DRAFTS_PER_BATCH)["batch_size"]
+        .to_list()
+    )
+    if len(sizes) < 2:
+        return {}
+    out = {}
+    for size in sizes:
+        acc = fit_acceptance(spec.filter(pl.col("batch_size") == size))
+        if acc is not None:
+            out[int(size)] = acc
+    return out
+
+
+def _base_steps(base_all: pl.DataFrame, labels: dict[str, Any]) -> pl.DataFrame | None:
+    """k = 0 steps for a method's baseline: its own engine's (drafting switched off by a
+    batch-size table: same process, same overheads) when there are any, else those of a plain
+    engine on the same model, platform and device."""
+    base = base_all
+    for key in ("model", "platform", "device"):
+        if labels[key] is not None and not base.is_empty():
+            base = base.filter(pl.col(key) == labels[key])
+    own = base.filter(pl.col("method") == labels["method"]) if labels["method"] is not None else base.clear()
+    chosen = own if not own.is_empty() else base.filter(pl.col("method").is_null())
+    if chosen.is_empty():
+        chosen = base
+    return chosen if not chosen.is_empty() else None
 
 
 def buckets_for(fits: list[MethodFit]) -> list[Bucket]:
@@ -132,13 +175,14 @@ def buckets_for(fits: list[MethodFit]) -> list[Bucket]:
 
 def _speedup(fit: MethodFit, k: int, batch: float) -> tuple[float, float | None, bool]:
     """(speedup, tokens/s or None, extrapolated) at k and batch."""
+    acc = fit.acceptance_for(batch)
     if fit.cost is not None:
-        p = predict(fit.acceptance, fit.cost, k, batch, fit.method)
+        p = predict(acc, fit.cost, k, batch, fit.method)
         return p.speedup, p.tokens_per_second, p.extrapolated
     ratio = fit.cost_ratio[0] if fit.cost_ratio else leviathan.FALLBACK_COST_RATIO
-    tokens = fit.acceptance.tokens_per_request_step(k)
-    scored = fit.acceptance.drafts_per_request_step * fit.acceptance.fill * k
-    return tokens / (scored * ratio + 1), None, k > fit.acceptance.measured_k
+    tokens = acc.tokens_per_request_step(k)
+    scored = acc.drafts_per_request_step * acc.fill * k
+    return tokens / (scored * ratio + 1), None, k > acc.measured_k
 
 
 def _bootstrap(fit: MethodFit, ks: range, batches: list[float], reps: int, seed: int) -> np.ndarray | None:
@@ -156,7 +200,7 @@ def _bootstrap(fit: MethodFit, ks: range, batches: list[float], reps: int, seed:
         cost = fit_cost(spec, base, fit.method) if fit.cost is not None else None
         if acc is None:
             continue
-        trial = MethodFit(fit.labels, acc, cost, spec, base, fit.batch_counts, fit.cost_ratio)
+        trial = MethodFit(fit.labels, acc, cost, spec, base, fit.batch_counts, fit.cost_ratio, _by_batch(spec))
         out.append([[_speedup(trial, k, b)[0] for b in batches] for k in ks])
     return np.array(out) if out else None
 
@@ -167,7 +211,7 @@ def recommend(
     max_k: int | None = None,
     margin: float = 0.02,
     cost_ratio: float | None = None,
-    bootstrap: int = 40,
+    bootstrap: int = 30,
     seed: int = 0,
 ) -> Recommendation | None:
     """Fit, evaluate and choose (see the module docstring); None when nothing drafted."""
@@ -295,7 +339,7 @@ def _explain(fit: MethodFit, t: dict[str, Any]) -> str:
     b = t["bucket"]
     where = f"batch {b.low}" if b.low == b.high else f"batch {b.low}–{b.high}"
     name = fit.method or "speculation"
-    acc = fit.acceptance
+    acc = fit.acceptance_for(b.batch)
     if t["k"] == 0:
         k = acc.measured_k
         tokens = acc.tokens_per_request_step(k)

@@ -142,7 +142,11 @@ class Capture:
             return  # an idle step: nothing ran
         now = time.perf_counter()
         step = self._steps.pop(id(scheduler_output), None) or _Step()
-        k = int(getattr(scheduler, "num_spec_tokens", 0) or 0)
+        # With dynamic speculation (a batch-size → k table) the step's k is the scheduled one.
+        k = getattr(scheduler_output, "num_spec_tokens_to_schedule", None)
+        if k is None or getattr(scheduler, "dynamic_sd_lookup", None) is None:
+            k = getattr(scheduler, "num_spec_tokens", 0)
+        k = int(k or 0)
         per_pos = drafts.per_pos + [0] * max(k - len(drafts.per_pos), 0)
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
         row = {

