@@ -97,6 +97,8 @@ def fit_methods(windows: pl.LazyFrame | pl.DataFrame, *, cost_ratio: float | Non
         return fits
     for labels, spec in spec_all.group_by(list(LABELS), maintain_order=True):
         labels = dict(zip(LABELS, labels, strict=True))
+        if labels["draft_model"] == labels["method"]:  # older captures: vLLM names ngram's "model" ngram
+            labels["draft_model"] = None
         acc = fit_acceptance(spec)
         if acc is None:
             continue

@@ -210,7 +210,8 @@ def labels_from_config(vllm_config: Any) -> dict[str, Any]:
         spec = getattr(vllm_config, "speculative_config", None)
         labels["method"] = getattr(spec, "method", None) if spec is not None else None
         draft = getattr(spec, "model", None) if spec is not None else None
-        labels["draft_model"] = draft if draft and draft != labels["model"] else None
+        # vLLM fills speculative_config.model with the method name for model-free drafters (ngram).
+        labels["draft_model"] = draft if draft and draft not in (labels["model"], labels["method"]) else None
         parallel = getattr(vllm_config, "parallel_config", None)
         labels["engine"] = int(getattr(parallel, "data_parallel_rank", 0) or 0)
     except Exception:  # labels are best effort; rows still count
