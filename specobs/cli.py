@@ -305,6 +305,59 @@ def simulate(
     say(f"wrote {len(ks) * len(batches) * steps:,} simulated steps to {out}")
 
 
+@app.command(
+    epilog="Examples:\n\n"
+    "  specobs exporter /var/log/specobs                       (event files written by the plugin)\n\n"
+    "  specobs exporter /var/log/vllm/server.log --listen 127.0.0.1:9464\n\n"
+    "  curl -s 127.0.0.1:9464/metrics | grep specobs_",
+)
+@user_errors
+def exporter(
+    paths: Annotated[list[str], typer.Argument(help="Event files, vLLM logs or folders to follow.")],
+    listen: Annotated[str, typer.Option(help="host:port to serve /metrics on (127.0.0.1 unless told).")] = (
+        "127.0.0.1:9464"
+    ),
+    poll: Annotated[float, typer.Option(help="Seconds between reads of the inputs.")] = 1.0,
+    tuning_interval: Annotated[float, typer.Option(help="Seconds between refits of the tuning gauges.")] = 60.0,
+    from_end: Annotated[bool, typer.Option(help="Skip what the files already hold; only follow new lines.")] = False,
+) -> None:
+    """Serve specobs metrics for Prometheus from event files or vLLM logs, following them as they
+    grow and rotate (a sidecar for deployments without the in-engine exporter)."""
+    from specobs.exporters.prometheus import PrometheusMetrics, serve
+    from specobs.exporters.sidecar import Sidecar
+
+    for path in paths:
+        if not os.path.exists(path):
+            raise SpecobsError(f"{path}: no such file or folder")
+    metrics = PrometheusMetrics()
+    sidecar = Sidecar(paths, metrics, from_end=from_end, tuning_interval=tuning_interval)
+    metrics.registry.register(_SidecarHealth(sidecar))
+    try:
+        serve(metrics, listen)
+    except OSError as exc:
+        raise SpecobsError(f"cannot listen on {listen} ({exc.strerror or exc})") from None
+    say(f"serving /metrics on http://{listen}/metrics, following {', '.join(paths)}")
+    try:
+        sidecar.run(poll)
+    except KeyboardInterrupt:
+        sidecar.stop()
+
+
+class _SidecarHealth:
+    """Rows the sidecar read and errors it met, for its own /metrics."""
+
+    def __init__(self, sidecar) -> None:
+        self.sidecar = sidecar
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        yield CounterMetricFamily("specobs_exporter_rows", "Rows read by the exporter.", value=self.sidecar.rows_seen)
+        yield CounterMetricFamily(
+            "specobs_exporter_errors", "Inputs the exporter could not read.", value=self.sidecar.errors
+        )
+
+
 def main() -> None:
     """Entry point for the console script."""
     try:

@@ -13,6 +13,8 @@
 | ``SPECOBS_ROTATE_MB`` | ``64`` | JSONL file size before rotating |
 | ``SPECOBS_ROTATE_SECONDS`` | ``3600`` | JSONL file age before rotating |
 | ``SPECOBS_PARQUET_SECONDS`` | ``60`` | seconds per Parquet part |
+| ``SPECOBS_PROMETHEUS`` | unset | ``host:port``: serve specobs metrics from the engine-core process (port + DP rank) |
+| ``SPECOBS_OTEL`` | ``1`` | ``0`` keeps OpenTelemetry export off even when ``OTEL_EXPORTER_OTLP_*`` is set |
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class CaptureConfig:
     rotate_bytes: int = 64 * 1024 * 1024
     rotate_seconds: float = 3600.0
     parquet_seconds: float = 60.0
+    prometheus: str | None = None
+    otel: bool = True
 
     @classmethod
     def from_env(cls) -> CaptureConfig:
@@ -72,7 +76,32 @@ class CaptureConfig:
             rotate_bytes=int(_number("SPECOBS_ROTATE_MB", 64) * 1024 * 1024),
             rotate_seconds=_number("SPECOBS_ROTATE_SECONDS", 3600.0),
             parquet_seconds=_number("SPECOBS_PARQUET_SECONDS", 60.0),
+            prometheus=os.environ.get("SPECOBS_PROMETHEUS") or None,
+            otel=os.environ.get("SPECOBS_OTEL", "1").strip().lower() not in ("0", "false", "no", "off"),
         )
+
+    def sinks(self, engine: int = 0, health=None, resource: dict[str, str] | None = None) -> list:
+        """Every sink these settings ask for: event files, and the exporters when configured.
+
+        ``health`` (the recorder's counters) feeds ``specobs_dropped_events_total`` and
+        ``specobs_hook_errors_total``; the Prometheus port is offset by the engine index so that
+        data-parallel engine cores on one host do not collide.
+        """
+        sinks = [self.sink()]
+        if self.prometheus:
+            from specobs.exporters.prometheus import PrometheusMetrics, PrometheusSink, serve
+
+            host, _, port = self.prometheus.rpartition(":")
+            metrics = PrometheusMetrics(health=health)
+            serve(metrics, f"{host or '127.0.0.1'}:{int(port) + engine}")
+            sinks.append(PrometheusSink(metrics))
+        if self.otel:
+            from specobs.exporters.otel import OtelMetrics, OtelSink
+
+            otel = OtelMetrics.from_environment(resource)
+            if otel is not None:
+                sinks.append(OtelSink(otel))
+        return sinks
 
     def sink(self):
         """The event-file sink these settings ask for."""

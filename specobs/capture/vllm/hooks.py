@@ -86,8 +86,18 @@ class Capture:
     @property
     def recorder(self) -> Recorder | NullRecorder:
         if self._recorder is None:  # created on first use: processes that never step stay thread-free
-            self._recorder = Recorder([self.config.sink()], capacity=self.config.queue_size)
+            self._recorder = self._new_recorder({})
         return self._recorder
+
+    def _new_recorder(self, labels: dict[str, Any]) -> Recorder:
+        recorder = Recorder([], capacity=self.config.queue_size)
+        resource = {f"specobs.{k}": str(labels[k]) for k in ("model", "platform", "device") if labels.get(k)}
+        try:
+            recorder.sinks = self.config.sinks(labels.get("engine") or 0, lambda: recorder.counters, resource)
+        except Exception as exc:  # an exporter that cannot start must not stop event files
+            recorder.sinks = [self.config.sink()]
+            recorder.error("starting exporters", exc)
+        return recorder
 
     def use_recorder(self, recorder: Recorder | NullRecorder) -> None:
         self._recorder = recorder
@@ -164,7 +174,9 @@ class Capture:
             "verify_seconds": step.verify or None,
             "step_seconds": (now - step.started) if step.started is not None else None,
         }
-        recorder = self.recorder
+        if self._recorder is None:
+            self._recorder = self._new_recorder(row)
+        recorder = self._recorder
         recorder.record(row)
         for request_id, drafted, accepted in drafts.requests:
             recorder.record(
