@@ -7,7 +7,8 @@ Names and labels are a contract (docs/exporters.md, rules in exporters/prometheu
   ``specobs_generated_tokens_total``;
 - histograms ``specobs_draft_seconds``, ``specobs_verify_seconds``, ``specobs_step_seconds``
   (with ``batch_size_bucket``) and ``specobs_accepted_tokens_per_draft``;
-- gauges ``specobs_predicted_speedup``, ``specobs_recommended_num_speculative_tokens``,
+- gauges ``specobs_predicted_speedup`` (of the configuration that runs now),
+  ``specobs_recommended_num_speculative_tokens``,
   ``specobs_cost_ratio``, ``specobs_speculative_config_info``;
 - ``specobs_dropped_events_total``, ``specobs_hook_errors_total`` (read from the recorder at scrape).
 
@@ -129,7 +130,7 @@ class PrometheusMetrics:
         self.verify_seconds = histogram("specobs_verify_seconds", "Target forward and rejection sampling per step.")
         self.step_seconds = histogram("specobs_step_seconds", "Whole engine step.")
         self.predicted_speedup = self._gauge_cls(
-            "specobs_predicted_speedup", "Predicted speedup of the recommended k over plain decoding.",
+            "specobs_predicted_speedup", "Predicted speedup over plain decoding of the k that runs now.",
             ["model_name", "method"], registry=r,
         )  # fmt: skip
         self.recommended_k = self._gauge_cls(
@@ -203,14 +204,22 @@ class PrometheusMetrics:
         if t[1] and t[2]:
             self.cost_ratio.labels(*labels).set((t[0] / t[1]) / (t[2] / t[3]))
 
-    def set_recommendation(self, recommendation: Any, model: str | None) -> None:
-        """Gauges from a ``specobs.tuning.recommend.Recommendation``."""
-        rec = recommendation.recommended
-        method = rec.get("method") or "none"
-        self.predicted_speedup.labels(model or "", method).set(rec.get("predicted_speedup") or 1.0)
+    def set_recommendation(self, recommendation: Any, model: str | None, running: dict[str, int]) -> None:
+        """Gauges from a ``specobs.tuning.recommend.Recommendation``.
+
+        ``specobs_predicted_speedup`` is the predicted speedup of what runs now (each method at
+        the k it runs with, ``running``: method → k), averaged over the batch buckets seen; below 1
+        it says speculation, as configured, costs throughput. ``specobs_recommended_num_speculative_tokens``
+        is the recommended k per bucket (0 = off).
+        """
+        for method, k in running.items():
+            rows = [p for p in recommendation.predicted if p["method"] == method and p["num_speculative_tokens"] == k]
+            if rows:
+                speedup = sum(p["speedup"] for p in rows) / len(rows)
+                self.predicted_speedup.labels(model or "", method).set(speedup)
         for row in recommendation.by_batch_size:
             bucket = batch_size_bucket(row["batch_size_min"])
-            self.recommended_k.labels(model or "", row.get("method") or method, bucket).set(
+            self.recommended_k.labels(model or "", row.get("method") or "none", bucket).set(
                 row["num_speculative_tokens"]
             )
 

@@ -120,8 +120,15 @@ class Sidecar:
                 windows = steps_to_windows(schema.conform(frame, schema.STEPS).lazy(), "exporter", "events")
             for (model,), part in windows.lazy().collect().group_by(["model"]):
                 rec = recommend(part, bootstrap=0)
-                if rec is not None:
-                    self.metrics.set_recommendation(rec, model)
+                if rec is None:
+                    continue
+                running = (
+                    part.filter(pl.col("num_spec_tokens") > 0)
+                    .group_by("method")
+                    .agg(pl.col("num_spec_tokens").max())
+                    .iter_rows()
+                )
+                self.metrics.set_recommendation(rec, model, dict(running))
         except Exception as exc:
             self.errors += 1
             self._warn("tuning", f"specobs exporter: tuning failed ({type(exc).__name__}: {exc})")

@@ -1,0 +1,169 @@
+"""Exporters: Prometheus metrics on a fresh registry, following files, and OTLP to a real receiver."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from specobs.exporters.follow import Follower
+from specobs.exporters.prometheus import PrometheusMetrics, batch_size_bucket
+from specobs.exporters.sidecar import Sidecar
+
+ROW = {
+    "ts": 1.0, "model": "tiny", "engine": 0, "method": "eagle", "batch_size": 4, "num_spec_tokens": 3,
+    "num_drafts": 4, "num_draft_tokens": 12, "num_accepted_tokens": 6, "num_accepted_tokens_per_pos": [3, 2, 1],
+    "num_generated_tokens": 10, "draft_seconds": 0.002, "verify_seconds": 0.010, "step_seconds": 0.013,
+}  # fmt: skip
+LABELS = {"model_name": "tiny", "engine": "0", "method": "eagle"}
+
+
+def value(registry: CollectorRegistry, name: str, **labels) -> float | None:
+    return registry.get_sample_value(name, {**LABELS, **labels})
+
+
+def test_counters_histograms_and_the_accepted_length_distribution():
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry, health=lambda: {"dropped_events": 7, "hook_errors": 1})
+    metrics.observe_step(ROW)
+    metrics.observe_step({**ROW, "num_drafts": 2, "num_accepted_tokens": 1, "num_accepted_tokens_per_pos": [1, 0, 0]})
+    assert value(registry, "specobs_drafts_total") == 6
+    assert value(registry, "specobs_accepted_tokens_total") == 7
+    assert value(registry, "specobs_accepted_tokens_per_position_total", position="0") == 4
+    assert value(registry, "specobs_steps_total") == 2
+    timed = {"batch_size_bucket": "4-7"}
+    assert value(registry, "specobs_verify_seconds_count", **timed) == 2
+    assert value(registry, "specobs_verify_seconds_sum", **timed) == pytest.approx(0.020)
+    # Draft lengths: first step 4 drafts reaching 3,2,1 → exactly 0,1,2,3 accepted once each;
+    # second step 2 drafts, one reaching position 0 → exactly 0 and 1 once each.
+    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="0") == 2
+    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="1") == 4
+    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="3") == 6
+    assert value(registry, "specobs_accepted_tokens_per_draft_sum") == 7
+    assert registry.get_sample_value("specobs_dropped_events_total") == 7
+    # cost ratio: draft s per drafted token over verify s per step = (0.004 / 24) / (0.020 / 2)
+    assert value(registry, "specobs_cost_ratio") == pytest.approx((0.004 / 24) / 0.010)
+    assert value(registry, "specobs_speculative_config_info", num_speculative_tokens="3") == 1
+
+
+def test_labels_are_bounded():
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    metrics.observe_step({**ROW, "request_id": "req-secret-1", "workload": "chat"})
+    text = generate_latest(registry).decode()
+    assert "req-secret" not in text and "chat" not in text
+    names = {
+        label.split("=")[0]
+        for line in text.splitlines()
+        if "{" in line
+        for label in line.split("{")[1].split("}")[0].split(",")
+    }
+    assert names <= {"model_name", "engine", "method", "position", "batch_size_bucket", "le", "num_speculative_tokens"}
+    assert [batch_size_bucket(b) for b in (1, 3, 4, 100, 500, None)] == ["1", "2-3", "4-7", "64-127", "128+", "unknown"]
+
+
+def test_follower_reads_complete_lines_across_rotation_and_truncation(tmp_path):
+    log = tmp_path / "app.log"
+    log.write_bytes(b"one\ntw")
+    follower = Follower([log])
+    assert [d for _, d in follower.poll()] == [b"one\n"]
+    with open(log, "ab") as f:
+        f.write(b"o\nthree\n")
+    assert [d for _, d in follower.poll()] == [b"two\nthree\n"]
+    with open(log, "ab") as f:
+        f.write(b"four\nfi")
+    os.rename(log, tmp_path / "app.log.1")  # rotation: the rest of the old file comes first
+    log.write_bytes(b"new\n")
+    assert b"".join(d for _, d in follower.poll()) == b"four\nfi\nnew\n"
+    log.write_bytes(b"x\n")  # truncated in place
+    assert [d for _, d in follower.poll()] == [b"x\n"]
+    follower.close()
+
+
+def test_sidecar_follows_event_files_and_a_vllm_log(tmp_path):
+    from test_vllm_log import DP_PAIRS
+
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(json.dumps(ROW) for _ in range(3)) + "\n")
+    log = tmp_path / "vllm.log"
+    log.write_text(DP_PAIRS)
+    registry = CollectorRegistry()
+    sidecar = Sidecar([str(events), str(log)], PrometheusMetrics(registry), tuning_interval=0)
+    sidecar.poll_once()
+    assert value(registry, "specobs_drafts_total") == 12
+    with open(events, "a") as f:
+        f.write(json.dumps(ROW) + "\n")
+    with open(log, "a") as f:
+        f.write(DP_PAIRS)
+    sidecar.poll_once()
+    assert value(registry, "specobs_drafts_total") == 16
+    # The log's engines 0 and 1 (no method label in that log): drafts 22 + 15 per copy.
+    log_labels = {"model_name": "", "method": "none"}
+    assert registry.get_sample_value("specobs_drafts_total", {**log_labels, "engine": "0"}) == 44
+    assert registry.get_sample_value("specobs_drafts_total", {**log_labels, "engine": "1"}) == 30
+    assert sidecar.errors == 0
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """A real OTLP/HTTP metrics receiver: decodes ExportMetricsServiceRequest protobufs."""
+
+    requests: ClassVar[list] = []
+
+    def do_POST(self):
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        request = ExportMetricsServiceRequest()
+        request.ParseFromString(body)
+        _Receiver.requests.append(request)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+        self.wfile.write(b"")
+
+    def log_message(self, *args):
+        pass
+
+
+def test_otlp_values_arrive_at_a_real_receiver(monkeypatch):
+    pytest.importorskip("opentelemetry.sdk", reason="needs specobs[otel]")
+    from specobs.exporters.otel import OtelMetrics
+
+    server = HTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Receiver.requests = []
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "60000")
+    metrics = OtelMetrics.from_environment({"specobs.platform": "rocm", "specobs.device": "AMD Instinct MI300X"})
+    metrics.observe_step(ROW)
+    metrics.observe_step({**ROW, "verify_seconds": 0.030})
+    assert metrics.force_flush()
+    metrics.shutdown()
+    server.shutdown()
+    received = {}
+    resource = {}
+    for request in _Receiver.requests:
+        for rm in request.resource_metrics:
+            resource.update({a.key: a.value.string_value for a in rm.resource.attributes})
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    received[m.name] = m
+    assert resource["specobs.device"] == "AMD Instinct MI300X" and resource["service.name"] == "specobs"
+    drafts = received["specobs.drafts"].sum.data_points
+    assert sum(p.as_int for p in drafts) == 8
+    verify = received["specobs.verify.duration"]
+    assert verify.unit == "s"
+    point = verify.histogram.data_points[0]
+    assert point.count == 2 and point.sum == pytest.approx(0.040)
+    attributes = {a.key: a.value.string_value for a in point.attributes}
+    assert attributes == {**LABELS, "batch_size_bucket": "4-7"}
+    per_position = received["specobs.accepted_tokens.position"].sum.data_points
+    assert {a.value.string_value for p in per_position for a in p.attributes if a.key == "position"} == {"0", "1", "2"}
