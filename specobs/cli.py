@@ -123,36 +123,26 @@ def report(
         str,
         typer.Option(help=f"Group by a comma-separated subset of: {', '.join(GROUP_KEYS)}."),
     ] = ",".join(DEFAULT_BY),
+    prometheus: PrometheusOption = None,
+    since: SinceOption = "6h",
+    match: MatchOption = "",
 ) -> None:
     """Acceptance report: acceptance length, per-position and conditional rates with 95% intervals,
-    what they mean, and where acceptance changed over time."""
+    timing by batch size, what it means, where acceptance changed, and a recommendation."""
     from specobs import report as report_model
     from specobs.render import report as render
 
-    if not paths:
+    if not paths and not prometheus:
         err.print(WHAT_REPORT_READS, end="")
         raise typer.Exit(2)
     groups = [b.strip() for b in by.split(",") if b.strip()]
     unknown = [g for g in groups if g not in GROUP_KEYS]
     if unknown:
         raise SpecobsError(f"unknown --by {', '.join(unknown)} (choose from {', '.join(GROUP_KEYS)})")
-    progress = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    )
-    try:
-        ingested = load(paths, input_format, progress_factory=_progress_factory(progress))
-    finally:
-        if progress.live.is_started:
-            progress.stop()
+    ingested = _inputs(paths, input_format, prometheus, since, match)
     result = report_model.build(ingested, groups)
     if not result.summary or result.summary.get("num_windows", 0) == 0:
-        names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths)
+        names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths or [])
         for skipped in ingested.skipped[:5]:
             say(f"skipped {skipped}")
         say(f"{names}: no speculative decoding metrics found")
@@ -168,6 +158,32 @@ def report(
         sys.stdout.write(render.to_markdown(result))
     else:
         render.to_rich(result, Console())
+
+
+def _inputs(paths: list[str] | None, input_format: str | None, prometheus: str | None, since: str, match: str):
+    """Files and folders, and/or a Prometheus server's range: one Ingested."""
+    import polars as pl
+
+    from specobs.ingest import Ingested, SourceReport, prometheus_api
+
+    ingested = _load(paths, input_format) if paths else Ingested(windows=pl.DataFrame().lazy())
+    if prometheus:
+        frame = prometheus_api.load(prometheus, since=since, match=match)
+        report = SourceReport(f"{prometheus} {match}".strip(), prometheus_api.FORMAT, None, frame.height, 0)
+        if paths:
+            ingested.windows = pl.concat([ingested.windows, frame.lazy()], how="vertical")
+        else:
+            ingested.windows = frame.lazy()
+        ingested.sources.append(report)
+    return ingested
+
+
+PrometheusOption = Annotated[
+    str | None,
+    typer.Option("--prometheus", help="Read counters from a Prometheus server (http://host:9090), fleet-wide."),
+]
+SinceOption = Annotated[str, typer.Option(help="With --prometheus: how far back (30m, 6h, 2d).")]
+MatchOption = Annotated[str, typer.Option(help="With --prometheus: a label selector, e.g. '{model_name=\"m\"}'.")]
 
 
 def _load(paths: list[str], input_format: str | None):
@@ -204,9 +220,14 @@ FormatOption = Annotated[
 )
 @user_errors
 def recommend(
-    paths: Annotated[list[str], typer.Argument(help="Event files, logs, scrapes or folders; '-' reads stdin.")],
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Event files, logs, scrapes or folders; '-' reads stdin.")
+    ] = None,
     output_format: FormatOption = OutputFormat.rich,
     input_format: InputFormatOption = None,
+    prometheus: PrometheusOption = None,
+    since: SinceOption = "6h",
+    match: MatchOption = "",
     max_k: Annotated[int | None, typer.Option(help="Largest k to consider (default: measured k + 2).")] = None,
     margin: Annotated[float, typer.Option(help="Speedup a k must beat plain decoding by.")] = 0.02,
     cost_ratio: Annotated[
@@ -220,10 +241,12 @@ def recommend(
     from specobs.render import tuning as render
     from specobs.tuning.recommend import recommend as run
 
-    ingested = _load(paths, input_format)
+    if not paths and not prometheus:
+        raise SpecobsError("give files or folders to read, or --prometheus URL")
+    ingested = _inputs(paths, input_format, prometheus, since, match)
     result = run(ingested.windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap)
     if result is None:
-        say(f"{', '.join(paths)}: no speculative decoding to tune (no drafts in the input)")
+        say(f"{', '.join(paths or [prometheus or ''])}: no speculative decoding to tune (no drafts in the input)")
         raise typer.Exit(1)
     if output_format is OutputFormat.json:
         sys.stdout.write(render.recommendation_to_json(result) + "\n")

@@ -228,6 +228,8 @@ def _means(frame: pl.DataFrame, keys: list[str], value: str) -> tuple[np.ndarray
 
 def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) -> CostModel | None:
     """Fit the cost model from timed speculative steps (and k = 0 steps when there are any)."""
+    spec = _per_step(spec)
+    base = _per_step(base) if base is not None else None
     spec = _decode_steps(spec.filter(pl.col("verify_seconds").is_not_null() & pl.col("batch_size").is_not_null()))
     if spec.is_empty():
         return None
@@ -288,6 +290,16 @@ def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) 
     else:
         notes.append("no k=0 steps: the plain step time is estimated from the verify and overhead fits")
     return CostModel(verify, draft, overhead, base_model, kind, tuple(notes))
+
+
+def _per_step(frame: pl.DataFrame) -> pl.DataFrame:
+    """Windows that sum several timed steps (Prometheus histograms, V0 logs) → mean per step."""
+    if "num_timed_steps" not in frame.columns:
+        return frame
+    steps = pl.col("num_timed_steps").fill_null(1).clip(lower_bound=1)
+    return frame.with_columns(
+        [(pl.col(c) / steps).alias(c) for c in ("draft_seconds", "verify_seconds", "step_seconds")]
+    )
 
 
 def _linear(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> Hinge:
