@@ -43,6 +43,26 @@ class OutputFormat(StrEnum):
     markdown = "markdown"
 
 
+PrometheusOption = Annotated[
+    str | None,
+    typer.Option("--prometheus", help="Read counters from a Prometheus server (http://host:9090), fleet-wide."),
+]
+SinceOption = Annotated[str, typer.Option(help="With --prometheus: how far back (30m, 6h, 2d).")]
+MatchOption = Annotated[str, typer.Option(help="With --prometheus: a label selector, e.g. '{model_name=\"m\"}'.")]
+StepOption = Annotated[
+    str | None, typer.Option(help="With --prometheus: window resolution (default: the range / 1000, at least 15s).")
+]
+
+
+InputFormatOption = Annotated[
+    str | None,
+    typer.Option("--input-format", help=f"Skip detection and read every input as this format: {', '.join(FORMATS)}."),
+]
+FormatOption = Annotated[
+    OutputFormat, typer.Option("--format", "-f", help="Output: rich tables, one JSON object, or Markdown.")
+]
+
+
 WHAT_REPORT_READS = """\
 specobs report reads what operators already have (format detected per file):
 
@@ -126,6 +146,7 @@ def report(
     prometheus: PrometheusOption = None,
     since: SinceOption = "6h",
     match: MatchOption = "",
+    step: StepOption = None,
 ) -> None:
     """Acceptance report: acceptance length, per-position and conditional rates with 95% intervals,
     timing by batch size, what it means, where acceptance changed, and a recommendation."""
@@ -139,7 +160,7 @@ def report(
     unknown = [g for g in groups if g not in GROUP_KEYS]
     if unknown:
         raise SpecobsError(f"unknown --by {', '.join(unknown)} (choose from {', '.join(GROUP_KEYS)})")
-    ingested = _inputs(paths, input_format, prometheus, since, match)
+    ingested = _inputs(paths, input_format, prometheus, since, match, step)
     result = report_model.build(ingested, groups)
     if not result.summary or result.summary.get("num_windows", 0) == 0:
         names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths or [])
@@ -160,7 +181,9 @@ def report(
         render.to_rich(result, Console())
 
 
-def _inputs(paths: list[str] | None, input_format: str | None, prometheus: str | None, since: str, match: str):
+def _inputs(
+    paths: list[str] | None, input_format: str | None, prometheus: str | None, since: str, match: str, step: str | None
+):
     """Files and folders, and/or a Prometheus server's range: one Ingested."""
     import polars as pl
 
@@ -168,7 +191,7 @@ def _inputs(paths: list[str] | None, input_format: str | None, prometheus: str |
 
     ingested = _load(paths, input_format) if paths else Ingested(windows=pl.DataFrame().lazy())
     if prometheus:
-        frame = prometheus_api.load(prometheus, since=since, match=match)
+        frame = prometheus_api.load(prometheus, since=since, match=match, step=step)
         report = SourceReport(f"{prometheus} {match}".strip(), prometheus_api.FORMAT, None, frame.height, 0)
         if paths:
             ingested.windows = pl.concat([ingested.windows, frame.lazy()], how="vertical")
@@ -176,14 +199,6 @@ def _inputs(paths: list[str] | None, input_format: str | None, prometheus: str |
             ingested.windows = frame.lazy()
         ingested.sources.append(report)
     return ingested
-
-
-PrometheusOption = Annotated[
-    str | None,
-    typer.Option("--prometheus", help="Read counters from a Prometheus server (http://host:9090), fleet-wide."),
-]
-SinceOption = Annotated[str, typer.Option(help="With --prometheus: how far back (30m, 6h, 2d).")]
-MatchOption = Annotated[str, typer.Option(help="With --prometheus: a label selector, e.g. '{model_name=\"m\"}'.")]
 
 
 def _load(paths: list[str], input_format: str | None):
@@ -203,15 +218,6 @@ def _load(paths: list[str], input_format: str | None):
             progress.stop()
 
 
-InputFormatOption = Annotated[
-    str | None,
-    typer.Option("--input-format", help=f"Skip detection and read every input as this format: {', '.join(FORMATS)}."),
-]
-FormatOption = Annotated[
-    OutputFormat, typer.Option("--format", "-f", help="Output: rich tables, one JSON object, or Markdown.")
-]
-
-
 @app.command(
     epilog="Examples:\n\n"
     "  specobs recommend examples/data/vllm-cpu-sweep\n\n"
@@ -228,6 +234,7 @@ def recommend(
     prometheus: PrometheusOption = None,
     since: SinceOption = "6h",
     match: MatchOption = "",
+    step: StepOption = None,
     max_k: Annotated[int | None, typer.Option(help="Largest k to consider (default: measured k + 2).")] = None,
     margin: Annotated[float, typer.Option(help="Speedup a k must beat plain decoding by.")] = 0.02,
     cost_ratio: Annotated[
@@ -243,7 +250,7 @@ def recommend(
 
     if not paths and not prometheus:
         raise SpecobsError("give files or folders to read, or --prometheus URL")
-    ingested = _inputs(paths, input_format, prometheus, since, match)
+    ingested = _inputs(paths, input_format, prometheus, since, match, step)
     result = run(ingested.windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap)
     if result is None:
         say(f"{', '.join(paths or [prometheus or ''])}: no speculative decoding to tune (no drafts in the input)")

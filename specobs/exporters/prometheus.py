@@ -150,6 +150,15 @@ class PrometheusMetrics:
         if health is not None:
             r.register(_Health(health))
         self._timing: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0, 0, 0.0, 0])
+        self._children: dict[tuple, Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached: the lookup costs more than the increment."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     @staticmethod
     def labels_of(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -165,31 +174,31 @@ class PrometheusMetrics:
         labels = self.labels_of(row)
         k = row.get("num_spec_tokens")
         if k:
-            self.config_info.labels(*labels, str(k)).set(1)
+            self._child(self.config_info, *labels, str(k)).set(1)
         timed = row.get("num_timed_steps") if steps is None else steps
         if timed:
-            self.steps.labels(*labels).inc(timed)
+            self._child(self.steps, *labels).inc(timed)
         drafts = row.get("num_drafts") or 0
         if drafts:
-            self.drafts.labels(*labels).inc(drafts)
+            self._child(self.drafts, *labels).inc(drafts)
             per_pos = row.get("num_accepted_tokens_per_pos") or []
             for position, count in enumerate(per_pos[:MAX_POSITIONS]):
                 if count:
-                    self.accepted_per_position.labels(*labels, str(position)).inc(count)
+                    self._child(self.accepted_per_position, *labels, str(position)).inc(count)
             if per_pos:
                 self.accepted_per_draft.add(labels, drafts, per_pos)
         for counter, key in ((self.draft_tokens, "num_draft_tokens"), (self.accepted, "num_accepted_tokens"),
                              (self.generated, "num_generated_tokens")):  # fmt: skip
             value = row.get(key)
             if value:
-                counter.labels(*labels).inc(value)
+                self._child(counter, *labels).inc(value)
         if timed == 1:  # a single step: its timings are one observation each
             bucket = batch_size_bucket(row.get("batch_size"))
             for histogram, key in ((self.draft_seconds, "draft_seconds"), (self.verify_seconds, "verify_seconds"),
                                    (self.step_seconds, "step_seconds")):  # fmt: skip
                 value = row.get(key)
                 if value is not None:
-                    histogram.labels(*labels, bucket).observe(value)
+                    self._child(histogram, *labels, bucket).observe(value)
             self._update_cost_ratio(labels, row)
 
     def _update_cost_ratio(self, labels: tuple[str, ...], row: dict[str, Any]) -> None:
@@ -202,7 +211,7 @@ class PrometheusMetrics:
         t[2] += verify
         t[3] += 1
         if t[1] and t[2]:
-            self.cost_ratio.labels(*labels).set((t[0] / t[1]) / (t[2] / t[3]))
+            self._child(self.cost_ratio, *labels).set((t[0] / t[1]) / (t[2] / t[3]))
 
     def set_recommendation(self, recommendation: Any, model: str | None, running: dict[str, int]) -> None:
         """Gauges from a ``specobs.tuning.recommend.Recommendation``.

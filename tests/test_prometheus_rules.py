@@ -1,0 +1,295 @@
+"""Prometheus rules, their promtool unit tests, the alert runbooks and the Grafana dashboard.
+
+promtool (Debian: ``apt-get install prometheus``) checks and unit-tests the rules and checks
+every dashboard expression as PromQL; the structural checks run without it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = ROOT / "exporters" / "prometheus" / "rules.yml"
+RULES_TEST = ROOT / "exporters" / "prometheus" / "rules_test.yml"
+ALERTS_DOC = ROOT / "docs" / "alerts.md"
+DASHBOARD = ROOT / "dashboards" / "grafana" / "specobs.json"
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool is not on PATH (Debian/Ubuntu: apt-get install prometheus)"
+)
+
+# The metric contract: vLLM's counters and what the specobs exporter serves. Nothing else may be
+# queried. Histograms are listed by base name (_bucket, _sum and _count are allowed).
+VLLM_COUNTERS = {
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+}
+SPECOBS_METRICS = {
+    "specobs_steps_total",
+    "specobs_drafts_total",
+    "specobs_draft_tokens_total",
+    "specobs_accepted_tokens_total",
+    "specobs_accepted_tokens_per_position_total",
+    "specobs_generated_tokens_total",
+    "specobs_predicted_speedup",
+    "specobs_recommended_num_speculative_tokens",
+    "specobs_cost_ratio",
+    "specobs_dropped_events_total",
+    "specobs_hook_errors_total",
+    "specobs_speculative_config_info",
+}
+SPECOBS_HISTOGRAMS = {
+    "specobs_draft_seconds",
+    "specobs_verify_seconds",
+    "specobs_step_seconds",
+    "specobs_accepted_tokens_per_draft",
+}
+# Metrics without an engine label (tuning gauges), and without model_name either (health).
+NO_ENGINE = {"specobs_predicted_speedup", "specobs_recommended_num_speculative_tokens"}
+HEALTH = {"specobs_dropped_events_total", "specobs_hook_errors_total"}
+# Labels an expression may aggregate by: all bounded.
+BOUNDED_LABELS = {
+    "model_name", "engine", "method", "position", "batch_size_bucket", "le",
+    "num_speculative_tokens", "job", "instance",
+}  # fmt: skip
+UNBOUNDED_LABELS = ("request_id", "prompt", "trace_id", "span_id", "user")
+
+METRIC_NAME = re.compile(r"\b(vllm:[a-z_:]+|specobs_[a-z_]+)\b")
+
+
+def contract_names() -> set[str]:
+    names = VLLM_COUNTERS | SPECOBS_METRICS
+    for base in SPECOBS_HISTOGRAMS:
+        names |= {f"{base}_bucket", f"{base}_sum", f"{base}_count"}
+    return names
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+def load_yaml(path: Path):
+    yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the rule files")
+    return yaml.safe_load(path.read_text())
+
+
+def all_rules() -> list[dict]:
+    return [rule for group in load_yaml(RULES)["groups"] for rule in group["rules"]]
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub (and most Markdown renderers) give a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+# --- promtool ---------------------------------------------------------------------------------
+
+
+@needs_promtool
+def test_rules_pass_promtool_check():
+    result = promtool("check", "rules", str(RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@needs_promtool
+def test_rules_pass_their_promtool_unit_tests():
+    # The regression group evaluates a week of 1m steps (for `offset 1w`): this takes a while.
+    result = promtool("test", "rules", str(RULES_TEST))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+# --- rules, tests and runbooks agree ----------------------------------------------------------
+
+
+def test_every_alert_is_documented_labelled_and_unit_tested():
+    alerts = [rule for rule in all_rules() if "alert" in rule]
+    names = {rule["alert"] for rule in alerts}
+    assert names >= {
+        "SpecDecodeAcceptanceCollapse", "SpecDecodeAcceptanceRegression", "SpecDecodeNotPaying",
+        "SpecDecodeWastedPositions", "SpecDecodeMetricsAbsent", "SpecobsDroppingEvents",
+    }  # fmt: skip
+
+    doc = ALERTS_DOC.read_text()
+    anchors = {github_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", doc, flags=re.M)}
+    tests = load_yaml(RULES_TEST)
+    cases: dict[str, list[list]] = {}
+    for group in tests["tests"]:
+        for case in group.get("alert_rule_test", []):
+            cases.setdefault(case["alertname"], []).append(case.get("exp_alerts") or [])
+
+    for rule in alerts:
+        name = rule["alert"]
+        assert rule.get("for"), f"{name}: no `for:` (it would flap)"
+        assert rule["labels"]["severity"] in {"critical", "warning"}, name
+        annotations = rule["annotations"]
+        assert annotations.get("summary"), name
+        assert '$value | printf "%.2f"' in annotations.get("description", ""), f"{name}: description without $value"
+        anchor = name.lower()
+        assert annotations.get("runbook_url") == f"docs/alerts.md#{anchor}", name
+        assert anchor in anchors, f"{name}: no section in docs/alerts.md"
+        assert name in cases, f"{name}: no alert_rule_test in rules_test.yml"
+        assert any(cases[name]), f"{name}: no test case where it fires"
+        assert any(not expected for expected in cases[name]), f"{name}: no test case where it stays quiet"
+        for expected in cases[name]:
+            for alert in expected:
+                assert alert["exp_labels"]["severity"] == rule["labels"]["severity"], name
+
+
+def test_recording_rules_are_named_and_guarded():
+    records = [rule for rule in all_rules() if "record" in rule]
+    assert len(records) >= 10
+    for rule in records:
+        assert re.fullmatch(r"specobs:[a-z0-9_]+:rate5m", rule["record"]), rule["record"]
+        for window in re.findall(r"\[([^\]]+)\]", rule["expr"]):
+            assert window == "5m", f"{rule['record']}: window {window}"
+        assert_divisions_guarded(rule["expr"], rule["record"])
+    conditional = {
+        r["labels"]["position"] for r in records if r["record"] == "specobs:conditional_acceptance_rate:rate5m"
+    }
+    assert conditional == {str(i) for i in range(1, 16)}
+
+
+def test_rules_and_dashboard_only_use_contract_metrics():
+    allowed = contract_names()
+    texts = [rule["expr"] for rule in all_rules()] + [expr for _, expr in dashboard_exprs()]
+    used = {name for text in texts for name in METRIC_NAME.findall(text)}
+    assert used <= allowed, f"not in the metric contract: {sorted(used - allowed)}"
+
+
+# --- dashboard ---------------------------------------------------------------------------------
+
+
+def load_dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text())
+
+
+def walk_panels(panels: list[dict]):
+    for panel in panels:
+        yield panel
+        yield from walk_panels(panel.get("panels", []))  # rows, collapsed or not
+
+
+def dashboard_exprs() -> list[tuple[str, str]]:
+    """(panel title, expression) for every query target, nested rows included."""
+    return [
+        (panel.get("title", ""), target["expr"])
+        for panel in walk_panels(load_dashboard()["panels"])
+        for target in panel.get("targets", [])
+        if target.get("expr")
+    ]
+
+
+GRAFANA_INTERVALS = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
+VARIABLE = re.compile(r"\$\{?(\w+)\}?")
+REGEX_MATCHER_VARIABLE = re.compile(r'=~\s*"\$\{?(\w+)\}?"')
+
+
+def to_promql(expr: str) -> str:
+    """Grafana variables replaced by valid PromQL: intervals by durations, template variables by
+    ``.*`` (they may appear only as whole regex matchers: multi-value and All need ``=~``)."""
+    expr = REGEX_MATCHER_VARIABLE.sub('=~".*"', expr)
+    expr = VARIABLE.sub(lambda m: GRAFANA_INTERVALS.get(m.group(1), m.group(0)), expr)
+    assert "$" not in expr, f"a variable outside a regex matcher or an unknown interval: {expr}"
+    return expr
+
+
+def matching_paren(text: str, start: int) -> int:
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise AssertionError(f"unbalanced parentheses: {text}")
+
+
+def assert_divisions_guarded(expr: str, where: str) -> None:
+    """Every ``/`` divides by a parenthesised ``… > 0``, so zero traffic gives no sample."""
+    for match in re.finditer(r"/\s*(?:(?:ignoring|on)\s*\([^)]*\)\s*)?(?:group_(?:left|right)\s*\([^)]*\)\s*)?", expr):
+        start = match.end()
+        assert expr[start : start + 1] == "(", f"{where}: unguarded division in {expr}"
+        inner = expr[start + 1 : matching_paren(expr, start)]
+        assert re.search(r">\s*0\s*$", inner), f"{where}: denominator without `> 0` in {expr}"
+
+
+def test_dashboard_identity_and_variables():
+    dashboard = load_dashboard()
+    assert dashboard["uid"] == "specobs-spec-decode"
+    assert 36 <= dashboard["schemaVersion"] <= 41
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for name in ("job", "model_name", "instance", "engine"):
+        var = variables[name]
+        assert var["type"] == "query", name
+        assert var["multi"] and var["includeAll"], name
+        assert var.get("allValue") == ".*", f"{name}: All must match series without the label too"
+        query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+        assert query.startswith("label_values(") and query.rstrip(")").endswith(name), name
+    panels = list(walk_panels(dashboard["panels"]))
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), "duplicate panel ids"
+    for panel in panels:
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+            assert panel.get("targets"), panel["title"]
+
+
+def test_dashboard_panels_cover_the_brief():
+    titles = " | ".join(title.lower() for title, _ in dashboard_exprs())
+    for words in ("acceptance length", "draft acceptance rate", "per-position", "conditional", "draft vs verify",
+                  "step time", "cost ratio", "predicted speedup", "recommended k", "accepted tokens per draft",
+                  "dropped events"):  # fmt: skip
+        assert words in titles, words
+
+
+def test_dashboard_expressions_are_filtered_bounded_and_guarded():
+    for title, expr in dashboard_exprs():
+        for unbounded in UNBOUNDED_LABELS:
+            assert unbounded not in expr, f"{title}: unbounded label {unbounded}"
+        for labels in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
+            used = {label.strip() for label in labels.split(",") if label.strip()}
+            assert used <= BOUNDED_LABELS, f"{title}: aggregates by {used - BOUNDED_LABELS}"
+        for window in re.findall(r"\[([^\]]+)\]", expr):
+            assert window in ("$__rate_interval", "$__range"), f"{title}: fixed window [{window}]"
+        for match in re.finditer(r"\b(vllm:[a-z_:]+|specobs_[a-z_]+)\s*(\{[^}]*\})?", expr):
+            name, selector = match.group(1), match.group(2) or ""
+            required = ["job", "instance"]
+            if name not in HEALTH:
+                required.append("model_name")
+                if name not in NO_ENGINE:
+                    required.append("engine")
+            for label in required:
+                assert f'{label}=~"${label}"' in selector, f"{title}: {name} not filtered by ${label}"
+        assert_divisions_guarded(expr, title)
+
+
+@needs_promtool
+def test_dashboard_expressions_are_valid_promql(tmp_path):
+    exprs = dashboard_exprs()
+    assert len(exprs) >= 10
+    rules = {
+        "groups": [{
+            "name": "dashboard-expressions",
+            "rules": [{"record": f"dashboard:expr_{i}:check", "expr": to_promql(expr)} for i, (_, expr) in enumerate(exprs)],
+        }]
+    }  # fmt: skip
+    path = tmp_path / "dashboard_rules.yml"
+    path.write_text(json.dumps(rules, indent=2))  # JSON is YAML
+    result = promtool("check", "rules", str(path))
+    assert result.returncode == 0, (
+        result.stdout
+        + result.stderr
+        + "\n"
+        + "\n".join(f"{i}: {title}: {expr}" for i, (title, expr) in enumerate(exprs))
+    )
