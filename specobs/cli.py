@@ -185,19 +185,11 @@ def _inputs(
     paths: list[str] | None, input_format: str | None, prometheus: str | None, since: str, match: str, step: str | None
 ):
     """Files and folders, and/or a Prometheus server's range: one Ingested."""
-    import polars as pl
+    from specobs.ingest import Ingested, add_prometheus
 
-    from specobs.ingest import Ingested, SourceReport, prometheus_api
-
-    ingested = _load(paths, input_format) if paths else Ingested(windows=pl.DataFrame().lazy())
+    ingested = _load(paths, input_format) if paths else Ingested()
     if prometheus:
-        frame = prometheus_api.load(prometheus, since=since, match=match, step=step)
-        report = SourceReport(f"{prometheus} {match}".strip(), prometheus_api.FORMAT, None, frame.height, 0)
-        if paths:
-            ingested.windows = pl.concat([ingested.windows, frame.lazy()], how="vertical")
-        else:
-            ingested.windows = frame.lazy()
-        ingested.sources.append(report)
+        add_prometheus(ingested, prometheus, since=since, match=match, step=step)
     return ingested
 
 

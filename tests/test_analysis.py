@@ -223,9 +223,11 @@ def test_timing_by_batch_means_are_sums_over_steps():
 
     rows = [
         {"batch_size": 1, "num_timed_steps": 1, "draft_seconds": 0.002, "verify_seconds": 0.010,
-         "step_seconds": 0.014, "num_generated_tokens": 3, "num_drafts": 1},
+         "step_seconds": 0.014, "num_generated_tokens": 3, "num_drafts": 1, "num_draft_tokens": 4,
+         "num_accepted_tokens": 2},
         {"batch_size": 1, "num_timed_steps": 1, "draft_seconds": 0.004, "verify_seconds": 0.012,
-         "step_seconds": 0.018, "num_generated_tokens": 2, "num_drafts": 1},
+         "step_seconds": 0.018, "num_generated_tokens": 2, "num_drafts": 1, "num_draft_tokens": 4,
+         "num_accepted_tokens": 1},
         {"batch_size": 8, "num_timed_steps": 1, "draft_seconds": None, "verify_seconds": 0.030,
          "step_seconds": 0.032, "num_generated_tokens": 8, "num_drafts": 0},
         {"batch_size": 8, "num_drafts": 8},  # an untimed window is left out
@@ -238,3 +240,7 @@ def test_timing_by_batch_means_are_sums_over_steps():
     assert out[0]["draft_share"] == pytest.approx(0.003 / 0.016)
     assert out[0]["generated_tokens_per_second"] == pytest.approx(5 / 0.032)
     assert out[1]["mean_draft_seconds"] is None and out[1]["draft_share"] == 0.0
+    # 0.006 s drafting 8 tokens against 0.011 s per verify; 5 of 8 drafted tokens rejected.
+    assert out[0]["cost_ratio"] == pytest.approx((0.006 / 8) / 0.011)
+    assert out[0]["rejected_draft_share"] == pytest.approx(0.006 * (5 / 8) / 0.032)
+    assert out[1]["cost_ratio"] is None and out[1]["rejected_draft_share"] is None

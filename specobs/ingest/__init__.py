@@ -18,7 +18,7 @@ from specobs.errors import InputError, Skipped
 from specobs.ingest import events, prometheus_text, sglang_log, vllm_log
 from specobs.ingest.columns import reference_year
 from specobs.ingest.scan import find_lines
-from specobs.ingest.source import Source, expand_paths, open_source
+from specobs.ingest.source import Source, expand_paths, open_bytes, open_source
 
 #: Names accepted by ``--format``.
 FORMATS = ("vllm-log", "sglang-log", "prometheus-text", "events")
@@ -44,9 +44,17 @@ class SourceReport:
 class Ingested:
     """Everything read from a set of inputs."""
 
-    windows: pl.LazyFrame
+    windows: pl.LazyFrame = field(default_factory=lambda: schema.empty(schema.WINDOWS).lazy())
     sources: list[SourceReport] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    #: Inputs that could not be read at all (only with ``keep_going``; otherwise they raise).
+    failed: list[InputError] = field(default_factory=list)
+
+    def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
+        """Append one input's windows."""
+        self.windows = pl.concat([self.windows, frame], how="vertical") if self.sources else frame
+        self.sources.append(report)
+        self.skipped.extend(skipped)
 
 
 def detect(src: Source) -> str:
@@ -125,27 +133,41 @@ def load(
     fmt: str | None = None,
     *,
     progress_factory: Callable[[Source], Callable[[int], None] | None] | None = None,
+    uploads: Sequence[tuple[str, bytes]] = (),
+    keep_going: bool = False,
 ) -> Ingested:
-    """Read every input in ``paths`` (files, folders, ``-``) into one :class:`Ingested`.
+    """Read every input in ``paths`` (files, folders, ``-``) and ``uploads`` (name, bytes) into
+    one :class:`Ingested`.
 
-    An explicitly named file that is not a known format raises :class:`InputError`; files
-    met while walking a folder that are not a known format are listed as skipped instead.
+    An explicitly named input that cannot be read raises :class:`InputError`, or with
+    ``keep_going`` is listed in ``Ingested.failed`` while the rest is read; files met while
+    walking a folder that are not a known format are listed as skipped instead.
     """
-    frames: list[pl.LazyFrame] = []
-    result = Ingested(windows=schema.empty(schema.WINDOWS).lazy())
-    for name, explicit in expand_paths(list(paths)):
+    result = Ingested()
+    inputs: list[tuple[str, bool, bytes | None]] = [(n, e, None) for n, e in expand_paths(list(paths))]
+    inputs += [(name, True, data) for name, data in uploads]
+    for name, explicit, data in inputs:
         try:
-            src = open_source(name)
+            src = open_source(name) if data is None else open_bytes(name, data)
             progress = progress_factory(src) if progress_factory else None
             frame, report, skipped = read_source(src, fmt, progress=progress)
         except InputError as exc:
-            if explicit:
+            if explicit and not keep_going:
                 raise
-            result.skipped.append(Skipped(name, None, exc.why))
+            if explicit:
+                result.failed.append(exc)
+            else:
+                result.skipped.append(Skipped(name, None, exc.why))
             continue
-        frames.append(frame)
-        result.sources.append(report)
-        result.skipped.extend(skipped)
-    if frames:
-        result.windows = pl.concat(frames, how="vertical")
+        result.add(frame, report, skipped)
     return result
+
+
+def add_prometheus(
+    ingested: Ingested, url: str, *, since: str = "6h", match: str = "", step: str | None = None
+) -> None:
+    """Add a Prometheus server's windows over the last ``since`` (see :mod:`prometheus_api`)."""
+    from specobs.ingest import prometheus_api
+
+    frame = prometheus_api.load(url, since=since, match=match, step=step)
+    ingested.add(frame.lazy(), SourceReport(f"{url} {match}".strip(), prometheus_api.FORMAT, None, frame.height, 0))

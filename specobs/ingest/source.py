@@ -51,8 +51,7 @@ class Source:
 def open_source(name: str) -> Source:
     """Open ``name`` (a path or ``-``) and read its first bytes; raise :class:`InputError` if unreadable."""
     if name == "-":
-        data = sys.stdin.buffer.read()
-        src = Source("<stdin>", None, data.startswith(GZIP_MAGIC), len(data), data=data)
+        return open_bytes("<stdin>", sys.stdin.buffer.read())
     else:
         path = Path(name)
         if not path.exists():
@@ -66,6 +65,13 @@ def open_source(name: str) -> Source:
         except OSError as exc:
             raise InputError(name, f"cannot read ({exc.strerror or exc})") from None
         src = Source(name, path, raw_head.startswith(GZIP_MAGIC), size)
+    src.head = _read_head(src)
+    return src
+
+
+def open_bytes(name: str, data: bytes) -> Source:
+    """An input already in memory (stdin, an upload), named ``name`` in messages."""
+    src = Source(name, None, data.startswith(GZIP_MAGIC), len(data), data=data)
     src.head = _read_head(src)
     return src
 
