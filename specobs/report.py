@@ -13,13 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import polars as pl
-
 from specobs.analysis import acceptance
 from specobs.analysis.cost import timing_by_batch
 from specobs.analysis.timeseries import ChangePoint, acceptance_over_time, change_points
 from specobs.errors import Skipped
-from specobs.ingest import Ingested, SourceReport
+from specobs.ingest import Ingested, SourceReport, counted_sources
 from specobs.tuning.recommend import recommend
 
 SUMMARY_KEYS = (
@@ -143,21 +141,14 @@ def _clean(value):
     return value
 
 
-def build(ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY) -> Report:
-    """Analyse ``ingested`` into a :class:`Report` grouped by ``by``."""
+def build(ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY, *, tune: bool = True) -> Report:
+    """Analyse ``ingested`` into a :class:`Report` grouped by ``by`` (with a point-estimate
+    recommendation unless ``tune`` is False)."""
     windows = ingested.windows
     overall, groups = acceptance.summarize_with_total(windows, by=by)
     keys = acceptance.group_columns(by)
     summary = overall.to_dicts()[0] if overall.height else {}
-    lazy_sources = [s.name for s in ingested.sources if s.windows < 0]  # event files are read lazily
-    counts = {}
-    if lazy_sources:
-        counted = windows.filter(pl.col("source").is_in(lazy_sources)).group_by("source").len().collect()
-        counts = dict(counted.iter_rows())
-    sources = [
-        s if s.windows >= 0 else SourceReport(s.name, s.format, s.lines, counts.get(s.name, 0), s.skipped)
-        for s in ingested.sources
-    ]
+    sources = counted_sources(ingested)
     changes: list[GroupChange] = []
     series = acceptance_over_time(acceptance.with_group_columns(windows.lazy()), keys)
     if series.height:
@@ -167,7 +158,7 @@ def build(ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY) -> Repo
                 changes.append(GroupChange(dict(zip(keys, labels, strict=True)), change))
     timing = timing_by_batch(windows, keys).to_dicts()
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
-    recommendation = recommend(windows, bootstrap=0) if summary.get("num_drafts") else None
+    recommendation = recommend(windows, bootstrap=0) if tune and summary.get("num_drafts") else None
     return Report(list(by), summary, groups.to_dicts(), sources, ingested.skipped, changes, timing, recommendation)
 
 

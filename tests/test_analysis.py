@@ -238,6 +238,7 @@ def test_timing_by_batch_means_are_sums_over_steps():
     assert out[0]["mean_verify_seconds"] == pytest.approx(0.011)
     assert out[0]["mean_step_seconds"] == pytest.approx(0.016)
     assert out[0]["draft_share"] == pytest.approx(0.003 / 0.016)
+    assert out[0]["mean_other_seconds"] == pytest.approx(0.016 - 0.003 - 0.011)
     assert out[0]["generated_tokens_per_second"] == pytest.approx(5 / 0.032)
     assert out[1]["mean_draft_seconds"] is None and out[1]["draft_share"] == 0.0
     # 0.006 s drafting 8 tokens against 0.011 s per verify; 5 of 8 drafted tokens rejected.

@@ -42,6 +42,7 @@ GROUP_KEYS = {
     "run": "run_id",
     "k": "num_spec_tokens",
     "batch": "batch_bucket",
+    "batch_size": "batch_size",
     "hour": "hour",
 }
 
@@ -56,6 +57,11 @@ def batch_bucket(batch_size: pl.Expr) -> pl.Expr:
     high = low * 2 - 1
     label = pl.when(low == 1).then(pl.lit("1")).otherwise(low.cast(pl.String) + "-" + high.cast(pl.String))
     return pl.when(batch_size.is_null()).then(None).otherwise(label)
+
+
+def bucket_label(low: int, high: int) -> str:
+    """The :func:`batch_bucket` label of the bucket ``low``–``high`` (for results keyed by bounds)."""
+    return str(low) if low == high else f"{low}-{high}"
 
 
 def with_group_columns(windows: pl.LazyFrame) -> pl.LazyFrame:

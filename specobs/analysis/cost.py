@@ -15,7 +15,7 @@ from specobs.analysis.acceptance import with_group_columns
 
 
 def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
-    """Per group and batch bucket: timed steps, mean draft/verify/step seconds, draft share of
+    """Per group and batch bucket: timed steps, mean draft/verify/step/other seconds, draft share of
     step time, cost ratio, rejected-draft share, and generated tokens per second of step time
     (null where not measured).
 
@@ -59,6 +59,10 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
             ),
         )
         .with_columns(
+            # What is neither drafting nor verifying: scheduling, sampling, bookkeeping.
+            mean_other_seconds=(
+                pl.col("mean_step_seconds") - pl.col("mean_draft_seconds").fill_null(0) - pl.col("mean_verify_seconds")
+            ).clip(lower_bound=0),
             draft_share=pl.when(pl.col("mean_step_seconds") > 0).then(
                 pl.col("mean_draft_seconds").fill_null(0) / pl.col("mean_step_seconds")
             ),
@@ -79,6 +83,7 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
             "mean_draft_seconds",
             "mean_verify_seconds",
             "mean_step_seconds",
+            "mean_other_seconds",
             "draft_share",
             "cost_ratio",
             "rejected_draft_share",

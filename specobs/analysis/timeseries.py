@@ -23,11 +23,14 @@ import polars as pl
 MAX_POINTS = 2000
 
 
-def acceptance_over_time(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
+def acceptance_over_time(
+    windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = (), max_points: int = MAX_POINTS
+) -> pl.DataFrame:
     """Acceptance length per window with known counts, in time order, per group.
 
     Step-level inputs (millions of rows) are summed into equal time buckets first, at most
-    :data:`MAX_POINTS` over the whole span, so change detection sees intervals, not steps.
+    ``max_points`` over the whole span, so change detection sees intervals, not steps (a chart
+    asks for fewer, wider buckets).
     Columns: ``keys``, ``end_ts``, ``num_drafts``, ``num_accepted_tokens``, ``mean_acceptance_length``.
     """
     known = (
@@ -40,8 +43,8 @@ def acceptance_over_time(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[st
         .select(*keys, "end_ts", "source_line", "num_drafts", "num_accepted_tokens")
     )
     size = known.select(n=pl.len(), lo=pl.col("end_ts").min(), hi=pl.col("end_ts").max()).collect().row(0, named=True)
-    if size["n"] > MAX_POINTS and size["lo"] is not None and size["hi"] > size["lo"]:
-        width = (size["hi"] - size["lo"]) / MAX_POINTS
+    if size["n"] > max_points and size["lo"] is not None and size["hi"] > size["lo"]:
+        width = (size["hi"] - size["lo"]) / max_points
         known = (
             known.group_by([*keys, ((pl.col("end_ts") - size["lo"]) // width).alias("_bucket")])
             .agg(

@@ -163,6 +163,19 @@ def load(
     return result
 
 
+def counted_sources(ingested: Ingested) -> list[SourceReport]:
+    """``ingested.sources`` with the window counts of lazily read event files filled in."""
+    lazy = [s.name for s in ingested.sources if s.windows < 0]
+    counts: dict[str, int] = {}
+    if lazy:
+        counted = ingested.windows.filter(pl.col("source").is_in(lazy)).group_by("source").len().collect()
+        counts = dict(counted.iter_rows())
+    return [
+        s if s.windows >= 0 else SourceReport(s.name, s.format, s.lines, counts.get(s.name, 0), s.skipped)
+        for s in ingested.sources
+    ]
+
+
 def add_prometheus(
     ingested: Ingested, url: str, *, since: str = "6h", match: str = "", step: str | None = None
 ) -> None:

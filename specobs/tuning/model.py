@@ -79,6 +79,21 @@ class Acceptance:
 def fit_acceptance(steps: pl.DataFrame) -> Acceptance | None:
     """From the speculative steps (or windows) of one method: rates, tail β, q and fill."""
     summary = acceptance.summarize(steps, by=()).row(0, named=True)
+    return _acceptance_from(summary, _drafts_per_request_step(steps))
+
+
+def fit_acceptance_by_batch(steps: pl.DataFrame) -> dict[int, Acceptance]:
+    """:func:`fit_acceptance` per batch size, from one grouped pass."""
+    q = _drafts_per_request_step(steps, by="batch_size")
+    out = {}
+    for row in acceptance.summarize(steps, by=("batch_size",)).iter_rows(named=True):
+        fitted = _acceptance_from(row, q.get(row["batch_size"], 1.0)) if row["batch_size"] is not None else None
+        if fitted is not None:
+            out[int(row["batch_size"])] = fitted
+    return out
+
+
+def _acceptance_from(summary: dict, q: float) -> Acceptance | None:
     rates = summary.get("acceptance_rate_per_position")
     if not rates:
         return None
@@ -97,17 +112,22 @@ def fit_acceptance(steps: pl.DataFrame) -> Acceptance | None:
     k = len(rates)
     drafts = summary.get("num_drafts") or 0
     fill = (summary.get("num_draft_tokens") or 0) / (drafts * k) if drafts and k else 1.0
-    q = _drafts_per_request_step(steps)
     return Acceptance(tuple(rates), beta, beta_low, beta_high, q, min(max(fill, 0.0), 1.0))
 
 
-def _drafts_per_request_step(steps: pl.DataFrame) -> float:
-    """q: drafts per request per decode step (lookup drafters skip requests without a match)."""
+def _drafts_per_request_step(steps: pl.DataFrame, by: str | None = None):
+    """q: drafts per request per decode step (lookup drafters skip requests without a match);
+    with ``by``, a dict of q per value of that column (1.0 where unknown)."""
     decode = _decode_steps(steps).filter(pl.col("batch_size") > 0)
-    if decode.is_empty() or decode["num_drafts"].null_count() == decode.height:
-        return 1.0
-    ratio = decode["num_drafts"].sum() / decode["batch_size"].sum()
-    return float(min(max(ratio, 0.0), 1.0))
+    q = (pl.col("num_drafts").sum() / pl.col("batch_size").sum()).clip(0.0, 1.0)
+    known = pl.col("num_drafts").is_not_null().any()
+    if by is None:
+        if decode.is_empty():
+            return 1.0
+        value = decode.select(pl.when(known).then(q)).item()
+        return 1.0 if value is None else float(value)
+    rows = decode.group_by(by).agg(pl.when(known).then(q).alias("q")).iter_rows()
+    return {key: 1.0 if value is None else float(value) for key, value in rows}
 
 
 def _decode_steps(steps: pl.DataFrame) -> pl.DataFrame:

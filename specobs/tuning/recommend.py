@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from specobs.tuning import leviathan
-from specobs.tuning.model import Acceptance, CostModel, fit_acceptance, fit_cost, predict
+from specobs.tuning.model import Acceptance, CostModel, fit_acceptance, fit_acceptance_by_batch, fit_cost, predict
 
 LABELS = ("model", "method", "draft_model", "platform", "device")
 
@@ -127,12 +127,7 @@ def _by_batch(spec: pl.DataFrame) -> dict[int, Acceptance]:
     )
     if len(sizes) < 2:
         return {}
-    out = {}
-    for size in sizes:
-        acc = fit_acceptance(spec.filter(pl.col("batch_size") == size))
-        if acc is not None:
-            out[int(size)] = acc
-    return out
+    return fit_acceptance_by_batch(spec.filter(pl.col("batch_size").is_in(sizes)))
 
 
 def _base_steps(base_all: pl.DataFrame, labels: dict[str, Any]) -> pl.DataFrame | None:
@@ -250,6 +245,8 @@ def recommend(
                     "draft_model": fit.labels.get("draft_model"),
                     "num_speculative_tokens": k,
                     "batch_size": round(buckets[bi].batch, 2),
+                    "batch_size_min": buckets[bi].low,
+                    "batch_size_max": buckets[bi].high,
                     "tokens_per_second": rate,
                     "speedup": speed,
                     "interval": interval,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from specobs.analysis.acceptance import batch_bucket
 from specobs.tuning.model import _decode_steps, predict
 from specobs.tuning.recommend import fit_methods
 
@@ -32,14 +33,21 @@ class Validation:
         return float(self.choices["regret"].max())
 
 
-def measured_throughput(steps: pl.DataFrame) -> pl.DataFrame:
-    """Decode tokens/s per (method, k, batch size): Σ generated / Σ step seconds."""
+def measured_throughput(steps: pl.DataFrame, *, by_bucket: bool = False) -> pl.DataFrame:
+    """Decode tokens/s per (method, k, batch size): Σ generated / Σ step seconds.
+
+    With ``by_bucket``, per power-of-two batch bucket (``batch_bucket``, as the recommendation's
+    buckets) instead of per batch size.
+    """
     decode = _decode_steps(steps.filter(pl.col("step_seconds").is_not_null() & pl.col("batch_size").is_not_null()))
-    return (
-        decode.group_by(pl.col("method"), pl.col("num_spec_tokens").alias("k"), "batch_size")
-        .agg(measured=pl.col("num_generated_tokens").sum() / pl.col("step_seconds").sum(), steps=pl.len())
-        .sort("method", "k", "batch_size", nulls_last=True)
+    batch = batch_bucket(pl.col("batch_size")).alias("batch_bucket") if by_bucket else pl.col("batch_size")
+    out = decode.group_by(pl.col("method"), pl.col("num_spec_tokens").alias("k"), batch).agg(
+        measured=pl.col("num_generated_tokens").sum() / pl.col("step_seconds").sum(),
+        steps=pl.len(),
+        batch_size_min=pl.col("batch_size").min(),
     )
+    order = "batch_size_min" if by_bucket else "batch_size"
+    return out.sort("method", "k", order, nulls_last=True).drop([] if by_bucket else ["batch_size_min"])
 
 
 def validate(

@@ -1,0 +1,384 @@
+"""The Streamlit app: pages, sidebar and caching. Layout only.
+
+Run it with ``specobs dashboard [PATHS] [--prometheus URL]`` or, from a checkout,
+``streamlit run dashboards/streamlit_app.py``. Results are cached by the inputs' signature
+and the filter values, in process memory (``st.cache_resource``: frames are shared, never
+copied), so changing pages or going back to a filter already seen costs no recomputation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+import streamlit as st
+
+from specobs import report as report_model
+from specobs.analysis.acceptance import GROUP_KEYS
+from specobs.dashboard import charts, views
+from specobs.dashboard.data import (
+    Filters,
+    Inputs,
+    Loaded,
+    apply_filters,
+    default_inputs,
+    filter_options,
+    load_inputs,
+    signature,
+    time_bounds,
+)
+from specobs.errors import SpecobsError
+from specobs.ingest import Ingested
+from specobs.render.tuning import comparison_to_json, headline, recommendation_to_json
+from specobs.tuning.compare import compare
+from specobs.tuning.recommend import recommend
+
+PAGES = ("Overview", "Cost", "Tuning", "Compare", "Sources")
+#: Grouping the Overview and Cost pages start with (``--by`` names).
+DEFAULT_GROUPS = ("method", "k")
+#: Groupings offered (batch buckets and hours have their own charts).
+GROUP_CHOICES = tuple(k for k in GROUP_KEYS if k not in ("batch", "hour"))
+SKIPPED_SHOWN = 500
+log = logging.getLogger("specobs.dashboard")
+
+
+# --- cached computations (keys are plain values; frames ride along unhashed) ----------------------
+
+
+@st.cache_resource(max_entries=4, show_spinner="Reading inputs…")
+def _loaded(key: tuple, _inputs: Inputs, _uploads: tuple[tuple[str, bytes], ...]) -> Loaded:
+    return load_inputs(_inputs, _uploads)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _filtered(key: tuple, filters: Filters, _loaded: Loaded) -> pl.DataFrame:
+    return apply_filters(_loaded.windows, filters)
+
+
+@st.cache_resource(max_entries=16, show_spinner="Analysing…")
+def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _windows: pl.DataFrame, _loaded: Loaded):
+    ingested = Ingested(_windows.lazy(), _loaded.sources, _loaded.skipped)
+    return report_model.build(ingested, groups, tune=False)
+
+
+@st.cache_resource(max_entries=16, show_spinner="Fitting the throughput model…")
+def _recommendation(key: tuple, filters: Filters, options: tuple, _windows: pl.DataFrame):
+    max_k, margin, cost_ratio, bootstrap = options
+    return recommend(_windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap)
+
+
+@st.cache_resource(max_entries=16, show_spinner="Comparing…")
+def _comparison(key: tuple, filters: Filters, dimension: str, a: Any, b: Any, _windows: pl.DataFrame):
+    return compare(views.compare_subset(_windows, dimension, a), views.compare_subset(_windows, dimension, b))
+
+
+# --- sidebar ------------------------------------------------------------------------------------
+
+
+def _page() -> str:
+    wanted = st.query_params.get("page", PAGES[0])
+    index = PAGES.index(wanted) if wanted in PAGES else 0
+    page = st.sidebar.radio("Page", PAGES, index=index, key="page")
+    st.query_params["page"] = page
+    return page
+
+
+def _inputs() -> tuple[Inputs, tuple[tuple[str, bytes], ...]]:
+    start = default_inputs()
+    with st.sidebar.expander("Data", expanded=False):
+        text = st.text_area(
+            "Paths (one per line)",
+            value="\n".join(start.paths),
+            key="paths",
+            help="Log files, Prometheus scrapes, event files or folders on the machine running the app.",
+        )
+        files = st.file_uploader(
+            "Upload files",
+            accept_multiple_files=True,
+            key="uploads",
+            help="vLLM or SGLang logs (also .gz), saved /metrics scrapes, specobs event files.",
+        )
+        url = st.text_input(
+            "Prometheus URL", value=start.prometheus or "", key="prometheus", placeholder="http://127.0.0.1:9090"
+        )
+        since = st.text_input("Prometheus range", value=start.since, key="since", help="How far back: 30m, 6h, 2d.")
+        match = st.text_input("Prometheus selector", value=start.match, key="match", placeholder='{model_name="..."}')
+    paths = tuple(line.strip() for line in text.splitlines() if line.strip())
+    uploads = tuple((f.name, f.getvalue()) for f in files or ())
+    return Inputs(paths, url.strip() or None, since.strip() or "6h", match.strip()), uploads
+
+
+def _filters(windows: pl.DataFrame) -> tuple[Filters, tuple[str, ...]]:
+    st.sidebar.subheader("Filters")
+    values = []
+    for column, options in filter_options(windows).items():
+        chosen = st.sidebar.multiselect(column, options, key=f"filter_{column}", placeholder="all")
+        if chosen:
+            values.append((column, tuple(chosen)))
+    time_range = None
+    bounds = time_bounds(windows)
+    if bounds and bounds[1] > bounds[0]:
+        low, high = (dt.datetime.fromtimestamp(v, dt.UTC).replace(tzinfo=None) for v in bounds)
+        low, high = low.replace(microsecond=0), high.replace(microsecond=0) + dt.timedelta(seconds=1)
+        chosen_range = st.sidebar.slider(
+            "time range (UTC)",
+            min_value=low,
+            max_value=high,
+            value=(low, high),
+            step=dt.timedelta(seconds=max(1, int((high - low).total_seconds() // 500))),
+            format="MM-DD HH:mm:ss",
+            key="time_range",
+        )
+        if chosen_range != (low, high):
+            time_range = tuple(v.replace(tzinfo=dt.UTC).timestamp() for v in chosen_range)
+    groups = st.sidebar.multiselect("group by", GROUP_CHOICES, default=list(DEFAULT_GROUPS), key="group_by")
+    return Filters(tuple(values), time_range), tuple(groups)
+
+
+# --- pages --------------------------------------------------------------------------------------
+
+
+def _download(label: str, frame: pl.DataFrame, name: str) -> None:
+    st.download_button(label, frame.write_csv(), file_name=name, mime="text/csv", key=f"download_{name}")
+
+
+def _chart(where: Any, chart: Any, stretch: bool = True) -> None:
+    """Draw with the chart's own palette and sizes (Streamlit's theme would override them)."""
+    where.altair_chart(chart, width="stretch" if stretch else "content", theme=None)
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def overview(ctx: Context) -> None:
+    report = ctx.report()
+    s = report.summary
+    st.header("Overview")
+    if not s or not s.get("num_windows"):
+        st.info("No speculative decoding metrics in the selection: widen the filters or add inputs (sidebar → Data).")
+        return
+    interval = None
+    if s.get("mean_acceptance_length_low") is not None:
+        interval = f"95% interval {s['mean_acceptance_length_low']:.2f}–{s['mean_acceptance_length_high']:.2f}"
+    cols = st.columns(5)
+    cols[0].metric("Acceptance length", _fmt(s.get("mean_acceptance_length"), "{:.2f}"), help=interval)
+    cols[1].metric("Draft acceptance rate", _fmt(s.get("draft_acceptance_rate"), "{:.1%}"))
+    cols[2].metric("Drafts", _fmt(s.get("num_drafts"), "{:,}"))
+    cols[3].metric("Accepted tokens", _fmt(s.get("num_accepted_tokens"), "{:,}"))
+    skipped = len(ctx.loaded.skipped) + len(ctx.loaded.failed)
+    cols[4].metric("Skipped input lines", f"{skipped:,}", help="Details on the Sources page.")
+    for sentence in report.findings():
+        st.markdown(f"- {sentence}")
+    columns = report.group_columns
+    positions = views.positions_frame(report.groups or [s], columns)
+    if positions.height:
+        st.subheader("Acceptance by draft position")
+        st.caption(
+            "r_i: share of drafts whose first i tokens were all accepted. β_i = r_i / r_(i−1): "
+            "the chance position i is accepted once i−1 were. Bars: 95% intervals."
+        )
+        left, right = st.columns(2)
+        for col, (curve, _) in zip((left, right), views.CURVES, strict=True):
+            _chart(col, charts.positions(positions, curve))
+    series = views.over_time_frame(ctx.windows, columns)
+    if series.height:
+        st.subheader("Acceptance over time")
+        changes = views.changes_frame(report.changes, columns)
+        _chart(st, charts.acceptance_over_time(series, changes))
+        if changes.height:
+            st.caption(f"{changes.height} change(s) detected (dashed lines):")
+            st.dataframe(changes.select("group", "time", "kind", "before", "after", "z"), hide_index=True)
+        else:
+            st.caption("No change in acceptance length detected.")
+    st.subheader("By group")
+    table = views.groups_table(report.groups, columns)
+    st.dataframe(table, hide_index=True)
+    _download("Download CSV", table, "acceptance-by-group.csv")
+
+
+def cost(ctx: Context) -> None:
+    report = ctx.report()
+    st.header("Cost")
+    table = views.timing_table(report.timing, report.group_columns)
+    if not table.height:
+        st.info(
+            "No timing in the selection. Timing comes from specobs capture (event files), V0 stage-time log "
+            "lines or the specobs exporter's histograms; logs and vLLM's own counters carry none."
+        )
+        return
+    st.caption(
+        "Mean per step, by batch size (running requests). Cost ratio: draft seconds per drafted token over "
+        "verify seconds per step. Rejected-draft share: step time spent drafting tokens the target rejected."
+    )
+    _chart(st, charts.step_time(views.timing_parts(table)), stretch=False)
+    left, right = st.columns(2)
+    _chart(left, charts.by_bucket(table, "cost ratio", "cost ratio (draft per token ÷ verify)"))
+    _chart(right, charts.by_bucket(table, "rejected-draft share", "share of step time", percent=True))
+    st.dataframe(table, hide_index=True)
+    _download("Download CSV", table, "timing-by-batch.csv")
+
+
+def tuning(ctx: Context) -> None:
+    st.header("Tuning")
+    with st.expander("Model options"):
+        cols = st.columns(4)
+        max_k = cols[0].number_input("largest k (0: measured k + 2)", 0, 16, 0, key="max_k")
+        margin = cols[1].number_input("margin over plain decoding", 0.0, 1.0, 0.02, 0.01, key="margin")
+        ratio = cols[2].number_input(
+            "cost ratio, inputs without timing (0: per-method default)", 0.0, 2.0, 0.0, 0.01, key="cost_ratio"
+        )
+        boot = cols[3].number_input("bootstrap resamples", 0, 200, 30, key="bootstrap")
+    options = (int(max_k) or None, float(margin), float(ratio) or None, int(boot))
+    rec = ctx.recommendation(options)
+    if rec is None:
+        st.info("No speculative decoding to tune in the selection (no drafts).")
+        return
+    r = rec.recommended
+    st.subheader(headline(rec))
+    cols = st.columns(3)
+    cols[0].metric("Method", r["method"] or "off")
+    cols[1].metric("Speculative tokens k", r["num_speculative_tokens"])
+    interval = r.get("interval")
+    cols[2].metric(
+        "Predicted speedup",
+        f"{r['predicted_speedup']:.2f}×",
+        help=None if not interval else f"95% interval {interval[0]:.2f}–{interval[1]:.2f}",
+    )
+    if r.get("speculative_config"):
+        st.caption("Paste into `vllm serve` (copy button at the right):")
+        st.code(f"--speculative-config '{r['speculative_config']}'", language="bash")
+    st.download_button(
+        "Download recommendation (JSON)",
+        recommendation_to_json(rec),
+        file_name="recommendation.json",
+        mime="application/json",
+        key="download_recommendation",
+    )
+    st.subheader("By batch size")
+    table = views.by_batch_table(rec)
+    st.dataframe(table, hide_index=True)
+    for line in rec.explanations:
+        st.markdown(f"- {line}")
+    predicted = views.predicted_frame(rec)
+    measured = views.measured_frame(ctx.windows, views.method_labels(rec))
+    st.subheader("Predicted speedup against k")
+    _chart(st, charts.tuning(predicted, measured, "speedup"), stretch=False)
+    st.subheader("Throughput against k: predicted (lines) and measured (triangles)")
+    _chart(st, charts.tuning(predicted, measured, "tokens_per_second"), stretch=False)
+    if rec.comparison:
+        st.subheader("Best speedup per method")
+        st.dataframe(views.method_comparison_table(rec), hide_index=True)
+    _download("Download predictions (CSV)", predicted, "predicted.csv")
+    if rec.assumptions:
+        with st.expander("Assumptions"):
+            for line in rec.assumptions:
+                st.markdown(f"- {line}")
+
+
+def compare_page(ctx: Context) -> None:
+    st.header("Compare")
+    choices = views.compare_choices(ctx.windows)
+    if not choices:
+        st.info("Nothing to compare: the selection has one run, method, platform… Add inputs or widen the filters.")
+        return
+    names = list(choices)
+    dimension = st.selectbox("Compare by", names, key="compare_by")
+    values = choices[dimension]
+    left, right = st.columns(2)
+    a = left.selectbox("A (before)", values, index=0, key=f"compare_a_{dimension}")
+    b = right.selectbox("B (after)", values, index=1, key=f"compare_b_{dimension}")
+    if a == b:
+        st.warning("Choose two different values.")
+        return
+    result = ctx.comparison(dimension, a, b)
+    show = {"regression": st.error, "improvement": st.success}.get(result.kind, st.info)
+    show(result.verdict)
+    labels = (f"A: {a}", f"B: {b}")
+    table = views.compare_table(result, labels)
+    st.dataframe(table, hide_index=True)
+    positions = views.compare_positions_frame(result, labels)
+    if positions.height:
+        _chart(st, charts.compare_positions(positions))
+    st.download_button(
+        "Download comparison (JSON)",
+        comparison_to_json(result),
+        file_name="comparison.json",
+        mime="application/json",
+        key="download_comparison",
+    )
+
+
+def sources(ctx: Context) -> None:
+    st.header("Sources")
+    loaded = ctx.loaded
+    for message in loaded.failed:
+        st.error(f"Could not read {message}")
+    table = views.sources_table(loaded.sources)
+    st.dataframe(table, hide_index=True)
+    _download("Download CSV", table, "sources.csv")
+    total = len(loaded.skipped)
+    st.subheader(f"Skipped lines: {total:,}")
+    if total:
+        shown = views.skipped_table(loaded.skipped, SKIPPED_SHOWN)
+        if total > SKIPPED_SHOWN:
+            st.caption(f"The first {SKIPPED_SHOWN:,} of {total:,}; the CSV has them all.")
+        st.dataframe(shown, hide_index=True)
+        _download("Download CSV", views.skipped_table(loaded.skipped), "skipped-lines.csv")
+    st.caption(f"{ctx.windows.height:,} of {loaded.windows.height:,} windows pass the filters.")
+
+
+class Context:
+    """What a page needs: the loaded inputs, the filtered windows, and cached results."""
+
+    def __init__(self, key: tuple, loaded: Loaded, filters: Filters, groups: tuple[str, ...]) -> None:
+        self.key, self.loaded, self.filters, self.groups = key, loaded, filters, groups
+        self.windows = _filtered(key, filters, loaded)
+
+    def report(self):
+        return _report(self.key, self.filters, self.groups, self.windows, self.loaded)
+
+    def recommendation(self, options: tuple):
+        return _recommendation(self.key, self.filters, options, self.windows)
+
+    def comparison(self, dimension: str, a: Any, b: Any):
+        return _comparison(self.key, self.filters, dimension, a, b, self.windows)
+
+
+RENDER: dict[str, Callable[[Context], None]] = {
+    "Overview": overview,
+    "Cost": cost,
+    "Tuning": tuning,
+    "Compare": compare_page,
+    "Sources": sources,
+}
+
+
+def main() -> None:
+    st.set_page_config(page_title="specobs", page_icon="⏩", layout="wide")
+    page = _page()
+    inputs, uploads = _inputs()
+    upload_key = tuple((name, hashlib.sha256(data).hexdigest()) for name, data in uploads)
+    key = (signature(inputs), upload_key)
+    try:
+        loaded = _loaded(key, inputs, uploads)
+        filters, groups = _filters(loaded.windows)
+        if not inputs.paths and not uploads and not inputs.prometheus:
+            st.info("No inputs: give paths, upload files or a Prometheus URL in the sidebar (Data).")
+        elif loaded.failed and page != "Sources":
+            st.warning(f"{len(loaded.failed)} input(s) could not be read: see the Sources page.")
+        RENDER[page](Context(key, loaded, filters, groups))
+    except SpecobsError as exc:
+        st.error(str(exc))
+    except Exception as exc:  # a bug in specobs: one line on the page, the traceback in the server log
+        log.error("dashboard error:\n%s", traceback.format_exc())
+        st.error(f"Internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+if __name__ == "__main__":
+    main()

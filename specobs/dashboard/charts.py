@@ -1,0 +1,245 @@
+"""Altair charts for the app: labelled axes with units, a colour-blind-safe palette.
+
+Each function takes a frame from :mod:`specobs.dashboard.views` and returns a chart; none
+computes anything. Colours are Okabe and Ito's palette, safe for the common colour-vision
+deficiencies, with the plain-decoding baseline drawn in grey.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+from specobs.dashboard.views import bucket_order
+
+#: Okabe & Ito (2008), "Color Universal Design": distinguishable under deuteranopia,
+#: protanopia and tritanopia.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+PARTS = {"draft": "#E69F00", "verify": "#0072B2", "other": "#BBBBBB"}
+FACET_WIDTH = 200
+HEIGHT = 260
+
+
+def _color(field: str, title: str) -> alt.Color:
+    return alt.Color(
+        field,
+        title=title,
+        scale=alt.Scale(range=list(OKABE_ITO)),
+        legend=alt.Legend(orient="bottom", columns=4, symbolLimit=0, labelLimit=200),
+    )
+
+
+def _shape(field: str, title: str, groups: int) -> alt.Shape | alt.value:
+    """Point shapes as a second cue once there are more groups than colours."""
+    if groups <= len(OKABE_ITO):
+        return alt.value("circle")
+    return alt.Shape(field, title=title, legend=alt.Legend(orient="bottom", columns=4, symbolLimit=0, labelLimit=200))
+
+
+def positions(frame: pl.DataFrame, curve: str) -> alt.Chart:
+    """One per-position curve (r_i or β_i) per group, with 95% interval bars."""
+    data = frame.filter(pl.col("curve") == curve)
+    base = alt.Chart(data, title=curve).encode(
+        x=alt.X("position:O", title="draft position i", axis=alt.Axis(labelAngle=0)),
+        color=_color("group:N", "group"),
+    )
+    bars = base.mark_errorbar(ticks=True).encode(
+        y=alt.Y("low:Q", title="share of drafts", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+        y2="high:Q",
+    )
+    line = base.mark_line(point=alt.OverlayMarkDef(filled=True, size=50)).encode(
+        y=alt.Y("rate:Q"),
+        shape=_shape("group:N", "group", data.get_column("group").n_unique()),
+        tooltip=[
+            alt.Tooltip("group:N"),
+            alt.Tooltip("position:O"),
+            alt.Tooltip("rate:Q", format=".3f"),
+            alt.Tooltip("low:Q", format=".3f", title="95% low"),
+            alt.Tooltip("high:Q", format=".3f", title="95% high"),
+        ],
+    )
+    return (bars + line).properties(height=HEIGHT)
+
+
+def acceptance_over_time(series: pl.DataFrame, changes: pl.DataFrame) -> alt.LayerChart:
+    """Acceptance length over time per group; detected changes as dashed rules."""
+    line = (
+        alt.Chart(series)
+        .mark_line(point=series.height <= 200)
+        .encode(
+            x=alt.X("time:T", title="time (UTC)"),
+            y=alt.Y("mean_acceptance_length:Q", title="acceptance length (tokens)", scale=alt.Scale(zero=False)),
+            color=_color("group:N", "group"),
+            tooltip=[
+                alt.Tooltip("group:N"),
+                alt.Tooltip("time:T", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("mean_acceptance_length:Q", format=".3f", title="acceptance length"),
+                alt.Tooltip("num_drafts:Q", title="drafts"),
+            ],
+        )
+    )
+    rules = (
+        alt.Chart(changes)
+        .mark_rule(strokeDash=[6, 4], strokeWidth=2, color="#D55E00")
+        .encode(
+            x="time:T",
+            tooltip=[
+                alt.Tooltip("group:N"),
+                alt.Tooltip("kind:N", title="change"),
+                alt.Tooltip("before:Q", format=".2f"),
+                alt.Tooltip("after:Q", format=".2f"),
+                alt.Tooltip("z:Q", format=".1f"),
+            ],
+        )
+    )
+    return alt.layer(line, rules).properties(height=HEIGHT)
+
+
+def step_time(parts: pl.DataFrame) -> alt.FacetChart:
+    """Where a step's time goes, per batch bucket: draft, verify and the rest, per group."""
+    order = bucket_order(parts.get_column("batch").to_list())
+    return (
+        alt.Chart(parts)
+        .mark_bar()
+        .encode(
+            x=alt.X("batch:N", title="batch size (running requests)", sort=order, axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("ms:Q", title="mean time per step (ms)", stack="zero"),
+            color=alt.Color(
+                "part:N",
+                title="part of the step",
+                scale=alt.Scale(domain=list(PARTS), range=list(PARTS.values())),
+                legend=alt.Legend(orient="bottom", columns=4, symbolLimit=0, labelLimit=200),
+            ),
+            order=alt.Order("part_order:Q"),
+            tooltip=[
+                alt.Tooltip("group:N"),
+                alt.Tooltip("batch:N"),
+                alt.Tooltip("part:N"),
+                alt.Tooltip("ms:Q", format=".3f", title="ms"),
+            ],
+        )
+        .transform_calculate(part_order="indexof(['draft', 'verify', 'other'], datum.part)")
+        .properties(width=FACET_WIDTH, height=HEIGHT)
+        .facet(facet=alt.Facet("group:N", title=None), columns=3)
+        .resolve_axis(x="independent")
+    )
+
+
+def by_bucket(table: pl.DataFrame, column: str, title: str, percent: bool = False) -> alt.Chart:
+    """One timing quantity (cost ratio, rejected-draft share) per batch bucket and group."""
+    data = table.drop_nulls(column)
+    order = bucket_order(data.get_column("batch").to_list())
+    axis = alt.Axis(format="%") if percent else alt.Axis()
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("batch:N", title="batch size (running requests)", sort=order, axis=alt.Axis(labelAngle=0)),
+            xOffset="group:N",
+            y=alt.Y(f"{column}:Q", title=title, axis=axis),
+            color=_color("group:N", "group"),
+            tooltip=[
+                alt.Tooltip("group:N"),
+                alt.Tooltip("batch:N"),
+                alt.Tooltip(f"{column}:Q", format=".1%" if percent else ".4f", title=title),
+            ],
+        )
+        .properties(height=HEIGHT)
+    )
+
+
+def tuning(predicted: pl.DataFrame, measured: pl.DataFrame, quantity: str) -> alt.FacetChart:
+    """Predicted ``speedup`` or ``tokens_per_second`` against k, one panel per batch bucket.
+
+    Speedup panels carry the bootstrap 95% band and a rule at 1 (plain decoding); throughput
+    panels overlay the measured points (triangles) where the input ran that k and bucket.
+    """
+    pred = predicted.with_columns(kind=pl.lit("predicted"), steps=pl.lit(None, pl.UInt32))
+    columns = ["method", "k", "batch", "batch_min", "kind", "steps", "speedup", "low", "high", "tokens_per_second"]
+    frames = [pred.select(columns)]
+    if quantity == "tokens_per_second" and measured.height:
+        meas = measured.with_columns(
+            kind=pl.lit("measured"),
+            speedup=pl.lit(None, pl.Float64),
+            low=pl.lit(None, pl.Float64),
+            high=pl.lit(None, pl.Float64),
+        )
+        frames.append(meas.select(columns))
+    data = pl.concat(frames, how="vertical_relaxed")
+    title = "predicted speedup over plain decoding (×)" if quantity == "speedup" else "decode tokens per second"
+    k_axis = alt.X("k:Q", title="speculative tokens k", axis=alt.Axis(tickMinStep=1, format="d"))
+    color = _color("method:N", "method")
+    tooltip = [
+        alt.Tooltip("method:N"),
+        alt.Tooltip("batch:N", title="batch"),
+        alt.Tooltip("k:Q"),
+        alt.Tooltip("kind:N"),
+        alt.Tooltip(f"{quantity}:Q", format=".3f", title=quantity.replace("_", " ")),
+    ]
+    predicted_only = alt.datum.kind == "predicted"
+    line = (
+        alt.Chart()
+        .mark_line(point=True)
+        .encode(
+            x=k_axis, y=alt.Y(f"{quantity}:Q", title=title, scale=alt.Scale(zero=False)), color=color, tooltip=tooltip
+        )
+        .transform_filter(predicted_only)
+    )
+    layers: list[alt.Chart] = [line]
+    if quantity == "speedup":
+        band = (
+            alt.Chart()
+            .mark_area(opacity=0.2)
+            .encode(x="k:Q", y="low:Q", y2="high:Q", color=color)
+            .transform_filter(predicted_only & (alt.datum.low != None))  # noqa: E711 - a Vega expression
+        )
+        one = alt.Chart().mark_rule(strokeDash=[4, 4], color="#666666").encode(y=alt.datum(1))
+        layers = [band, line, one]
+    else:
+        points = (
+            alt.Chart()
+            .mark_point(shape="triangle-up", size=90, filled=True)
+            .encode(
+                x="k:Q",
+                y=f"{quantity}:Q",
+                color=color,
+                tooltip=[*tooltip, alt.Tooltip("steps:Q", title="steps measured")],
+            )
+            .transform_filter(alt.datum.kind == "measured")
+        )
+        layers.append(points)
+    return (
+        alt.layer(*layers, data=data)
+        .properties(width=FACET_WIDTH, height=HEIGHT - 40)
+        .facet(facet=alt.Facet("batch:N", title="batch size bucket", sort=alt.SortField("batch_min")), columns=4)
+        .resolve_scale(y="independent" if quantity == "tokens_per_second" else "shared")
+        .resolve_axis(x="independent", y="independent")
+    )
+
+
+def compare_positions(frame: pl.DataFrame) -> alt.LayerChart:
+    """Per-position acceptance of the two compared sides, with 95% intervals."""
+    base = alt.Chart(frame).encode(
+        x=alt.X("position:O", title="draft position i", axis=alt.Axis(labelAngle=0)),
+        xOffset="run:N",
+        color=_color("run:N", "run"),
+    )
+    bars = base.mark_errorbar(ticks=True).encode(
+        y=alt.Y(
+            "low:Q",
+            title="acceptance rate r_i (share of drafts)",
+            axis=alt.Axis(format="%"),
+            scale=alt.Scale(domain=[0, 1]),
+        ),
+        y2="high:Q",
+    )
+    points = base.mark_point(filled=True, size=70).encode(
+        y="rate:Q",
+        tooltip=[
+            alt.Tooltip("run:N"),
+            alt.Tooltip("position:O"),
+            alt.Tooltip("rate:Q", format=".3f"),
+            alt.Tooltip("changed:N", title="changed beyond both intervals"),
+        ],
+    )
+    return (bars + points).properties(height=HEIGHT)

@@ -1,0 +1,136 @@
+"""What the app reads, and the slice of it that every page sees.
+
+Inputs are paths (files or folders), uploaded files and a Prometheus server, read with the
+same ingest as the command line; an input that cannot be read is listed, not fatal. Filters
+are plain values, so that results can be cached by them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from specobs import schema
+from specobs.errors import SpecobsError
+from specobs.ingest import SourceReport, add_prometheus, counted_sources, load
+from specobs.ingest.source import expand_paths
+
+#: The bundled real recording the app opens on when given nothing (present in a checkout).
+BUNDLED_SWEEP = Path(__file__).resolve().parents[2] / "examples" / "data" / "vllm-cpu-sweep"
+#: How ``specobs dashboard`` hands its arguments to the Streamlit script (JSON).
+ARGS_ENV = "SPECOBS_DASHBOARD_ARGS"
+#: Filterable label columns, in the order the sidebar shows them.
+FILTER_COLUMNS = ("model", "method", "engine", "workload", "platform")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Where to read from."""
+
+    paths: tuple[str, ...] = ()
+    prometheus: str | None = None
+    since: str = "6h"
+    match: str = ""
+
+
+def default_inputs() -> Inputs:
+    """The inputs ``specobs dashboard`` was started with, else the bundled sweep."""
+    raw = os.environ.get(ARGS_ENV)
+    if raw:
+        args = json.loads(raw)
+        return Inputs(
+            tuple(args.get("paths") or ()),
+            args.get("prometheus") or None,
+            args.get("since", "6h"),
+            args.get("match", ""),
+        )
+    return Inputs(paths=(str(BUNDLED_SWEEP),) if BUNDLED_SWEEP.is_dir() else ())
+
+
+def signature(inputs: Inputs) -> tuple:
+    """A cache key that changes when any input file changes (size or modification time)."""
+    files = []
+    for name, _ in expand_paths(list(inputs.paths)):
+        try:
+            stat = os.stat(name)
+            files.append((name, stat.st_size, stat.st_mtime_ns))
+        except OSError:
+            files.append((name, None, None))
+    return (tuple(files), inputs.prometheus, inputs.since, inputs.match)
+
+
+@dataclass
+class Loaded:
+    """Everything read, unfiltered."""
+
+    windows: pl.DataFrame
+    sources: list[SourceReport] = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # specobs.errors.Skipped
+    failed: list[str] = field(default_factory=list)  # "input: why", one per unreadable input
+
+
+def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Loaded:
+    """Read ``inputs`` and ``uploads`` (name, content); unreadable ones go to ``failed``."""
+    ingested = load(list(inputs.paths), uploads=uploads, keep_going=True)
+    failed = [str(exc) for exc in ingested.failed]
+    if inputs.prometheus:
+        try:
+            add_prometheus(ingested, inputs.prometheus, since=inputs.since, match=inputs.match)
+        except SpecobsError as exc:
+            failed.append(str(exc))
+    windows = ingested.windows.collect()
+    ingested.windows = windows.lazy()
+    return Loaded(windows, counted_sources(ingested), ingested.skipped, failed)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The slice every page sees: allowed values per label column, and a time range."""
+
+    values: tuple[tuple[str, tuple], ...] = ()  # (column, allowed values); absent = all
+    time_range: tuple[float, float] | None = None  # unix seconds, on window end times
+
+    def allowed(self, column: str) -> tuple | None:
+        return dict(self.values).get(column)
+
+
+def filter_options(windows: pl.DataFrame) -> dict[str, list]:
+    """Distinct known values of each filter column (columns with none are left out)."""
+    out = {}
+    for column in FILTER_COLUMNS:
+        values = windows.get_column(column).drop_nulls().unique().sort().to_list()
+        if values:
+            out[column] = values
+    return out
+
+
+def time_bounds(windows: pl.DataFrame) -> tuple[float, float] | None:
+    """The earliest and latest window end, or None without timestamps."""
+    ends = windows.get_column("end_ts").drop_nulls()
+    return (float(ends.min()), float(ends.max())) if ends.len() else None
+
+
+def apply_filters(windows: pl.DataFrame, filters: Filters) -> pl.DataFrame:
+    """Rows inside ``filters``. Plain-decoding rows without a method (a k = 0 baseline engine)
+    are kept under a method filter: the tuning model needs them as the baseline."""
+    condition = pl.lit(True)
+    for column, allowed in filters.values:
+        keep = pl.col(column).is_in(list(allowed))
+        if column == "method":
+            keep = keep | (pl.col("method").is_null() & (pl.col("num_spec_tokens") == 0))
+        condition = condition & keep.fill_null(False)
+    if filters.time_range is not None:
+        low, high = filters.time_range
+        condition = condition & pl.col("end_ts").is_between(low, high).fill_null(True)
+    if not filters.values and filters.time_range is None:
+        return windows
+    return windows.filter(condition)
+
+
+def empty_windows() -> pl.DataFrame:
+    return schema.empty(schema.WINDOWS)

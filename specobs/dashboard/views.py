@@ -1,0 +1,409 @@
+"""Frames for the app's charts and tables, reshaped from the package's results.
+
+Each function takes what ``specobs.report``, ``specobs.tuning.recommend`` or
+``specobs.tuning.compare`` computed and returns a polars frame in the long shape a chart
+wants (one row per mark), with units in the column names where they are not plain counts.
+Reshaping only: no estimate is computed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from specobs.analysis.acceptance import GROUP_KEYS, bucket_label, with_group_columns
+from specobs.analysis.timeseries import acceptance_over_time
+from specobs.tuning.compare import Comparison
+from specobs.tuning.recommend import Recommendation
+from specobs.tuning.validate import measured_throughput
+
+#: The two per-position curves: (name shown, report key).
+CURVES = (
+    ("acceptance rate r_i", "acceptance_rate_per_position"),
+    ("conditional acceptance β_i", "conditional_acceptance_rate_per_position"),
+)
+#: Shown for rows without a method: a plain-decoding engine (k = 0).
+PLAIN = "plain engine"
+#: Group dimensions that :func:`compare_choices` offers, by ``--by`` name.
+COMPARE_DIMENSIONS = (
+    "run",
+    "method",
+    "draft_model",
+    "model",
+    "platform",
+    "device",
+    "workload",
+    "engine",
+    "k",
+    "source",
+)
+
+
+def group_label(row: dict[str, Any], columns: Sequence[str]) -> str:
+    """``ngram · 4`` for a row grouped by method and k; ``all`` without groups; a row without
+    a method is the plain engine."""
+    parts = [PLAIN if c == "method" and row.get(c) is None else row.get(c) for c in columns]
+    return " · ".join(str(p) for p in parts if p is not None) or "all"
+
+
+def bucket_order(labels: Sequence[str | None]) -> list[str]:
+    """Batch bucket labels (``1``, ``2-3``, ``16-31``…) in increasing batch size."""
+    return sorted({label for label in labels if label}, key=lambda label: int(label.split("-")[0]))
+
+
+def _time(column: str) -> pl.Expr:
+    return (pl.col(column) * 1_000_000).cast(pl.Int64).cast(pl.Datetime("us", "UTC"))
+
+
+def positions_frame(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> pl.DataFrame:
+    """One row per group, curve and position (1-based): ``rate`` with its 95% ``low``/``high``."""
+    records = []
+    for row in rows:
+        if not row.get("num_drafts"):
+            continue
+        group = group_label(row, columns)
+        for curve, key in CURVES:
+            values = row.get(key) or []
+            lows, highs = row.get(f"{key}_low") or [], row.get(f"{key}_high") or []
+            for i, value in enumerate(values):
+                if value is None:
+                    continue
+                low = lows[i] if i < len(lows) else None
+                high = highs[i] if i < len(highs) else None
+                records.append(
+                    {"group": group, "curve": curve, "position": i + 1, "rate": value, "low": low, "high": high}
+                )
+    schema = {
+        "group": pl.String,
+        "curve": pl.String,
+        "position": pl.Int64,
+        "rate": pl.Float64,
+        "low": pl.Float64,
+        "high": pl.Float64,
+    }
+    return pl.DataFrame(records, schema=schema)
+
+
+def groups_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> pl.DataFrame:
+    """The per-group summary as a flat table (lists joined), for display and CSV download."""
+    records = []
+    for row in rows:
+        record = {c: row.get(c) for c in columns}
+        record.update(
+            drafts=row.get("num_drafts"),
+            draft_tokens=row.get("num_draft_tokens"),
+            accepted_tokens=row.get("num_accepted_tokens"),
+            acceptance_length=row.get("mean_acceptance_length"),
+            acceptance_length_low=row.get("mean_acceptance_length_low"),
+            acceptance_length_high=row.get("mean_acceptance_length_high"),
+            draft_acceptance_rate=row.get("draft_acceptance_rate"),
+            acceptance_rate_per_position=_joined(row.get("acceptance_rate_per_position")),
+            conditional_acceptance_rate_per_position=_joined(row.get("conditional_acceptance_rate_per_position")),
+            conditional_trend=row.get("conditional_trend"),
+        )
+        records.append(record)
+    return pl.DataFrame(records, infer_schema_length=None)
+
+
+def _joined(values: Sequence[float | None] | None) -> str | None:
+    if values is None:
+        return None
+    return " ".join("–" if v is None else f"{v:.3f}" for v in values)
+
+
+#: Time buckets over the whole span in the acceptance-over-time chart (readable, not spiky).
+CHART_POINTS = 120
+#: Not series of their own over time: k and batch size change from step to step in one engine.
+NOT_OVER_TIME = ("num_spec_tokens", "batch_bucket", "batch_size", "hour")
+
+
+def over_time_frame(windows: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """Acceptance length per window (or time bucket) per group, with a ``time`` column.
+
+    Groups by ``columns`` except k and batch size, which a dynamic-k engine changes from step
+    to step: their series would be fragments of one timeline.
+    """
+    columns = [c for c in columns if c not in NOT_OVER_TIME]
+    series = acceptance_over_time(with_group_columns(windows.lazy()), list(columns), max_points=CHART_POINTS)
+    labels = (
+        [group_label(r, columns) for r in series.select(columns).to_dicts()] if columns else ["all"] * series.height
+    )
+    return series.with_columns(group=pl.Series(labels, dtype=pl.String), time=_time("end_ts"))
+
+
+def changes_frame(changes: Sequence[Any], columns: Sequence[str]) -> pl.DataFrame:
+    """Detected change points (``specobs.report.GroupChange``) with a ``time`` column."""
+    records = [
+        {
+            "group": group_label(c.labels, columns),
+            "ts": c.change.ts,
+            "kind": c.change.kind,
+            "before": c.change.before,
+            "after": c.change.after,
+            "z": c.change.z,
+        }
+        for c in changes
+    ]
+    schema = {
+        "group": pl.String,
+        "ts": pl.Float64,
+        "kind": pl.String,
+        "before": pl.Float64,
+        "after": pl.Float64,
+        "z": pl.Float64,
+    }
+    return pl.DataFrame(records, schema=schema).with_columns(time=_time("ts"))
+
+
+TIMING_TABLE = {
+    "timed_steps": "steps",
+    "mean_draft_seconds": "draft ms",
+    "mean_verify_seconds": "verify ms",
+    "mean_other_seconds": "other ms",
+    "mean_step_seconds": "step ms",
+    "draft_share": "draft share",
+    "cost_ratio": "cost ratio",
+    "rejected_draft_share": "rejected-draft share",
+    "generated_tokens_per_second": "tokens/s",
+}
+_MS = ("mean_draft_seconds", "mean_verify_seconds", "mean_other_seconds", "mean_step_seconds")
+
+
+def timing_table(timing: Sequence[dict[str, Any]], columns: Sequence[str]) -> pl.DataFrame:
+    """``specobs.analysis.cost.timing_by_batch`` rows with readable headers, times in ms."""
+    records = []
+    for row in timing:
+        record: dict[str, Any] = {"group": group_label(row, columns), "batch": row.get("batch_bucket")}
+        for key, name in TIMING_TABLE.items():
+            value = row.get(key)
+            record[name] = value * 1000 if key in _MS and value is not None else value
+        records.append(record)
+    schema = {
+        "group": pl.String,
+        "batch": pl.String,
+        "steps": pl.Int64,
+        **{name: pl.Float64 for key, name in TIMING_TABLE.items() if key != "timed_steps"},
+    }
+    return pl.DataFrame(records, schema=schema)
+
+
+def timing_parts(table: pl.DataFrame) -> pl.DataFrame:
+    """Long form of :func:`timing_table` for stacked bars: group, batch, part, ms."""
+    parts = {"draft ms": "draft", "verify ms": "verify", "other ms": "other"}
+    return (
+        table.unpivot(index=["group", "batch"], on=list(parts), variable_name="part", value_name="ms")
+        .with_columns(pl.col("part").replace_strict(parts))
+        .drop_nulls("ms")
+    )
+
+
+def _method_label(method: str | None, draft_model: str | None = None) -> str:
+    if method is None:
+        return PLAIN
+    return f"{method} ({draft_model})" if draft_model and draft_model != method else method
+
+
+def predicted_frame(rec: Recommendation) -> pl.DataFrame:
+    """``rec.predicted`` with a method label, a batch bucket label and interval bounds."""
+    records = []
+    for p in rec.predicted:
+        interval = p.get("interval") or [None, None]
+        records.append(
+            {
+                "method": _method_label(p["method"], p.get("draft_model")),
+                "k": p["num_speculative_tokens"],
+                "batch": bucket_label(p["batch_size_min"], p["batch_size_max"]),
+                "batch_min": p["batch_size_min"],
+                "batch_size": p["batch_size"],
+                "speedup": p["speedup"],
+                "low": interval[0],
+                "high": interval[1],
+                "tokens_per_second": p["tokens_per_second"],
+                "extrapolated": p["extrapolated"],
+            }
+        )
+    schema = {
+        "method": pl.String,
+        "k": pl.Int64,
+        "batch": pl.String,
+        "batch_min": pl.Int64,
+        "batch_size": pl.Float64,
+        "speedup": pl.Float64,
+        "low": pl.Float64,
+        "high": pl.Float64,
+        "tokens_per_second": pl.Float64,
+        "extrapolated": pl.Boolean,
+    }
+    return pl.DataFrame(records, schema=schema)
+
+
+def method_labels(rec: Recommendation) -> dict[str | None, str]:
+    """Method → the label :func:`predicted_frame` gives it (with its draft model)."""
+    return {p["method"]: _method_label(p["method"], p.get("draft_model")) for p in rec.predicted}
+
+
+def measured_frame(windows: pl.DataFrame, labels: dict[str | None, str]) -> pl.DataFrame:
+    """Measured decode tokens/s per method, k and batch bucket (``measured_throughput``),
+    labelled as in ``labels`` (:func:`method_labels`); the plain engine's points are repeated
+    under each method, as every method's k = 0."""
+    measured = measured_throughput(windows, by_bucket=True).rename(
+        {"batch_bucket": "batch", "measured": "tokens_per_second", "batch_size_min": "batch_min"}
+    )
+    plain = measured.filter(pl.col("method").is_null())
+    spec = measured.filter(pl.col("method").is_not_null())
+    frames = [spec.with_columns(method=pl.col("method").replace(labels))]
+    frames += [plain.with_columns(method=pl.lit(label)) for label in sorted(set(labels.values()))]
+    return pl.concat(frames).select("method", "k", "batch", "batch_min", "tokens_per_second", "steps")
+
+
+def by_batch_table(rec: Recommendation) -> pl.DataFrame:
+    """The recommended k per batch bucket, 0 shown as off."""
+    return pl.DataFrame(
+        [
+            {
+                "method": row["method"],
+                "batch": bucket_label(row["batch_size_min"], row["batch_size_max"]),
+                "k": "off" if row["num_speculative_tokens"] == 0 else str(row["num_speculative_tokens"]),
+                "predicted speedup": row["predicted_speedup"],
+                "low": (row.get("interval") or [None, None])[0],
+                "high": (row.get("interval") or [None, None])[1],
+                "steps measured": row["measured_steps"],
+            }
+            for row in rec.by_batch_size
+        ],
+        schema={
+            "method": pl.String,
+            "batch": pl.String,
+            "k": pl.String,
+            "predicted speedup": pl.Float64,
+            "low": pl.Float64,
+            "high": pl.Float64,
+            "steps measured": pl.Int64,
+        },
+    )
+
+
+def method_comparison_table(rec: Recommendation) -> pl.DataFrame:
+    """Best predicted speedup per method and batch bucket, and the winner."""
+    records = []
+    for row in rec.comparison:
+        record = {"batch": bucket_label(row["batch_size_min"], row["batch_size_max"])}
+        record.update({f"{m} speedup": v for m, v in row["speedups"].items()})
+        record["winner"] = row["winner"]
+        records.append(record)
+    return pl.DataFrame(records, infer_schema_length=None)
+
+
+def compare_choices(windows: pl.DataFrame) -> dict[str, list]:
+    """For each comparable dimension, its values that drafted, when there are at least two."""
+    drafted = windows.filter(pl.col("num_drafts").fill_null(0) > 0)
+    out = {}
+    for name in COMPARE_DIMENSIONS:
+        column = GROUP_KEYS[name]
+        values = drafted.get_column(column).drop_nulls().unique().sort().to_list()
+        if len(values) >= 2:
+            out[name] = values
+    return out
+
+
+def compare_subset(windows: pl.DataFrame, dimension: str, value: Any) -> pl.DataFrame:
+    """The rows of one side of a comparison."""
+    return windows.filter(pl.col(GROUP_KEYS[dimension]) == value)
+
+
+def compare_positions_frame(cmp: Comparison, names: tuple[str, str]) -> pl.DataFrame:
+    """Per-position rates of both sides with intervals, for one chart."""
+    records = []
+    for p in cmp.positions:
+        for side, name in zip(("a", "b"), names, strict=True):
+            if p[side] is None:
+                continue
+            interval = p[f"{side}_interval"] or [None, None]
+            records.append(
+                {
+                    "run": name,
+                    "position": p["position"],
+                    "rate": p[side],
+                    "low": interval[0],
+                    "high": interval[1],
+                    "changed": p["changed"],
+                }
+            )
+    schema = {
+        "run": pl.String,
+        "position": pl.Int64,
+        "rate": pl.Float64,
+        "low": pl.Float64,
+        "high": pl.Float64,
+        "changed": pl.Boolean,
+    }
+    return pl.DataFrame(records, schema=schema)
+
+
+def compare_table(cmp: Comparison, names: tuple[str, str]) -> pl.DataFrame:
+    """The headline numbers of both sides, one row per quantity."""
+    rows = [
+        ("acceptance length", cmp.a.get("mean_acceptance_length"), cmp.b.get("mean_acceptance_length")),
+        (
+            "acceptance length, 95% low",
+            cmp.a.get("mean_acceptance_length_low"),
+            cmp.b.get("mean_acceptance_length_low"),
+        ),
+        (
+            "acceptance length, 95% high",
+            cmp.a.get("mean_acceptance_length_high"),
+            cmp.b.get("mean_acceptance_length_high"),
+        ),
+        ("draft acceptance rate", cmp.a.get("draft_acceptance_rate"), cmp.b.get("draft_acceptance_rate")),
+        ("drafts", cmp.a.get("num_drafts"), cmp.b.get("num_drafts")),
+    ]
+    ta, tb = cmp.timing.get("a") or {}, cmp.timing.get("b") or {}
+    for label, key, scale in (
+        ("draft ms per step", "mean_draft_seconds", 1000),
+        ("verify ms per step", "mean_verify_seconds", 1000),
+        ("step ms", "mean_step_seconds", 1000),
+        ("tokens/s of step time", "generated_tokens_per_second", 1),
+    ):
+        va, vb = ta.get(key), tb.get(key)
+        if va is not None or vb is not None:
+            rows.append((label, None if va is None else va * scale, None if vb is None else vb * scale))
+    return pl.DataFrame(
+        {
+            "quantity": [r[0] for r in rows],
+            names[0]: [_float(r[1]) for r in rows],
+            names[1]: [_float(r[2]) for r in rows],
+        },
+        schema={"quantity": pl.String, names[0]: pl.Float64, names[1]: pl.Float64},
+    )
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def sources_table(sources: Sequence[Any]) -> pl.DataFrame:
+    """What was read: one row per input (``specobs.ingest.SourceReport``)."""
+    return pl.DataFrame(
+        [
+            {"input": s.name, "format": s.format, "lines": s.lines, "windows": s.windows, "skipped lines": s.skipped}
+            for s in sources
+        ],
+        schema={
+            "input": pl.String,
+            "format": pl.String,
+            "lines": pl.Int64,
+            "windows": pl.Int64,
+            "skipped lines": pl.Int64,
+        },
+    )
+
+
+def skipped_table(skipped: Sequence[Any], limit: int | None = None) -> pl.DataFrame:
+    """Skipped lines (``specobs.errors.Skipped``): input, line, why."""
+    rows = skipped if limit is None else skipped[:limit]
+    return pl.DataFrame(
+        [{"input": s.source, "line": s.line, "why": s.why} for s in rows],
+        schema={"input": pl.String, "line": pl.Int64, "why": pl.String},
+    )
