@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -14,6 +15,8 @@ from specobs.tuning import leviathan
 from specobs.tuning import simulate as sim
 from specobs.tuning.model import fit_acceptance
 from specobs.tuning.recommend import recommend
+
+SWEEP = Path(__file__).resolve().parents[1] / "examples" / "data" / "vllm-cpu-sweep"
 
 
 def test_leviathan_paper_numbers():
@@ -128,3 +131,78 @@ def test_compare_verdicts(tmp_path):
     assert data["positions"][0]["changed"]
     result = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "c"), "--format", "json")
     assert result.returncode == 0 and json.loads(result.stdout)["kind"] == "unchanged"
+
+
+def sweep_windows() -> pl.DataFrame:
+    from specobs.ingest import load
+
+    return load([str(SWEEP)]).windows.collect()
+
+
+def tiled(frame: pl.DataFrame, times: int) -> pl.DataFrame:
+    """The recording played ``times`` times in a row: every ratio the model uses is unchanged."""
+    span = frame["end_ts"].max() - frame["start_ts"].min() + 1
+    return pl.concat(
+        [frame.with_columns(pl.col("start_ts", "end_ts") + i * span) for i in range(times)]
+    )  # fmt: skip
+
+
+def test_cells_keep_every_sum_and_bound_the_rows():
+    from specobs.tuning.model import CELLS_PER_CONFIGURATION, cells
+    from specobs.tuning.recommend import LABELS
+
+    rows = tiled(sweep_windows(), 20)
+    merged = cells(rows, LABELS)
+    keys = ["method", "num_spec_tokens", "batch_size"]
+    sums = ["num_drafts", "num_draft_tokens", "num_accepted_tokens", "draft_seconds", "num_timed_steps"]
+
+    def totals(frame, rows_column):
+        per_pos = pl.col("num_accepted_tokens_per_pos")
+        return (
+            frame.group_by(keys)
+            .agg(
+                *[pl.col(c).sum() for c in sums],
+                rows_column.alias("rows"),
+                *[per_pos.list.get(i, null_on_oob=True).sum().alias(f"p{i}") for i in range(6)],
+            )
+            .sort(keys, nulls_last=True)
+        )
+
+    before, after = totals(rows, pl.len()), totals(merged, pl.col("num_rows").sum())
+    assert before.drop("draft_seconds").equals(after.drop("draft_seconds"))
+    assert after["draft_seconds"].to_list() == pytest.approx(before["draft_seconds"].to_list(), rel=1e-12)
+    configurations = rows.select(
+        *LABELS, "num_spec_tokens", "batch_size", "num_scheduled_tokens", pl.col("verify_seconds").is_null()
+    ).n_unique()
+    assert merged.height <= CELLS_PER_CONFIGURATION * configurations
+    assert merged.height < rows.height / 5
+    # Unknown stays unknown (the plain engine has no draft time), known stays known.
+    unknown = [pl.col(c).is_null().all() for c in ("draft_seconds", "num_drafts")]
+    assert (
+        rows.group_by(keys)
+        .agg(unknown)
+        .sort(keys, nulls_last=True)
+        .equals(merged.group_by(keys).agg(unknown).sort(keys, nulls_last=True))
+    )
+    assert merged.filter(pl.col("method").is_null())["draft_seconds"].null_count() > 0
+
+
+def test_point_estimates_do_not_depend_on_how_rows_are_merged(monkeypatch):
+    """One cell per step or one cell per configuration: every predicted speedup and throughput
+    is the same, because the fit reads sums only (only the bootstrap sees the cells)."""
+    from specobs.tuning import model
+
+    frame = sweep_windows()
+    monkeypatch.setattr(model, "CELLS_PER_CONFIGURATION", 10**9)
+    per_step = recommend(frame, bootstrap=0)
+    monkeypatch.setattr(model, "CELLS_PER_CONFIGURATION", 1)
+    per_configuration = recommend(frame, bootstrap=0)
+    assert model.cells(frame, ()).height < frame.height / 10
+    assert per_step.recommended == per_configuration.recommended
+    for a, b in zip(per_step.predicted, per_configuration.predicted, strict=True):
+        assert (a["method"], a["num_speculative_tokens"], a["batch_size"]) == (
+            b["method"], b["num_speculative_tokens"], b["batch_size"]
+        )  # fmt: skip
+        assert b["speedup"] == pytest.approx(a["speedup"], rel=1e-9)
+        if a["tokens_per_second"] is not None:
+            assert b["tokens_per_second"] == pytest.approx(a["tokens_per_second"], rel=1e-9)

@@ -16,6 +16,10 @@ show how it grows). Each is fitted by least squares on per-configuration means o
 (means, not medians: throughput is total tokens over total time).
 For k beyond the measured k, the acceptance of the extra positions is extrapolated from the
 conditional rates and flagged.
+
+Fits read :func:`cells`, not rows: everything they need is a sum or a per-configuration value,
+so merging the rows of one configuration into a bounded number of cells changes no estimate
+and makes a fit on ten million steps cost what one on a few thousand does.
 """
 
 from __future__ import annotations
@@ -39,6 +43,95 @@ def drafter_kind(method: str | None) -> str:
     if method in PARALLEL:
         return "parallel"
     return "autoregressive"  # the conservative default: cost grows with k
+
+
+# --- cells ----------------------------------------------------------------------------------------
+
+#: Most cells the rows of one configuration are merged into.
+CELLS_PER_CONFIGURATION = 64
+#: Columns whose nulls a fit tells apart (a cell never mixes a known value with an unknown one).
+_NULLABLE = (
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "num_accepted_tokens_per_pos",
+    "num_generated_tokens",
+    "draft_seconds",
+    "verify_seconds",
+    "step_seconds",
+    "num_timed_steps",
+)
+_SUMMED = tuple(c for c in _NULLABLE if c != "num_accepted_tokens_per_pos")
+
+
+def is_decode(frame: pl.DataFrame) -> pl.Expr:
+    """Steps with no prompt tokens: scheduled tokens = one per request plus the drafts."""
+    if "num_scheduled_tokens" not in frame.columns or frame["num_scheduled_tokens"].null_count() == frame.height:
+        return pl.lit(True)
+    expected = pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0)
+    return pl.col("num_scheduled_tokens").is_null() | (pl.col("num_scheduled_tokens") <= expected)
+
+
+def _decode_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    return steps.filter(is_decode(steps))
+
+
+def cells(frame: pl.DataFrame, labels: Sequence[str]) -> pl.DataFrame:
+    """Step rows merged into cells: consecutive rows of one configuration (``labels``, k, batch
+    size, tokens scored, decode or not, which values are known), counters and times summed,
+    ``num_rows`` counting them. At most :data:`CELLS_PER_CONFIGURATION` cells per configuration;
+    smaller configurations keep one row per cell, and rows that are not steps (log intervals,
+    scrape pairs) are never merged. A bootstrap over cells is a block bootstrap over steps.
+    """
+    if "num_rows" in frame.columns:
+        return frame
+    nulls = pl.sum_horizontal([pl.col(c).is_null().cast(pl.Int64) * (1 << i) for i, c in enumerate(_NULLABLE)])
+    scored = pl.coalesce(pl.col("num_scheduled_tokens"), pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0))
+    config = [*labels, "num_spec_tokens", "batch_size", "scored", "decode", "nulls"]
+    carried = [*config, "num_scheduled_tokens", "reported_mean_acceptance_length", "reported_draft_acceptance_rate"]
+    index = pl.int_range(pl.len(), dtype=pl.Int64)
+    # Grouping on one hash of the configuration is several times faster than on its columns; a
+    # collision (odds ~n²/2⁶⁴ for n configurations) would only merge two configurations' cells.
+    block = pl.when(pl.col("counters") == "step").then(
+        index.over("config_hash") * CELLS_PER_CONFIGURATION // pl.len().over("config_hash")
+    ).otherwise(-1 - index)  # fmt: skip
+    positions = int(frame["num_accepted_tokens_per_pos"].list.len().max() or 0)
+    per_pos = pl.col("num_accepted_tokens_per_pos")
+    keyed = (
+        frame.lazy()
+        .with_columns(scored.alias("scored"), is_decode(frame).alias("decode"), nulls.alias("nulls"))
+        .with_columns(pl.struct(config).hash().alias("config_hash"), index.alias("first_row"))
+    )
+    merged = (
+        keyed.with_columns(block.alias("block"))
+        .group_by("config_hash", "block")
+        .agg(
+            pl.col("first_row").min(),
+            pl.len().alias("num_rows"),
+            pl.col("start_ts").min(),
+            pl.col("end_ts").max(),
+            pl.col("num_drafts_derived").any(),
+            *[pl.col(c).sum() for c in _SUMMED],
+            per_pos.list.len().max().alias("positions"),
+            *[per_pos.list.get(i, null_on_oob=True).sum().alias(f"pos_{i}") for i in range(positions)],
+        )
+        .sort("first_row")
+        .collect()
+    )
+    # Labels and the other per-configuration values: from each cell's first row.
+    firsts = keyed.select(*carried, "counters").collect()[merged["first_row"]]
+    known = {c: (pl.col("nulls") & (1 << i)) == 0 for i, c in enumerate(_NULLABLE)}
+    pos_list = pl.concat_list([f"pos_{i}" for i in range(positions)]) if positions else pl.lit([], pl.List(pl.Int64))
+    return (
+        pl.concat([firsts, merged], how="horizontal")
+        .with_columns(
+            *[pl.when(known[c]).then(pl.col(c)).alias(c) for c in _SUMMED],
+            pl.when(known["num_accepted_tokens_per_pos"])
+            .then(pos_list.list.head(pl.col("positions")))
+            .alias("num_accepted_tokens_per_pos"),
+        )
+        .drop("config_hash", "block", "first_row", "positions", *[f"pos_{i}" for i in range(positions)])
+    )
 
 
 # --- acceptance ---------------------------------------------------------------------------------
@@ -77,13 +170,15 @@ class Acceptance:
 
 
 def fit_acceptance(steps: pl.DataFrame) -> Acceptance | None:
-    """From the speculative steps (or windows) of one method: rates, tail β, q and fill."""
+    """From the speculative steps (windows or :func:`cells`) of one method: rates, tail β, q and fill."""
+    steps = cells(steps, ())
     summary = acceptance.summarize(steps, by=()).row(0, named=True)
     return _acceptance_from(summary, _drafts_per_request_step(steps))
 
 
 def fit_acceptance_by_batch(steps: pl.DataFrame) -> dict[int, Acceptance]:
     """:func:`fit_acceptance` per batch size, from one grouped pass."""
+    steps = cells(steps, ())
     q = _drafts_per_request_step(steps, by="batch_size")
     out = {}
     for row in acceptance.summarize(steps, by=("batch_size",)).iter_rows(named=True):
@@ -118,8 +213,8 @@ def _acceptance_from(summary: dict, q: float) -> Acceptance | None:
 def _drafts_per_request_step(steps: pl.DataFrame, by: str | None = None):
     """q: drafts per request per decode step (lookup drafters skip requests without a match);
     with ``by``, a dict of q per value of that column (1.0 where unknown)."""
-    decode = _decode_steps(steps).filter(pl.col("batch_size") > 0)
-    q = (pl.col("num_drafts").sum() / pl.col("batch_size").sum()).clip(0.0, 1.0)
+    decode = steps.filter(pl.col("decode") & (pl.col("batch_size") > 0))
+    q = (pl.col("num_drafts").sum() / (pl.col("batch_size") * pl.col("num_rows")).sum()).clip(0.0, 1.0)
     known = pl.col("num_drafts").is_not_null().any()
     if by is None:
         if decode.is_empty():
@@ -128,14 +223,6 @@ def _drafts_per_request_step(steps: pl.DataFrame, by: str | None = None):
         return 1.0 if value is None else float(value)
     rows = decode.group_by(by).agg(pl.when(known).then(q).alias("q")).iter_rows()
     return {key: 1.0 if value is None else float(value) for key, value in rows}
-
-
-def _decode_steps(steps: pl.DataFrame) -> pl.DataFrame:
-    """Steps with no prompt tokens: scheduled tokens = one per request plus the drafts."""
-    if "num_scheduled_tokens" not in steps.columns or steps["num_scheduled_tokens"].null_count() == steps.height:
-        return steps
-    expected = pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0)
-    return steps.filter(pl.col("num_scheduled_tokens").is_null() | (pl.col("num_scheduled_tokens") <= expected))
 
 
 # --- cost -----------------------------------------------------------------------------------------
@@ -242,32 +329,33 @@ class CostModel:
 
 
 def _means(frame: pl.DataFrame, keys: list[str], value: str) -> tuple[np.ndarray, ...]:
-    grouped = frame.group_by(keys).agg(pl.col(value).mean().alias("y"), pl.len().alias("n")).sort(keys)
+    """Per ``keys``: the mean per step of ``value`` (total time over timed steps) and the rows behind it."""
+    steps = pl.coalesce("num_timed_steps", "num_rows").filter(pl.col(value).is_not_null())
+    grouped = (
+        frame.group_by(keys)
+        .agg((pl.col(value).sum() / steps.sum()).alias("y"), pl.col("num_rows").sum().alias("n"))
+        .filter(pl.col("y").is_not_null())
+        .sort(keys)
+    )
     return (*(grouped[k].to_numpy().astype(float) for k in keys), grouped["y"].to_numpy(), grouped["n"].to_numpy())
 
 
 def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) -> CostModel | None:
     """Fit the cost model from timed speculative steps (and k = 0 steps when there are any)."""
-    spec = _per_step(spec)
-    base = _per_step(base) if base is not None else None
-    spec = _decode_steps(spec.filter(pl.col("verify_seconds").is_not_null() & pl.col("batch_size").is_not_null()))
+    spec = cells(spec, ())
+    base = cells(base, ()) if base is not None else None
+    spec = spec.filter(pl.col("verify_seconds").is_not_null() & pl.col("batch_size").is_not_null() & pl.col("decode"))
     if spec.is_empty():
         return None
     notes: list[str] = []
-    scored = pl.coalesce(pl.col("num_scheduled_tokens"), pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0))
-    frames = [spec.select(x=scored.cast(pl.Float64), y="verify_seconds")]
+    weights = ("num_timed_steps", "num_rows")
+    frames = [spec.select("scored", "verify_seconds", *weights)]
     base_decode = None
     if base is not None and not base.is_empty():
-        base_decode = _decode_steps(
-            base.filter(pl.col("step_seconds").is_not_null() & pl.col("batch_size").is_not_null())
-        )
-        frames.append(
-            base_decode.filter(pl.col("verify_seconds").is_not_null()).select(
-                x=pl.coalesce("num_scheduled_tokens", "batch_size").cast(pl.Float64), y="verify_seconds"
-            )
-        )
-    points = pl.concat(frames)
-    x, y, n = _means(points, ["x"], "y")
+        base_decode = base.filter(pl.col("step_seconds").is_not_null() & pl.col("batch_size").is_not_null())
+        base_decode = base_decode.filter(pl.col("decode"))
+        frames.append(base_decode.select("scored", "verify_seconds", *weights))
+    x, y, n = _means(pl.concat(frames), ["scored"], "verify_seconds")
     verify = fit_hinge(x, y, n)
 
     kind = drafter_kind(method)
@@ -290,16 +378,14 @@ def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) 
             draft = DraftCost(float(coef[0]), float(coef[1]), 0.0, 0.0)
             notes.append(f"draft time taken as flat in k from k={int(k[0])} ({kind} drafter)")
 
-    rest = pl.col("step_seconds") - pl.col("verify_seconds") - pl.col("draft_seconds").fill_null(0.0)
-    parts = [spec.filter(pl.col("step_seconds").is_not_null()).select("batch_size", t=scored, rest=rest)]
+    rest = (pl.col("step_seconds") - pl.col("verify_seconds") - pl.col("draft_seconds").fill_null(0.0)).alias("rest")
+    parts = [spec.filter(pl.col("step_seconds").is_not_null()).select("batch_size", "scored", rest, *weights)]
     same_engine = base_decode is not None and method is not None and (base_decode["method"] == method).all()
     if same_engine:  # drafting switched off in the same engine: its overhead tells how it grows with tokens
         parts.append(
-            base_decode.filter(pl.col("verify_seconds").is_not_null()).select(
-                "batch_size", t=pl.coalesce("num_scheduled_tokens", "batch_size"), rest=rest
-            )
+            base_decode.filter(pl.col("verify_seconds").is_not_null()).select("batch_size", "scored", rest, *weights)
         )
-    b, t, r, n = _means(pl.concat(parts, how="vertical_relaxed"), ["batch_size", "t"], "rest")
+    b, t, r, n = _means(pl.concat(parts, how="vertical_relaxed"), ["batch_size", "scored"], "rest")
     features = [np.ones_like(b), b] + ([t] if same_engine else [])
     coef = _nonneg_lstsq(np.column_stack(features), r, n, nonneg_from=1)
     overhead = Overhead(float(coef[0]), float(coef[1]), float(coef[2]) if same_engine else 0.0)
@@ -310,16 +396,6 @@ def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) 
     else:
         notes.append("no k=0 steps: the plain step time is estimated from the verify and overhead fits")
     return CostModel(verify, draft, overhead, base_model, kind, tuple(notes))
-
-
-def _per_step(frame: pl.DataFrame) -> pl.DataFrame:
-    """Windows that sum several timed steps (Prometheus histograms, V0 logs) → mean per step."""
-    if "num_timed_steps" not in frame.columns:
-        return frame
-    steps = pl.col("num_timed_steps").fill_null(1).clip(lower_bound=1)
-    return frame.with_columns(
-        [(pl.col(c) / steps).alias(c) for c in ("draft_seconds", "verify_seconds", "step_seconds")]
-    )
 
 
 def _linear(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> Hinge:

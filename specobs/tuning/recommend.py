@@ -7,8 +7,9 @@ throughput; it is "off" (k = 0) unless it beats the plain engine by ``margin``. 
 recommendation is the (method, k) with the best steps-weighted speedup across the buckets the
 input actually ran; with the per-bucket ks it becomes a ready ``--speculative-config`` with a
 ``num_speculative_tokens_per_batch_size`` table (vLLM ≥ 0.32). Intervals come from a bootstrap
-over steps. Without timing (a plain log), speedups fall back to the per-position Leviathan
-formula with a stated cost ratio.
+over cells (blocks of consecutive steps of one configuration, see ``model.cells``). Without
+timing (a plain log), speedups fall back to the per-position Leviathan formula with a stated
+cost ratio.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ import numpy as np
 import polars as pl
 
 from specobs.tuning import leviathan
-from specobs.tuning.model import Acceptance, CostModel, fit_acceptance, fit_acceptance_by_batch, fit_cost, predict
+from specobs.tuning.model import (
+    Acceptance,
+    CostModel,
+    cells,
+    fit_acceptance,
+    fit_acceptance_by_batch,
+    fit_cost,
+    predict,
+)
 
 LABELS = ("model", "method", "draft_model", "platform", "device")
 
@@ -34,8 +43,8 @@ class MethodFit:
     labels: dict[str, Any]
     acceptance: Acceptance
     cost: CostModel | None
-    spec_steps: pl.DataFrame
-    base_steps: pl.DataFrame | None
+    spec_steps: pl.DataFrame  # cells (``model.cells``) of its speculative steps
+    base_steps: pl.DataFrame | None  # and of its baseline's k = 0 steps
     batch_counts: dict[int, int]  # steps per observed batch size
     cost_ratio: tuple[float, str] | None = None
     by_batch: dict[int, Acceptance] = field(default_factory=dict)
@@ -90,6 +99,7 @@ def fit_methods(windows: pl.LazyFrame | pl.DataFrame, *, cost_ratio: float | Non
     """One fit per (model, method, draft model, platform, device) that drafted."""
     frame = windows.lazy().collect() if isinstance(windows, pl.LazyFrame) else windows
     frame = frame.filter(pl.col("request_id").is_null()) if "request_id" in frame.columns else frame
+    frame = cells(frame, LABELS)
     base_all = frame.filter((pl.col("num_spec_tokens").fill_null(-1) == 0) & pl.col("num_timed_steps").is_not_null())
     spec_all = frame.filter(pl.col("num_spec_tokens").fill_null(1) > 0)
     fits: list[MethodFit] = []
@@ -104,7 +114,7 @@ def fit_methods(windows: pl.LazyFrame | pl.DataFrame, *, cost_ratio: float | Non
             continue
         base = _base_steps(base_all, labels)
         cost = fit_cost(spec, base, labels["method"]) if spec["num_timed_steps"].drop_nulls().len() else None
-        counts = spec.filter(pl.col("batch_size").is_not_null()).group_by("batch_size").len()
+        counts = spec.filter(pl.col("batch_size").is_not_null()).group_by("batch_size").agg(pl.col("num_rows").sum())
         fit = MethodFit(labels, acc, cost, spec, base, dict(counts.iter_rows()), by_batch=_by_batch(spec))
         if cost is None:
             fit.cost_ratio = leviathan.cost_ratio_for(labels["method"], cost_ratio)
