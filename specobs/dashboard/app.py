@@ -27,10 +27,8 @@ from specobs.dashboard.data import (
     Loaded,
     apply_filters,
     default_inputs,
-    filter_options,
     load_inputs,
     signature,
-    time_bounds,
 )
 from specobs.errors import SpecobsError
 from specobs.ingest import Ingested
@@ -70,6 +68,12 @@ def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _windows: pl.
 def _recommendation(key: tuple, filters: Filters, options: tuple, _windows: pl.DataFrame):
     max_k, margin, cost_ratio, bootstrap = options
     return recommend(_windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _derived(key: tuple, filters: Filters, name: str, args: tuple, _compute: Callable[[], Any]) -> Any:
+    """Any other frame a page derives from the filtered windows (``name`` and ``args`` say which)."""
+    return _compute()
 
 
 @st.cache_resource(max_entries=16, show_spinner="Comparing…")
@@ -113,15 +117,15 @@ def _inputs() -> tuple[Inputs, tuple[tuple[str, bytes], ...]]:
     return Inputs(paths, url.strip() or None, since.strip() or "6h", match.strip()), uploads
 
 
-def _filters(windows: pl.DataFrame) -> tuple[Filters, tuple[str, ...]]:
+def _filters(loaded: Loaded) -> tuple[Filters, tuple[str, ...]]:
     st.sidebar.subheader("Filters")
     values = []
-    for column, options in filter_options(windows).items():
+    for column, options in loaded.options.items():
         chosen = st.sidebar.multiselect(column, options, key=f"filter_{column}", placeholder="all")
         if chosen:
             values.append((column, tuple(chosen)))
     time_range = None
-    bounds = time_bounds(windows)
+    bounds = loaded.bounds
     if bounds and bounds[1] > bounds[0]:
         low, high = (dt.datetime.fromtimestamp(v, dt.UTC).replace(tzinfo=None) for v in bounds)
         low, high = low.replace(microsecond=0), high.replace(microsecond=0) + dt.timedelta(seconds=1)
@@ -186,7 +190,7 @@ def overview(ctx: Context) -> None:
         left, right = st.columns(2)
         for col, (curve, _) in zip((left, right), views.CURVES, strict=True):
             _chart(col, charts.positions(positions, curve))
-    series = views.over_time_frame(ctx.windows, columns)
+    series = ctx.derived(views.over_time_frame, columns)
     if series.height:
         st.subheader("Acceptance over time")
         changes = views.changes_frame(report.changes, columns)
@@ -266,7 +270,7 @@ def tuning(ctx: Context) -> None:
     for line in rec.explanations:
         st.markdown(f"- {line}")
     predicted = views.predicted_frame(rec)
-    measured = views.measured_frame(ctx.windows, views.method_labels(rec))
+    measured = ctx.derived(views.measured_frame, views.method_labels(rec))
     st.subheader("Predicted speedup against k")
     _chart(st, charts.tuning(predicted, measured, "speedup"), stretch=False)
     st.subheader("Throughput against k: predicted (lines) and measured (triangles)")
@@ -283,7 +287,7 @@ def tuning(ctx: Context) -> None:
 
 def compare_page(ctx: Context) -> None:
     st.header("Compare")
-    choices = views.compare_choices(ctx.windows)
+    choices = ctx.derived(views.compare_choices)
     if not choices:
         st.info("Nothing to compare: the selection has one run, method, platform… Add inputs or widen the filters.")
         return
@@ -346,6 +350,11 @@ class Context:
     def recommendation(self, options: tuple):
         return _recommendation(self.key, self.filters, options, self.windows)
 
+    def derived(self, view: Callable[..., Any], *args: Any) -> Any:
+        """``view(windows, *args)``, cached by the inputs, the filters, the view and ``args``."""
+        frozen = tuple(tuple(sorted(a.items())) if isinstance(a, dict) else a for a in args)
+        return _derived(self.key, self.filters, view.__name__, frozen, lambda: view(self.windows, *args))
+
     def comparison(self, dimension: str, a: Any, b: Any):
         return _comparison(self.key, self.filters, dimension, a, b, self.windows)
 
@@ -367,7 +376,7 @@ def main() -> None:
     key = (signature(inputs), upload_key)
     try:
         loaded = _loaded(key, inputs, uploads)
-        filters, groups = _filters(loaded.windows)
+        filters, groups = _filters(loaded)
         if not inputs.paths and not uploads and not inputs.prometheus:
             st.info("No inputs: give paths, upload files or a Prometheus URL in the sidebar (Data).")
         elif loaded.failed and page != "Sources":

@@ -72,6 +72,8 @@ class Loaded:
     sources: list[SourceReport] = field(default_factory=list)
     skipped: list = field(default_factory=list)  # specobs.errors.Skipped
     failed: list[str] = field(default_factory=list)  # "input: why", one per unreadable input
+    options: dict[str, list] = field(default_factory=dict)  # filter_options(windows), read once
+    bounds: tuple[float, float] | None = None  # time_bounds(windows)
 
 
 def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Loaded:
@@ -85,7 +87,9 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Lo
             failed.append(str(exc))
     windows = ingested.windows.collect()
     ingested.windows = windows.lazy()
-    return Loaded(windows, counted_sources(ingested), ingested.skipped, failed)
+    return Loaded(
+        windows, counted_sources(ingested), ingested.skipped, failed, filter_options(windows), time_bounds(windows)
+    )
 
 
 @dataclass(frozen=True)

@@ -64,27 +64,23 @@ _NULLABLE = (
 _SUMMED = tuple(c for c in _NULLABLE if c != "num_accepted_tokens_per_pos")
 
 
-def is_decode(frame: pl.DataFrame) -> pl.Expr:
-    """Steps with no prompt tokens: scheduled tokens = one per request plus the drafts."""
-    if "num_scheduled_tokens" not in frame.columns or frame["num_scheduled_tokens"].null_count() == frame.height:
-        return pl.lit(True)
+def is_decode() -> pl.Expr:
+    """Steps with no prompt tokens: scheduled tokens = one per request plus the drafts (a step
+    that did not say how many tokens it scheduled counts as decode)."""
     expected = pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0)
     return pl.col("num_scheduled_tokens").is_null() | (pl.col("num_scheduled_tokens") <= expected)
 
 
-def _decode_steps(steps: pl.DataFrame) -> pl.DataFrame:
-    return steps.filter(is_decode(steps))
-
-
-def cells(frame: pl.DataFrame, labels: Sequence[str]) -> pl.DataFrame:
+def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataFrame:
     """Step rows merged into cells: consecutive rows of one configuration (``labels``, k, batch
     size, tokens scored, decode or not, which values are known), counters and times summed,
     ``num_rows`` counting them. At most :data:`CELLS_PER_CONFIGURATION` cells per configuration;
     smaller configurations keep one row per cell, and rows that are not steps (log intervals,
     scrape pairs) are never merged. A bootstrap over cells is a block bootstrap over steps.
     """
-    if "num_rows" in frame.columns:
-        return frame
+    lazy = frame.lazy()
+    if "num_rows" in lazy.collect_schema().names():
+        return frame if isinstance(frame, pl.DataFrame) else frame.collect()
     nulls = pl.sum_horizontal([pl.col(c).is_null().cast(pl.Int64) * (1 << i) for i, c in enumerate(_NULLABLE)])
     scored = pl.coalesce(pl.col("num_scheduled_tokens"), pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0))
     config = [*labels, "num_spec_tokens", "batch_size", "scored", "decode", "nulls"]
@@ -95,12 +91,10 @@ def cells(frame: pl.DataFrame, labels: Sequence[str]) -> pl.DataFrame:
     block = pl.when(pl.col("counters") == "step").then(
         index.over("config_hash") * CELLS_PER_CONFIGURATION // pl.len().over("config_hash")
     ).otherwise(-1 - index)  # fmt: skip
-    positions = int(frame["num_accepted_tokens_per_pos"].list.len().max() or 0)
     per_pos = pl.col("num_accepted_tokens_per_pos")
-    keyed = (
-        frame.lazy()
-        .with_columns(scored.alias("scored"), is_decode(frame).alias("decode"), nulls.alias("nulls"))
-        .with_columns(pl.struct(config).hash().alias("config_hash"), index.alias("first_row"))
+    positions = int(lazy.select(per_pos.list.len().max()).collect().item() or 0)
+    keyed = lazy.with_columns(scored.alias("scored"), is_decode().alias("decode"), nulls.alias("nulls")).with_columns(
+        pl.struct(config).hash().alias("config_hash"), index.alias("first_row")
     )
     merged = (
         keyed.with_columns(block.alias("block"))
@@ -119,7 +113,9 @@ def cells(frame: pl.DataFrame, labels: Sequence[str]) -> pl.DataFrame:
         .collect()
     )
     # Labels and the other per-configuration values: from each cell's first row.
-    firsts = keyed.select(*carried, "counters").collect()[merged["first_row"]]
+    firsts = (
+        keyed.filter(pl.col("first_row").is_in(merged["first_row"].implode())).select(*carried, "counters").collect()
+    )  # in first_row order, as ``merged``
     known = {c: (pl.col("nulls") & (1 << i)) == 0 for i, c in enumerate(_NULLABLE)}
     pos_list = pl.concat_list([f"pos_{i}" for i in range(positions)]) if positions else pl.lit([], pl.List(pl.Int64))
     return (

@@ -97,9 +97,10 @@ class Recommendation:
 
 def fit_methods(windows: pl.LazyFrame | pl.DataFrame, *, cost_ratio: float | None = None) -> list[MethodFit]:
     """One fit per (model, method, draft model, platform, device) that drafted."""
-    frame = windows.lazy().collect() if isinstance(windows, pl.LazyFrame) else windows
-    frame = frame.filter(pl.col("request_id").is_null()) if "request_id" in frame.columns else frame
-    frame = cells(frame, LABELS)
+    lazy = windows.lazy()  # lazy: the filter and the merge read only the columns they need
+    if "request_id" in lazy.collect_schema().names():
+        lazy = lazy.filter(pl.col("request_id").is_null())
+    frame = cells(lazy, LABELS)
     base_all = frame.filter((pl.col("num_spec_tokens").fill_null(-1) == 0) & pl.col("num_timed_steps").is_not_null())
     spec_all = frame.filter(pl.col("num_spec_tokens").fill_null(1) > 0)
     fits: list[MethodFit] = []

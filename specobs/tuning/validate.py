@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from specobs.analysis.acceptance import batch_bucket
-from specobs.tuning.model import _decode_steps, predict
+from specobs.tuning.model import is_decode, predict
 from specobs.tuning.recommend import fit_methods
 
 
@@ -39,15 +39,19 @@ def measured_throughput(steps: pl.DataFrame, *, by_bucket: bool = False) -> pl.D
     With ``by_bucket``, per power-of-two batch bucket (``batch_bucket``, as the recommendation's
     buckets) instead of per batch size.
     """
-    decode = _decode_steps(steps.filter(pl.col("step_seconds").is_not_null() & pl.col("batch_size").is_not_null()))
-    batch = batch_bucket(pl.col("batch_size")).alias("batch_bucket") if by_bucket else pl.col("batch_size")
-    out = decode.group_by(pl.col("method"), pl.col("num_spec_tokens").alias("k"), batch).agg(
-        measured=pl.col("num_generated_tokens").sum() / pl.col("step_seconds").sum(),
-        steps=pl.len(),
-        batch_size_min=pl.col("batch_size").min(),
-    )
+    timed = pl.col("step_seconds").is_not_null() & pl.col("batch_size").is_not_null()
+    decode = steps.lazy().filter(timed & is_decode())
+    sums = [pl.col("num_generated_tokens").sum(), pl.col("step_seconds").sum()]
+    out = decode.group_by("method", pl.col("num_spec_tokens").alias("k"), "batch_size").agg(*sums, steps=pl.len())
+    if by_bucket:  # buckets from the few batch sizes, not from every step
+        out = out.group_by("method", "k", batch_bucket(pl.col("batch_size")).alias("batch_bucket")).agg(
+            *sums, pl.col("steps").sum(), batch_size_min=pl.col("batch_size").min()
+        )
+    out = out.with_columns(measured=pl.col("num_generated_tokens") / pl.col("step_seconds"))
     order = "batch_size_min" if by_bucket else "batch_size"
-    return out.sort("method", "k", order, nulls_last=True).drop([] if by_bucket else ["batch_size_min"])
+    columns = ["method", "k", "batch_bucket" if by_bucket else "batch_size", "measured", "steps"]
+    out = out.sort("method", "k", order, nulls_last=True)
+    return out.select(*columns, *(["batch_size_min"] if by_bucket else [])).collect()
 
 
 def validate(
