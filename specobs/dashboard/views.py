@@ -298,19 +298,17 @@ def method_comparison_table(rec: Recommendation) -> pl.DataFrame:
 
 def compare_choices(windows: pl.DataFrame) -> dict[str, list]:
     """For each comparable dimension, its values that drafted, when there are at least two."""
-    drafted = windows.filter(pl.col("num_drafts").fill_null(0) > 0)
-    out = {}
-    for name in COMPARE_DIMENSIONS:
-        column = GROUP_KEYS[name]
-        values = drafted.get_column(column).drop_nulls().unique().sort().to_list()
-        if len(values) >= 2:
-            out[name] = values
-    return out
+    columns = {name: GROUP_KEYS[name] for name in COMPARE_DIMENSIONS}
+    drafted = windows.lazy().filter(pl.col("num_drafts").fill_null(0) > 0)
+    values = drafted.select(
+        [pl.col(c).drop_nulls().unique().sort().implode().alias(name) for name, c in columns.items()]
+    ).collect()  # one pass, reading only these columns
+    return {name: values[name][0].to_list() for name in columns if values[name][0].len() >= 2}
 
 
-def compare_subset(windows: pl.DataFrame, dimension: str, value: Any) -> pl.DataFrame:
-    """The rows of one side of a comparison."""
-    return windows.filter(pl.col(GROUP_KEYS[dimension]) == value)
+def compare_subset(windows: pl.DataFrame, dimension: str, value: Any) -> pl.LazyFrame:
+    """The rows of one side of a comparison (lazy: the comparison reads only what it needs)."""
+    return windows.lazy().filter(pl.col(GROUP_KEYS[dimension]) == value)
 
 
 def compare_positions_frame(cmp: Comparison, names: tuple[str, str]) -> pl.DataFrame:
