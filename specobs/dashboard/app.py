@@ -135,7 +135,7 @@ def _filters(loaded: Loaded) -> tuple[Filters, tuple[str, ...]]:
             max_value=high,
             value=(low, high),
             step=dt.timedelta(seconds=max(1, int((high - low).total_seconds() // 500))),
-            format="MM-DD HH:mm:ss",
+            format="HH:mm:ss" if high - low < dt.timedelta(days=1) else "MM-DD HH:mm",
             key="time_range",
         )
         if chosen_range != (low, high):
