@@ -237,7 +237,9 @@ def summarize_with_total(
     return _finish(total, per_position(total, []), []), _finish(agg, per_position(agg, keys), keys)
 
 
-def summarize(windows: pl.LazyFrame | pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> pl.DataFrame:
+def summarize(
+    windows: pl.LazyFrame | pl.DataFrame, by: Sequence[str] = DEFAULT_BY, *, columns: Sequence[str] = ()
+) -> pl.DataFrame:
     """One row per group: the acceptance summary with intervals and the iid diagnosis.
 
     Columns: the group columns, ``num_windows``, ``num_drafts``, ``num_draft_tokens``,
@@ -246,8 +248,9 @@ def summarize(windows: pl.LazyFrame | pl.DataFrame, by: Sequence[str] = DEFAULT_
     ``acceptance_rate_per_position`` (+ ``_low``/``_high`` lists),
     ``conditional_acceptance_rate_per_position`` (+ ``_low``/``_high``), ``iid_alpha``,
     ``iid_max_gap``, ``conditional_trend``, ``num_drafts_derived``, timing sums, time range.
+    ``columns``: further columns to group on as they are, before ``by`` (e.g. a resample's number).
     """
-    keys = group_columns(by)
+    keys = [*columns, *group_columns(by)]
     agg = aggregate(windows, keys)
     positions = per_position(agg, keys)
     return _finish(agg, positions, keys)

@@ -167,20 +167,21 @@ class Acceptance:
 
 def fit_acceptance(steps: pl.DataFrame) -> Acceptance | None:
     """From the speculative steps (windows or :func:`cells`) of one method: rates, tail β, q and fill."""
-    steps = cells(steps, ())
-    summary = acceptance.summarize(steps, by=()).row(0, named=True)
-    return _acceptance_from(summary, _drafts_per_request_step(steps))
+    return fit_acceptance_groups(steps, ()).get(())
 
 
-def fit_acceptance_by_batch(steps: pl.DataFrame) -> dict[int, Acceptance]:
-    """:func:`fit_acceptance` per batch size, from one grouped pass."""
+def fit_acceptance_groups(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple, Acceptance]:
+    """:func:`fit_acceptance` per value of the columns ``by`` (batch size, a resample's
+    number…), keyed by the tuple of values, from one grouped pass; groups with a null key or
+    without per-position counts are left out."""
     steps = cells(steps, ())
-    q = _drafts_per_request_step(steps, by="batch_size")
+    q = _drafts_per_request_step(steps, by)
     out = {}
-    for row in acceptance.summarize(steps, by=("batch_size",)).iter_rows(named=True):
-        fitted = _acceptance_from(row, q.get(row["batch_size"], 1.0)) if row["batch_size"] is not None else None
+    for row in acceptance.summarize(steps, by=(), columns=by).iter_rows(named=True):
+        key = tuple(row[c] for c in by)
+        fitted = None if None in key else _acceptance_from(row, q.get(key, 1.0))
         if fitted is not None:
-            out[int(row["batch_size"])] = fitted
+            out[key] = fitted
     return out
 
 
@@ -206,19 +207,16 @@ def _acceptance_from(summary: dict, q: float) -> Acceptance | None:
     return Acceptance(tuple(rates), beta, beta_low, beta_high, q, min(max(fill, 0.0), 1.0))
 
 
-def _drafts_per_request_step(steps: pl.DataFrame, by: str | None = None):
-    """q: drafts per request per decode step (lookup drafters skip requests without a match);
-    with ``by``, a dict of q per value of that column (1.0 where unknown)."""
+def _drafts_per_request_step(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple, float]:
+    """q per value of ``by``: drafts per request per decode step (lookup drafters skip requests
+    without a match); groups where it is unknown are left out (the caller's default is 1)."""
     decode = steps.filter(pl.col("decode") & (pl.col("batch_size") > 0))
     q = (pl.col("num_drafts").sum() / (pl.col("batch_size") * pl.col("num_rows")).sum()).clip(0.0, 1.0)
-    known = pl.col("num_drafts").is_not_null().any()
-    if by is None:
-        if decode.is_empty():
-            return 1.0
-        value = decode.select(pl.when(known).then(q)).item()
-        return 1.0 if value is None else float(value)
-    rows = decode.group_by(by).agg(pl.when(known).then(q).alias("q")).iter_rows()
-    return {key: 1.0 if value is None else float(value) for key, value in rows}
+    q = pl.when(pl.col("num_drafts").is_not_null().any()).then(q).alias("q")
+    if decode.is_empty():
+        return {}
+    rows = decode.group_by(list(by)).agg(q) if by else decode.select(q)
+    return {tuple(row[c] for c in by): float(row["q"]) for row in rows.iter_rows(named=True) if row["q"] is not None}
 
 
 # --- cost -----------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ from specobs.tuning.model import (
     CostModel,
     cells,
     fit_acceptance,
-    fit_acceptance_by_batch,
+    fit_acceptance_groups,
     fit_cost,
     predict,
 )
@@ -129,16 +130,24 @@ MIN_DRAFTS_PER_BATCH = 200
 
 def _by_batch(spec: pl.DataFrame) -> dict[int, Acceptance]:
     """Acceptance per batch size that has enough drafts (and only when there are several)."""
-    sizes = (
+    return _by_batch_groups(spec, ()).get((), {})
+
+
+def _by_batch_groups(spec: pl.DataFrame, by: Sequence[str]) -> dict[tuple, dict[int, Acceptance]]:
+    """:func:`_by_batch` per value of the columns ``by``, from one grouped pass."""
+    keys = [*by, "batch_size"]
+    enough = (
         spec.filter(pl.col("batch_size").is_not_null() & pl.col("num_drafts").is_not_null())
-        .group_by("batch_size")
+        .group_by(keys)
         .agg(pl.col("num_drafts").sum())
-        .filter(pl.col("num_drafts") >= MIN_DRAFTS_PER_BATCH)["batch_size"]
-        .to_list()
+        .filter(pl.col("num_drafts") >= MIN_DRAFTS_PER_BATCH)
+        .select(keys)
     )
-    if len(sizes) < 2:
-        return {}
-    return fit_acceptance_by_batch(spec.filter(pl.col("batch_size").is_in(sizes)))
+    several = enough.filter(pl.len().over(list(by)) >= 2) if by else enough.filter(pl.len() >= 2)
+    out: dict[tuple, dict[int, Acceptance]] = {}
+    for key, acc in fit_acceptance_groups(spec.join(several, on=keys, how="semi"), keys).items():
+        out.setdefault(key[:-1], {})[int(key[-1])] = acc
+    return out
 
 
 def _base_steps(base_all: pl.DataFrame, labels: dict[str, Any]) -> pl.DataFrame | None:
@@ -194,21 +203,32 @@ def _speedup(fit: MethodFit, k: int, batch: float) -> tuple[float, float | None,
 
 
 def _bootstrap(fit: MethodFit, ks: range, batches: list[float], reps: int, seed: int) -> np.ndarray | None:
-    """Speedups for (k, batch) from fits on resampled steps: array [reps, len(ks), len(batches)]."""
+    """Speedups for (k, batch) from fits on resampled cells: array [reps, len(ks), len(batches)].
+
+    The resamples are stacked (a ``resample`` column) so that the acceptance fits of all of
+    them come from one grouped pass; the cost fits run per resample.
+    """
     if reps <= 0 or fit.spec_steps.height < 10:
         return None
     rng = np.random.default_rng(seed)
-    out = []
+    n = fit.spec_steps.height
+    spec_draws, base_draws = [], []
     for _ in range(reps):
-        spec = fit.spec_steps[rng.integers(0, fit.spec_steps.height, fit.spec_steps.height)]
-        base = None
+        spec_draws.append(rng.integers(0, n, n))
         if fit.base_steps is not None:
-            base = fit.base_steps[rng.integers(0, fit.base_steps.height, fit.base_steps.height)]
-        acc = fit_acceptance(spec)
-        cost = fit_cost(spec, base, fit.method) if fit.cost is not None else None
+            base_draws.append(rng.integers(0, fit.base_steps.height, fit.base_steps.height))
+    stacked = fit.spec_steps[np.concatenate(spec_draws)].with_columns(resample=pl.Series(np.repeat(np.arange(reps), n)))
+    accs = fit_acceptance_groups(stacked, ("resample",))
+    by_batch = _by_batch_groups(stacked, ("resample",))
+    out = []
+    for r in range(reps):
+        acc = accs.get((r,))
         if acc is None:
             continue
-        trial = MethodFit(fit.labels, acc, cost, spec, base, fit.batch_counts, fit.cost_ratio, _by_batch(spec))
+        spec = stacked.slice(r * n, n)
+        base = fit.base_steps[base_draws[r]] if fit.base_steps is not None else None
+        cost = fit_cost(spec, base, fit.method) if fit.cost is not None else None
+        trial = MethodFit(fit.labels, acc, cost, spec, base, fit.batch_counts, fit.cost_ratio, by_batch.get((r,), {}))
         out.append([[_speedup(trial, k, b)[0] for b in batches] for k in ks])
     return np.array(out) if out else None
 
