@@ -15,7 +15,6 @@ from pathlib import Path
 
 import polars as pl
 
-from specobs import schema
 from specobs.errors import SpecobsError
 from specobs.ingest import SourceReport, add_prometheus, counted_sources, load
 from specobs.ingest.source import expand_paths
@@ -132,7 +131,3 @@ def apply_filters(windows: pl.DataFrame, filters: Filters) -> pl.DataFrame:
     if not filters.values and filters.time_range is None:
         return windows
     return windows.filter(condition)
-
-
-def empty_windows() -> pl.DataFrame:
-    return schema.empty(schema.WINDOWS)

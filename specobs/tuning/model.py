@@ -25,7 +25,7 @@ and makes a fit on ten million steps cost what one on a few thousand does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -423,7 +423,3 @@ def predict(acc: Acceptance, cost: CostModel, k: int, batch: float, method: str 
     tokens = acc.tokens_per_request_step(k)
     rate = batch * tokens / step
     return Prediction(method, k, batch, rate, rate / base, tokens, step, k > acc.measured_k)
-
-
-def with_rates(acc: Acceptance, rates: Sequence[float]) -> Acceptance:
-    return replace(acc, rates=tuple(rates))
