@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -200,10 +201,23 @@ WRITER = textwrap.dedent(
 )
 
 
+def written(folder) -> int:
+    """Bytes in ``folder`` now (a part renamed meanwhile counts at its next look)."""
+    total = 0
+    for path in folder.iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            total += path.stat().st_size
+    return total
+
+
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_sigkill_leaves_only_complete_records(tmp_path, kind):
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), kind])
-    time.sleep(2.0)
+    # Kill it mid-write once it has written for a while (start-up time varies with machine load).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and written(tmp_path) < 200_000:
+        time.sleep(0.1)
+    time.sleep(0.5)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     result = load([str(tmp_path)])
