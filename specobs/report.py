@@ -141,9 +141,11 @@ def _clean(value):
     return value
 
 
-def build(ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY, *, tune: bool = True) -> Report:
+def build(
+    ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY, *, tune: bool = True, timing: bool = True
+) -> Report:
     """Analyse ``ingested`` into a :class:`Report` grouped by ``by`` (with a point-estimate
-    recommendation unless ``tune`` is False)."""
+    recommendation unless ``tune`` is False, and timing by batch size unless ``timing`` is)."""
     windows = ingested.windows
     overall, groups = acceptance.summarize_with_total(windows, by=by)
     keys = acceptance.group_columns(by)
@@ -156,10 +158,10 @@ def build(ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY, *, tune
         for labels, part in parts.items():
             for change in change_points(part):
                 changes.append(GroupChange(dict(zip(keys, labels, strict=True)), change))
-    timing = timing_by_batch(windows, keys).to_dicts()
+    by_batch = timing_by_batch(windows, keys).to_dicts() if timing else []
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
     recommendation = recommend(windows, bootstrap=0) if tune and summary.get("num_drafts") else None
-    return Report(list(by), summary, groups.to_dicts(), sources, ingested.skipped, changes, timing, recommendation)
+    return Report(list(by), summary, groups.to_dicts(), sources, ingested.skipped, changes, by_batch, recommendation)
 
 
 def _positions(indices: list[int]) -> str:

@@ -61,7 +61,7 @@ def _filtered(key: tuple, filters: Filters, _loaded: Loaded) -> pl.DataFrame:
 @st.cache_resource(max_entries=16, show_spinner="Analysing…")
 def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _windows: pl.DataFrame, _loaded: Loaded):
     ingested = Ingested(_windows.lazy(), _loaded.sources, _loaded.skipped)
-    return report_model.build(ingested, groups, tune=False)
+    return report_model.build(ingested, groups, tune=False, timing=False)  # timing: the Cost page's own
 
 
 @st.cache_resource(max_entries=16, show_spinner="Fitting the throughput model…")
@@ -207,9 +207,9 @@ def overview(ctx: Context) -> None:
 
 
 def cost(ctx: Context) -> None:
-    report = ctx.report()
+    columns = ctx.report().group_columns
     st.header("Cost")
-    table = views.timing_table(report.timing, report.group_columns)
+    table = ctx.derived(views.timing_table, columns)
     if not table.height:
         st.info(
             "No timing in the selection. Timing comes from specobs capture (event files), V0 stage-time log "

@@ -104,10 +104,9 @@ class Filters:
 
 def filter_options(windows: pl.DataFrame) -> dict[str, list]:
     """Distinct known values of each filter column (columns with none are left out)."""
-    values = (
-        windows.lazy().select([pl.col(c).drop_nulls().unique().sort().implode() for c in FILTER_COLUMNS]).collect()
-    )  # one pass over the columns, in parallel
-    return {c: values[c][0].to_list() for c in FILTER_COLUMNS if values[c][0].len()}
+    combos = windows.lazy().group_by(FILTER_COLUMNS).len().collect()  # one pass; the combinations are few
+    values = {c: combos.get_column(c).drop_nulls().unique().sort().to_list() for c in FILTER_COLUMNS}
+    return {c: v for c, v in values.items() if v}
 
 
 def time_bounds(windows: pl.DataFrame) -> tuple[float, float] | None:

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from specobs.analysis.acceptance import GROUP_KEYS, bucket_label, with_group_columns
+from specobs.analysis.cost import timing_by_batch
 from specobs.analysis.timeseries import acceptance_over_time
 from specobs.tuning.compare import Comparison
 from specobs.tuning.recommend import Recommendation
@@ -171,10 +172,10 @@ TIMING_TABLE = {
 _MS = ("mean_draft_seconds", "mean_verify_seconds", "mean_other_seconds", "mean_step_seconds")
 
 
-def timing_table(timing: Sequence[dict[str, Any]], columns: Sequence[str]) -> pl.DataFrame:
-    """``specobs.analysis.cost.timing_by_batch`` rows with readable headers, times in ms."""
+def timing_table(windows: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """``specobs.analysis.cost.timing_by_batch`` (as in the report) with readable headers, times in ms."""
     records = []
-    for row in timing:
+    for row in timing_by_batch(windows, columns).iter_rows(named=True):
         record: dict[str, Any] = {"group": group_label(row, columns), "batch": row.get("batch_bucket")}
         for key, name in TIMING_TABLE.items():
             value = row.get(key)
