@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 import timeit
 from pathlib import Path
+
+from results import machine, publish
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -146,8 +146,7 @@ def main() -> None:
         "",
         f"Command: `python benchmarks/bench_capture.py --rounds {args.rounds} --batch {args.batch} "
         f"--max-tokens {args.max_tokens}` (capture off and on alternating in one engine, median of rounds).",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"vLLM {vllm.__version__}.",
+        machine(f", vLLM {vllm.__version__}"),
         "",
         "| measure | value |",
         "|---|---:|",
@@ -164,12 +163,7 @@ def main() -> None:
         f"| all hooks of one step, batch {args.batch} (engine thread) | {per_step * 1e6:.1f} µs |",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        results = HERE / "RESULTS.md"
-        results.write_text(results.read_text().rstrip("\n") + "\n\n" + text)
-    sys.stdout.flush()
+    publish(lines, write=not args.no_write)
     os._exit(0)
 
 

@@ -24,7 +24,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import resource
 import socket
 import subprocess
@@ -32,6 +31,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from results import machine, publish
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -174,7 +175,7 @@ def main() -> None:
         f"## {dt.date.today()} — dashboard ({args.rows:,} steps)",
         "",
         f"Command: `python benchmarks/bench_dashboard.py{'' if args.rows == 10_000_000 else f' --rows {args.rows}'}`.",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        machine(),
         f"Input: the bundled sweep's steps tiled to {args.rows:,} rows"
         f" (Parquet, {path.stat().st_size / 2**20:.0f} MiB);"
         f" acceptance length shown {apptest['acceptance_length']}; peak RSS of the app"
@@ -186,11 +187,7 @@ def main() -> None:
     for label, seconds in rows.items():
         shown = f"{seen[label]:.2f} s" if label in seen else "–"
         lines.append(f"| {label} | {seconds:.2f} s | {shown} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_write:
-        with open(HERE / "RESULTS.md", "a") as results:
-            results.write("\n" + text)
+    publish(lines, write=not args.no_write)
 
 
 if __name__ == "__main__":

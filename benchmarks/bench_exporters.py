@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import platform
 import timeit
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from results import machine, publish
 
 from specobs.exporters.prometheus import TIME_BUCKETS, PrometheusMetrics
 
@@ -70,7 +69,7 @@ def main() -> None:
         f"## {dt.date.today().isoformat()} — exporter cost",
         "",
         "Command: `python benchmarks/bench_exporters.py`.",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        machine(),
         "",
         "| measure | value |",
         "|---|---:|",
@@ -81,11 +80,7 @@ def main() -> None:
         f"| one `Histogram.observe` | {single * 1e6:.2f} µs |",
         "",
     ]
-    text_out = "\n".join(lines)
-    print(text_out)
-    if not args.no_write:
-        results = HERE / "RESULTS.md"
-        results.write_text(results.read_text().rstrip("\n") + "\n\n" + text_out)
+    publish(lines, write=not args.no_write)
 
 
 if __name__ == "__main__":

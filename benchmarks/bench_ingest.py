@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from results import machine, publish
+
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 
@@ -195,8 +197,7 @@ def main() -> None:
         "",
         f"Command: `python benchmarks/bench_ingest.py --size-mb {args.size_mb} --rows {args.rows}` "
         f"(best of {args.repeat}, page cache warm).",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}.",
+        machine(f", {platform.system()} {platform.release()}"),
         "",
         "| command | wall (s) | peak RSS (MiB) |",
         "|---|---:|---:|",
@@ -209,13 +210,7 @@ def main() -> None:
         f"- specobs and the plain parser agree on accepted tokens and drafts: {'yes' if agree else 'NO'}.",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        results_md = HERE / "RESULTS.md"
-        header = "# Benchmark results\n\nAppended by the scripts in this folder; newest last.\n\n"
-        existing = results_md.read_text() if results_md.exists() else header
-        results_md.write_text(existing.rstrip("\n") + "\n\n" + text)
+    publish(lines, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import platform
-import sys
 from pathlib import Path
 
 import polars as pl
+from results import machine, publish
 
 HERE = Path(__file__).resolve().parent
 SWEEP = HERE.parent / "examples" / "data" / "vllm-cpu-sweep"
@@ -67,7 +65,7 @@ def main() -> None:
         f"## {dt.date.today().isoformat()} — recommendation accuracy",
         "",
         "Command: `python benchmarks/bench_recommend.py`.",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        machine(),
         "",
         "Simulated oracles (fit on k = 6 or 4 plus k = 0, batch 1/4/16/64, 150 steps each; k 0–8 considered):",
         "",
@@ -106,12 +104,7 @@ def main() -> None:
         ),
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        results = HERE / "RESULTS.md"
-        results.write_text(results.read_text().rstrip("\n") + "\n\n" + text)
-    sys.stdout.flush()
+    publish(lines, write=not args.no_write)
 
 
 if __name__ == "__main__":
