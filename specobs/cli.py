@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
 from specobs import __version__
-from specobs.analysis.acceptance import DEFAULT_BY, GROUP_KEYS
+from specobs.analysis.acceptance import DEFAULT_BY, GROUP_KEYS, group_columns
 from specobs.errors import SpecobsError
 from specobs.ingest import FORMATS, load
 from specobs.ingest.source import Source
@@ -129,16 +129,8 @@ def report(
     paths: Annotated[
         list[str] | None, typer.Argument(help="Log files, scrapes, event files or folders; '-' reads stdin.")
     ] = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="Output: rich tables, one JSON object, or Markdown.")
-    ] = OutputFormat.rich,
-    input_format: Annotated[
-        str | None,
-        typer.Option(
-            "--input-format",
-            help=f"Skip detection and read every input as this format: {', '.join(FORMATS)}.",
-        ),
-    ] = None,
+    output_format: FormatOption = OutputFormat.rich,
+    input_format: InputFormatOption = None,
     by: Annotated[
         str,
         typer.Option(help=f"Group by a comma-separated subset of: {', '.join(GROUP_KEYS)}."),
@@ -157,9 +149,10 @@ def report(
         err.print(WHAT_REPORT_READS, end="")
         raise typer.Exit(2)
     groups = [b.strip() for b in by.split(",") if b.strip()]
-    unknown = [g for g in groups if g not in GROUP_KEYS]
-    if unknown:
-        raise SpecobsError(f"unknown --by {', '.join(unknown)} (choose from {', '.join(GROUP_KEYS)})")
+    try:
+        group_columns(groups)
+    except ValueError as exc:  # the one place that knows the --by names
+        raise SpecobsError(str(exc)) from None
     ingested = _inputs(paths, input_format, prometheus, since, match, step)
     result = report_model.build(ingested, groups)
     if not result.summary or result.summary.get("num_windows", 0) == 0:
