@@ -206,3 +206,17 @@ def test_point_estimates_do_not_depend_on_how_rows_are_merged(monkeypatch):
         assert b["speedup"] == pytest.approx(a["speedup"], rel=1e-9)
         if a["tokens_per_second"] is not None:
             assert b["tokens_per_second"] == pytest.approx(a["tokens_per_second"], rel=1e-9)
+
+
+def test_cells_survive_a_hash_collision(monkeypatch):
+    """Every configuration hashing alike (a collision) must not mix configurations: the check
+    hash disagrees and the merge is redone on the columns, with the same result."""
+    from specobs.tuning import model
+    from specobs.tuning.recommend import LABELS
+
+    rows = tiled(sweep_windows(), 3)
+    expected = model.cells(rows, LABELS)
+    monkeypatch.setattr(model, "_config_hash", lambda config: pl.lit(0, pl.UInt64))
+    merged = model.cells(rows, LABELS)
+    assert merged.equals(expected)
+    assert merged.select(*LABELS, "num_spec_tokens", "batch_size").n_unique() > 100

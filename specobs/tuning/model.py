@@ -71,6 +71,10 @@ def is_decode() -> pl.Expr:
     return pl.col("num_scheduled_tokens").is_null() | (pl.col("num_scheduled_tokens") <= expected)
 
 
+def _config_hash(config: Sequence[str]) -> pl.Expr:
+    return pl.struct(config).hash()
+
+
 def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataFrame:
     """Step rows merged into cells: consecutive rows of one configuration (``labels``, k, batch
     size, tokens scored, decode or not, which values are known), counters and times summed,
@@ -86,32 +90,43 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
     config = [*labels, "num_spec_tokens", "batch_size", "scored", "decode", "nulls"]
     carried = [*config, "num_scheduled_tokens", "reported_mean_acceptance_length", "reported_draft_acceptance_rate"]
     index = pl.int_range(pl.len(), dtype=pl.Int64)
-    # Grouping on one hash of the configuration is several times faster than on its columns; a
-    # collision (odds ~n²/2⁶⁴ for n configurations) would only merge two configurations' cells.
-    block = pl.when(pl.col("counters") == "step").then(
-        index.over("config_hash") * CELLS_PER_CONFIGURATION // pl.len().over("config_hash")
-    ).otherwise(-1 - index)  # fmt: skip
+    # Grouping on one hash of the configuration is several times faster than on its columns. A
+    # second, independent hash must agree within every cell; if it does not (two configurations
+    # share the first hash: odds ~n²/2⁶⁴), the merge is redone on the columns themselves.
     per_pos = pl.col("num_accepted_tokens_per_pos")
     positions = int(lazy.select(per_pos.list.len().max()).collect().item() or 0)
     keyed = lazy.with_columns(scored.alias("scored"), is_decode().alias("decode"), nulls.alias("nulls")).with_columns(
-        pl.struct(config).hash().alias("config_hash"), index.alias("first_row")
+        _config_hash(config).alias("config_hash"),
+        pl.struct(config).hash(seed=1).alias("config_check"),
+        index.alias("first_row"),
     )
-    merged = (
-        keyed.with_columns(block.alias("block"))
-        .group_by("config_hash", "block")
-        .agg(
-            pl.col("first_row").min(),
-            pl.len().alias("num_rows"),
-            pl.col("start_ts").min(),
-            pl.col("end_ts").max(),
-            pl.col("num_drafts_derived").any(),
-            *[pl.col(c).sum() for c in _SUMMED],
-            per_pos.list.len().max().alias("positions"),
-            *[per_pos.list.get(i, null_on_oob=True).sum().alias(f"pos_{i}") for i in range(positions)],
+
+    def merge(keys: list[str]) -> pl.DataFrame:
+        block = pl.when(pl.col("counters") == "step").then(
+            index.over(keys) * CELLS_PER_CONFIGURATION // pl.len().over(keys)
+        ).otherwise(-1 - index)  # fmt: skip
+        return (
+            keyed.with_columns(block.alias("block"))
+            .group_by(*keys, "block")
+            .agg(
+                pl.col("first_row").min(),
+                (pl.col("config_check").min() != pl.col("config_check").max()).alias("collided"),
+                pl.len().alias("num_rows"),
+                pl.col("start_ts").min(),
+                pl.col("end_ts").max(),
+                pl.col("num_drafts_derived").any(),
+                *[pl.col(c).sum() for c in _SUMMED],
+                per_pos.list.len().max().alias("positions"),
+                *[per_pos.list.get(i, null_on_oob=True).sum().alias(f"pos_{i}") for i in range(positions)],
+            )
+            .sort("first_row")
+            .select(pl.exclude(*config, "config_hash", "block"))
+            .collect()
         )
-        .sort("first_row")
-        .collect()
-    )
+
+    merged = merge(["config_hash"])
+    if merged["collided"].any():
+        merged = merge(config)
     # Labels and the other per-configuration values: from each cell's first row.
     firsts = (
         keyed.filter(pl.col("first_row").is_in(merged["first_row"].implode())).select(*carried, "counters").collect()
@@ -126,7 +141,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
             .then(pos_list.list.head(pl.col("positions")))
             .alias("num_accepted_tokens_per_pos"),
         )
-        .drop("config_hash", "block", "first_row", "positions", *[f"pos_{i}" for i in range(positions)])
+        .drop("collided", "first_row", "positions", *[f"pos_{i}" for i in range(positions)])
     )
 
 
