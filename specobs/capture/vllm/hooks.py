@@ -419,21 +419,6 @@ def _stop(span) -> None:
         _guard("timing", span.stop)
 
 
-def _wrap_execute(original, where):
-    def execute_model(self, scheduler_output, *args, **kwargs):
-        capture = _CAPTURE
-        span = _start(capture)
-        out = original(self, scheduler_output, *args, **kwargs)
-        _stop(span)
-        if capture is not None and span is not None:
-            key = id(scheduler_output)
-            self.__dict__["_specobs_step"] = key
-            _guard(where, capture.add_span, key, "verify", span)
-        return out
-
-    return execute_model
-
-
 _CURRENT = threading.local()
 
 
@@ -451,8 +436,25 @@ def _wrap_sample_tokens(original, where):
     return sample_tokens
 
 
-def _wrap_timed(kind: str):
-    """Time a runner method as part of ``kind`` for the step being sampled."""
+def _scheduled_step(self, args: tuple, kwargs: dict) -> int:
+    """The step a runner call belongs to: its scheduler output's identity."""
+    return id(args[0] if args else kwargs.get("scheduler_output"))
+
+
+def _executed_step(self, args: tuple, kwargs: dict) -> int:
+    """As :func:`_scheduled_step`, remembered on the runner for the ``sample_tokens`` that follows."""
+    key = _scheduled_step(self, args, kwargs)
+    self.__dict__["_specobs_step"] = key
+    return key
+
+
+def _sampled_step(self, args: tuple, kwargs: dict) -> int | None:
+    """The step being sampled (set by the ``sample_tokens`` hook)."""
+    return getattr(_CURRENT, "step", None)
+
+
+def _wrap_timed(kind: str, step=_sampled_step):
+    """Time a runner method as part of ``kind`` (draft or verify) of the step ``step`` names."""
 
     def factory(original, where):
         def timed(self, *args, **kwargs):
@@ -461,7 +463,7 @@ def _wrap_timed(kind: str):
             out = original(self, *args, **kwargs)
             _stop(span)
             if capture is not None and span is not None:
-                _guard(where, capture.add_span, getattr(_CURRENT, "step", None), kind, span)
+                _guard(where, capture.add_span, _guard(where, step, self, args, kwargs), kind, span)
             return out
 
         return timed
@@ -469,17 +471,8 @@ def _wrap_timed(kind: str):
     return factory
 
 
-def _wrap_propose(original, where):
-    def propose_draft_token_ids(self, scheduler_output, *args, **kwargs):
-        capture = _CAPTURE
-        span = _start(capture)
-        out = original(self, scheduler_output, *args, **kwargs)
-        _stop(span)
-        if capture is not None and span is not None:
-            _guard(where, capture.add_span, id(scheduler_output), "draft", span)
-        return out
-
-    return propose_draft_token_ids
+_wrap_execute = _wrap_timed("verify", _executed_step)
+_wrap_propose = _wrap_timed("draft", _scheduled_step)
 
 
 def _hook_v2_speculator(runner: Any, capture: Capture) -> None:
