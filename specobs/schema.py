@@ -31,6 +31,10 @@ COUNTERS: dict[str, pl.DataType] = {
     "num_draft_tokens": pl.Int64(),
     "num_accepted_tokens": pl.Int64(),
     "num_accepted_tokens_per_pos": pl.List(pl.Int64()),
+    # Drafts that reached each position (drafted more than i tokens): the denominator of r_i.
+    # Null when the source cannot know (log lines, scrapes, older captures); then every draft
+    # of a step or window whose k exceeds i is taken to have reached position i.
+    "num_drafts_per_pos": pl.List(pl.Int64()),
     "num_generated_tokens": pl.Int64(),
 }
 

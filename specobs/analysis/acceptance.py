@@ -6,7 +6,11 @@ Definitions (vLLM's conventions; ``D`` drafts, ``A`` accepted tokens, ``T`` draf
 - mean acceptance length  ``L = 1 + A / D`` (counts the bonus token)
   PromQL: ``1 + rate(vllm:spec_decode_num_accepted_tokens_total[5m]) / rate(vllm:spec_decode_num_drafts_total[5m])``
 - draft acceptance rate  ``A / T``
-- per-position acceptance rate  ``r_i = a_i / D``
+- per-position acceptance rate  ``r_i = a_i / n_i``, with ``n_i`` the drafts that reached
+  position i (drafted more than i tokens). Rows that do not say (``num_drafts_per_pos`` null:
+  log lines, scrapes, older captures) count every draft of a row whose k exceeds i, so a k=2
+  step never dilutes position 3. vLLM's own log line and ``per_pos / num_drafts`` in PromQL
+  divide by all drafts, which is right only while k is fixed and drafts are full length.
 - conditional acceptance rate  ``β_i = r_i / r_{i-1}`` (``β_0 = r_0``): the chance position i is
   accepted given that every position before it was.
 - implied iid rate ``α``: the single per-token rate for which ``Σ_{i=1..k} α^i = Σ r_i``; the
@@ -149,8 +153,24 @@ def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
         pl.col("step_seconds").sum().alias("step_seconds"),
         pl.col("num_timed_steps").sum().alias("num_timed_steps"),
     ]
+    # Drafts that could reach position i (k > i) and drafts that did (n_i); without
+    # ``num_drafts_per_pos`` both are the drafts of rows whose k (or list length) exceeds i.
+    limit = pl.max_horizontal(pl.col("num_spec_tokens").fill_null(0), per_pos.list.len())
+    reach = pl.col("num_drafts_per_pos")
+    for i in range(k):
+        allowed = pl.when(limit > i).then(drafts).otherwise(0)
+        reached = pl.when(reach.is_not_null()).then(reach.list.get(i, null_on_oob=True).fill_null(0)).otherwise(allowed)
+        aggs += [
+            masked(per_pos.list.get(i, null_on_oob=True).fill_null(0), pos_known).sum().alias(f"pos_{i}"),
+            masked(reached, pos_known).sum().alias(f"reach_{i}"),
+            masked(allowed, pos_known).sum().alias(f"allow_{i}"),
+        ]
+    # Interval sources (log lines, scrape pairs) cannot say which drafts reached a position:
+    # when every per-position window of a group is one, :func:`interval_bias` bounds the bias.
+    interval = reach.is_null() & (pl.col("counters").fill_null("") != "step")
     aggs += [
-        masked(per_pos.list.get(i, null_on_oob=True).fill_null(0), pos_known).sum().alias(f"pos_{i}") for i in range(k)
+        masked(interval, pos_known).all().alias("positions_from_intervals"),
+        masked(tokens, pos_known & tokens.is_not_null()).sum().alias("tokens_for_pos"),
     ]
     aggs = [a for a in aggs if a.meta.output_name() not in keys]  # e.g. --by k groups on num_spec_tokens
     grouped = lazy.group_by(list(keys)) if keys else lazy.group_by(pl.lit(True).alias("_all"))
@@ -172,31 +192,40 @@ def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
 def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
     """Long frame: one row per group and position with ``r_i``, ``β_i`` and Wilson intervals.
 
-    ``r_i`` uses the drafts of windows that printed per-position counts; ``β_i``'s interval
-    treats the drafts that reached position i (``a_{i-1}``) as the trials.
+    ``r_i = a_i / n_i`` over the drafts that reached position i (``reach_i``); ``allowed``
+    counts the drafts whose k let them reach it, so ``a_i / allowed`` is the accepted share
+    per draft the throughput model needs. ``β_i`` treats the drafts that had position i−1
+    accepted and drafted position i (``a_{i-1} · n_i / n_{i-1}``, exactly ``a_{i-1}`` while
+    drafts are full length) as its trials.
     """
-    pos_cols = sorted((c for c in aggregated.columns if c.startswith("pos_")), key=lambda c: int(c[4:]))
-    if not pos_cols:
+    positions = sorted(int(c[4:]) for c in aggregated.columns if c.startswith("pos_"))
+    if not positions:
         return pl.DataFrame(schema={**{k: aggregated.schema[k] for k in keys}, "position": pl.Int64})
-    long = (
-        aggregated.select([*keys, "drafts_for_pos", *pos_cols])
-        .with_row_index("_group")
-        .unpivot(
-            index=["_group", *keys, "drafts_for_pos"], on=pos_cols, variable_name="position", value_name="accepted"
-        )
-        .with_columns(position=pl.col("position").str.slice(4).cast(pl.Int64))
-        .sort("_group", "position")
-    )
-    reached = pl.col("accepted").shift(1, fill_value=None).over("_group")
-    reached = pl.when(pl.col("position") == 0).then(pl.col("drafts_for_pos")).otherwise(reached)
-    rate_low, rate_high = wilson(pl.col("accepted"), pl.col("drafts_for_pos"))
-    cond_low, cond_high = wilson(pl.col("accepted"), reached)
-    return long.with_columns(
-        reached=reached,
-        rate=pl.when(pl.col("drafts_for_pos") > 0).then(pl.col("accepted") / pl.col("drafts_for_pos")),
+    base = aggregated.with_row_index("_group")
+    long = pl.concat(
+        [
+            base.select(
+                "_group",
+                *keys,
+                pl.lit(i, pl.Int64).alias("position"),
+                pl.col(f"pos_{i}").alias("accepted"),
+                pl.col(f"reach_{i}").alias("drafts"),
+                pl.col(f"allow_{i}").alias("allowed"),
+            )
+            for i in positions
+        ]
+    ).sort("_group", "position")
+    previous = pl.col("accepted").shift(1).over("_group")
+    previous_drafts = pl.col("drafts").shift(1).over("_group")
+    reached = pl.when(pl.col("position") == 0).then(pl.col("drafts").cast(pl.Float64))
+    reached = reached.when(previous_drafts > 0).then(previous * pl.col("drafts") / previous_drafts)
+    rate_low, rate_high = wilson(pl.col("accepted"), pl.col("drafts"))
+    cond_low, cond_high = wilson(pl.col("accepted"), pl.col("reached"))
+    return long.with_columns(reached=reached).with_columns(
+        rate=pl.when(pl.col("drafts") > 0).then(pl.col("accepted") / pl.col("drafts")),
         rate_low=rate_low,
         rate_high=rate_high,
-        conditional=pl.when(reached > 0).then(pl.col("accepted") / reached),
+        conditional=pl.when(pl.col("reached") > 0).then(pl.col("accepted") / pl.col("reached")),
         conditional_low=cond_low,
         conditional_high=cond_high,
     )
@@ -206,6 +235,8 @@ def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
 def _rollup_expr(name: str) -> pl.Expr:
     if name in ("num_drafts_derived",):
         return pl.col(name).any()
+    if name == "positions_from_intervals":
+        return pl.col(name).all()
     if name in ("num_spec_tokens", "longest_list"):
         return pl.col(name).max()
     if name == "start_ts":
@@ -243,9 +274,10 @@ def summarize(
     """One row per group: the acceptance summary with intervals and the iid diagnosis.
 
     Columns: the group columns, ``num_windows``, ``num_drafts``, ``num_draft_tokens``,
-    ``num_accepted_tokens``, ``mean_acceptance_length`` (+ ``_low``/``_high``, and
+    ``num_accepted_tokens``, ``mean_acceptance_length`` (+ ``_se``, ``_low``/``_high``, and
     ``mean_acceptance_length_basis``: ``counts`` or ``reported``), ``draft_acceptance_rate``,
-    ``acceptance_rate_per_position`` (+ ``_low``/``_high`` lists),
+    ``acceptance_rate_per_position`` (+ ``_low``/``_high`` lists; from the counts
+    ``num_accepted_tokens_per_pos`` / ``num_drafts_per_pos``, and ``num_drafts_allowed_per_pos``),
     ``conditional_acceptance_rate_per_position`` (+ ``_low``/``_high``), ``iid_alpha``,
     ``iid_max_gap``, ``conditional_trend``, ``num_drafts_derived``, timing sums, time range.
     ``columns``: further columns to group on as they are, before ``by`` (e.g. a resample's number).
@@ -268,6 +300,9 @@ def _finish(agg: pl.DataFrame, positions: pl.DataFrame, keys: list[str]) -> pl.D
             conditional_acceptance_rate_per_position_low=pl.col("conditional_low"),
             conditional_acceptance_rate_per_position_high=pl.col("conditional_high"),
             reached=pl.col("reached"),
+            num_accepted_tokens_per_pos=pl.col("accepted"),
+            num_drafts_per_pos=pl.col("drafts"),
+            num_drafts_allowed_per_pos=pl.col("allowed"),
         )
         agg = agg.join(lists, on="_group", how="left")
         # Groups without any per-position counts get null, not a list of nulls; others keep
@@ -291,9 +326,13 @@ def _finish(agg: pl.DataFrame, positions: pl.DataFrame, keys: list[str]) -> pl.D
                     "conditional_acceptance_rate_per_position",
                     "conditional_acceptance_rate_per_position_low",
                     "conditional_acceptance_rate_per_position_high",
+                    "reached",
                 )
             ]
-            + [pl.lit(None, pl.List(pl.Int64)).alias("reached")]
+            + [
+                pl.lit(None, pl.List(pl.Int64)).alias(c)
+                for c in ("num_accepted_tokens_per_pos", "num_drafts_per_pos", "num_drafts_allowed_per_pos")
+            ]
         )
     # Mean acceptance length: from counts where known, else the printed value weighted by batch.
     drafts = pl.col("drafts_for_length").cast(pl.Float64)
@@ -320,6 +359,7 @@ def _finish(agg: pl.DataFrame, positions: pl.DataFrame, keys: list[str]) -> pl.D
         pl.DataFrame(
             extra,
             schema={
+                "mean_acceptance_length_se": pl.Float64,
                 "mean_acceptance_length_low": pl.Float64,
                 "mean_acceptance_length_high": pl.Float64,
                 "iid_alpha": pl.Float64,
@@ -338,9 +378,9 @@ def _length_interval_and_diagnosis(row: dict) -> dict:
     """Per-group scalars that need a little Python: the length interval and the iid diagnosis."""
     rates = [r for r in (row.get("acceptance_rate_per_position") or []) if r is not None]
     length = row["mean_acceptance_length"]
-    low = high = None
+    low = high = se = None
     if length is not None and row["mean_acceptance_length_basis"] == "counts":
-        se = _length_standard_error(row, rates)
+        se = _length_standard_error(row)
         if se is not None:
             low, high = max(1.0, length - Z95 * se), length + Z95 * se
     alpha = iid_alpha(rates) if rates and any(rates) else None
@@ -348,6 +388,7 @@ def _length_interval_and_diagnosis(row: dict) -> dict:
     if alpha is not None:
         gap = max(abs(r - alpha ** (i + 1)) for i, r in enumerate(rates))
     return {
+        "mean_acceptance_length_se": se,
         "mean_acceptance_length_low": low,
         "mean_acceptance_length_high": high,
         "iid_alpha": alpha,
@@ -356,17 +397,20 @@ def _length_interval_and_diagnosis(row: dict) -> dict:
     }
 
 
-def _length_standard_error(row: dict, rates: list[float]) -> float | None:
+def _length_standard_error(row: dict) -> float | None:
     """Standard error of ``1 + A/D``.
 
     Two estimates, the larger wins: the per-draft spread of accepted length (known exactly
-    from the per-position rates, since P(L ≥ i+1) = r_i), and, with ten or more windows, the
-    between-window ratio-estimator variance, which also captures drift between intervals.
+    from the per-position counts, since P(accepted ≥ i+1) = a_i / D), and, with ten or more
+    windows, the between-window ratio-estimator variance, which also captures drift between
+    intervals.
     """
     drafts = row["drafts_for_length"]
     if not drafts:
         return None
     candidates = []
+    pos_drafts = row.get("drafts_for_pos") or 0
+    rates = [(a or 0) / pos_drafts for a in (row.get("num_accepted_tokens_per_pos") or [])] if pos_drafts else []
     if rates:
         mean = sum(rates)
         second = sum((2 * i + 1) * r for i, r in enumerate(rates))

@@ -55,13 +55,15 @@ _NULLABLE = (
     "num_draft_tokens",
     "num_accepted_tokens",
     "num_accepted_tokens_per_pos",
+    "num_drafts_per_pos",
     "num_generated_tokens",
     "draft_seconds",
     "verify_seconds",
     "step_seconds",
     "num_timed_steps",
 )
-_SUMMED = tuple(c for c in _NULLABLE if c != "num_accepted_tokens_per_pos")
+_LISTS = ("num_accepted_tokens_per_pos", "num_drafts_per_pos")
+_SUMMED = tuple(c for c in _NULLABLE if c not in _LISTS)
 
 
 def is_decode() -> pl.Expr:
@@ -93,8 +95,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
     # Grouping on one hash of the configuration is several times faster than on its columns. A
     # second, independent hash must agree within every cell; if it does not (two configurations
     # share the first hash: odds ~n²/2⁶⁴), the merge is redone on the columns themselves.
-    per_pos = pl.col("num_accepted_tokens_per_pos")
-    positions = int(lazy.select(per_pos.list.len().max()).collect().item() or 0)
+    positions = int(lazy.select(pl.max_horizontal(pl.col(c).list.len().max() for c in _LISTS)).collect().item() or 0)
     keyed = lazy.with_columns(scored.alias("scored"), is_decode().alias("decode"), nulls.alias("nulls")).with_columns(
         _config_hash(config).alias("config_hash"),
         pl.struct(config).hash(seed=1).alias("config_check"),
@@ -116,8 +117,12 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
                 pl.col("end_ts").max(),
                 pl.col("num_drafts_derived").any(),
                 *[pl.col(c).sum() for c in _SUMMED],
-                per_pos.list.len().max().alias("positions"),
-                *[per_pos.list.get(i, null_on_oob=True).sum().alias(f"pos_{i}") for i in range(positions)],
+                *[pl.col(c).list.len().max().alias(f"{c}_len") for c in _LISTS],
+                *[
+                    pl.col(c).list.get(i, null_on_oob=True).sum().alias(f"{c}_{i}")
+                    for c in _LISTS
+                    for i in range(positions)
+                ],
             )
             .sort("first_row")
             .select(pl.exclude(*config, "config_hash", "block"))
@@ -132,16 +137,23 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
         keyed.filter(pl.col("first_row").is_in(merged["first_row"].implode())).select(*carried, "counters").collect()
     )  # in first_row order, as ``merged``
     known = {c: (pl.col("nulls") & (1 << i)) == 0 for i, c in enumerate(_NULLABLE)}
-    pos_list = pl.concat_list([f"pos_{i}" for i in range(positions)]) if positions else pl.lit([], pl.List(pl.Int64))
+    def summed_list(name: str) -> pl.Expr:
+        if not positions:
+            return pl.lit([], pl.List(pl.Int64))
+        return pl.concat_list([f"{name}_{i}" for i in range(positions)]).list.head(pl.col(f"{name}_len"))
+
     return (
         pl.concat([firsts, merged], how="horizontal")
         .with_columns(
             *[pl.when(known[c]).then(pl.col(c)).alias(c) for c in _SUMMED],
-            pl.when(known["num_accepted_tokens_per_pos"])
-            .then(pos_list.list.head(pl.col("positions")))
-            .alias("num_accepted_tokens_per_pos"),
+            *[pl.when(known[c]).then(summed_list(c)).alias(c) for c in _LISTS],
         )
-        .drop("collided", "first_row", "positions", *[f"pos_{i}" for i in range(positions)])
+        .drop(
+            "collided",
+            "first_row",
+            *[f"{c}_len" for c in _LISTS],
+            *[f"{c}_{i}" for c in _LISTS for i in range(positions)],
+        )
     )
 
 
