@@ -39,6 +39,7 @@ SPECOBS_METRICS = {
     "specobs_draft_tokens_total",
     "specobs_accepted_tokens_total",
     "specobs_accepted_tokens_per_position_total",
+    "specobs_drafts_per_position_total",
     "specobs_generated_tokens_total",
     "specobs_predicted_speedup",
     "specobs_recommended_num_speculative_tokens",
@@ -293,3 +294,43 @@ def test_dashboard_expressions_are_valid_promql(tmp_path):
         + "\n"
         + "\n".join(f"{i}: {title}: {expr}" for i, (title, expr) in enumerate(exprs))
     )
+
+
+@needs_promtool
+def test_dashboard_per_position_panels_agree_with_the_rules_when_k_varies(tmp_path):
+    """The per-position and conditional panels give the recording rules' values on the rules'
+    own varying-k test series, so they too divide by the drafts that reached a position."""
+    exprs = dashboard_exprs()
+    (per_position,) = [expr for title, expr in exprs if title.startswith("Per-position")]
+    conditional = [expr for title, expr in exprs if title.startswith("Conditional")]  # β1..β4, one query each
+    assert len(conditional) == 4
+    rules = [{"record": "dashboard:position:check", "expr": to_promql(per_position)}]
+    rules += [{"record": f"dashboard:beta{i}:check", "expr": to_promql(e)} for i, e in enumerate(conditional, 1)]
+    (tmp_path / "panels.yml").write_text(json.dumps({"groups": [{"name": "panels", "rules": rules}]}))
+
+    group = next(g for g in load_yaml(RULES_TEST)["tests"] if g["name"] == "per-position rates with a varying k")
+    cases = {case["expr"]: case for case in group["promql_expr_test"]}
+    rates, betas = cases["specobs:position_acceptance_rate:rate5m"], cases["specobs:conditional_acceptance_rate:rate5m"]
+
+    def relabel(sample: dict, name: str, drop_position: bool = False) -> dict:
+        labels = sample["labels"].split("{", 1)[1]
+        if drop_position:  # a β panel query sums by model_name and engine only
+            labels = re.sub(r',\s*position="\d+"', "", labels)
+        return {"labels": name + "{" + labels, "value": sample["value"]}
+
+    tests = [{
+        "expr": "dashboard:position:check", "eval_time": rates["eval_time"],
+        "exp_samples": [relabel(x, "dashboard:position:check") for x in rates["exp_samples"]],
+    }]  # fmt: skip
+    for i in range(1, 5):
+        name = f"dashboard:beta{i}:check"
+        samples = [relabel(x, name, True) for x in betas["exp_samples"] if f'position="{i}"' in x["labels"]]
+        tests.append({"expr": name, "eval_time": betas["eval_time"], "exp_samples": samples})
+    spec = {
+        "rule_files": ["panels.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": group["input_series"], "promql_expr_test": tests}],
+    }
+    (tmp_path / "panels_test.yml").write_text(json.dumps(spec))
+    result = promtool("test", "rules", str(tmp_path / "panels_test.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
