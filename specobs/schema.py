@@ -100,6 +100,9 @@ KNOWN_METHODS = (
     "deepseek_mtp",
     "qwen3_next_mtp",
     "dflash",
+    "dspark",
+    "extract_hidden_states",
+    "custom_class",
 )
 
 

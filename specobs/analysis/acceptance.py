@@ -491,3 +491,29 @@ def truncation(rates: Sequence[float | None]) -> list[dict]:
         running += r
         out.append({"k": k, "tokens_per_step": 1 + running, "share_of_accepted": running / total if total else None})
     return out
+
+
+def interval_bias(row: dict) -> list[dict] | None:
+    """Per-position bounds for sources that divide ``a_i`` by all drafts (vLLM's log line,
+    ``per_pos / num_drafts`` from Prometheus), when drafts were not all k long.
+
+    Such a source cannot say which drafts reached position i; when draft tokens per draft
+    ``T/D`` fall short of k (a batch-size schedule with smaller k, ngram's shorter matches),
+    ``r_i`` is too low from position 2 on. The drafts that reached position i are at least
+    ``(T − i·D) / (k − i)`` (the later positions share what the earlier ones leave), so the
+    true rate lies between the printed ``a_i / D`` and ``a_i / max(a_i, (T − i·D) / (k − i))``.
+    None when the group's per-position counts are not all from such sources or drafts were full.
+    """
+    if not row.get("positions_from_intervals"):
+        return None
+    drafts, tokens = row.get("drafts_for_pos") or 0, row.get("tokens_for_pos") or 0
+    accepted = row.get("num_accepted_tokens_per_pos") or []
+    k = len(accepted)
+    if not drafts or not k or tokens >= k * drafts * 0.999:
+        return None
+    out = []
+    for i, a in enumerate(accepted):
+        a = a or 0
+        least = max((tokens - i * drafts) / (k - i), float(a), 0.0) if i else float(drafts)
+        out.append({"position": i + 1, "rate": a / drafts, "rate_high": min(a / least, 1.0) if least else 1.0})
+    return out

@@ -14,6 +14,13 @@ import polars as pl
 from specobs.analysis.acceptance import with_group_columns
 
 
+def is_decode() -> pl.Expr:
+    """Steps with no prompt tokens: scheduled tokens = one per request plus the drafts (a step
+    that did not say how many tokens it scheduled counts as decode)."""
+    expected = pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0)
+    return pl.col("num_scheduled_tokens").is_null() | (pl.col("num_scheduled_tokens") <= expected)
+
+
 def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
     """Per group and batch bucket: timed steps, mean draft/verify/step/other seconds, draft share of
     step time, cost ratio, rejected-draft share, and generated tokens per second of step time
@@ -92,3 +99,84 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
         .collect()
     )
     return out
+
+
+#: A step this many times slower than the median of its configuration is not steady state.
+OUTLIER_FACTOR = 4.0
+#: Such a step among an engine's first this many steps is warm-up (compilation, graph capture,
+#: first allocations); later ones are outliers (a pause, another process).
+WARMUP_STEPS = 100
+#: Configurations with fewer timed steps than this keep every step (no median to judge by).
+MIN_STEPS_TO_JUDGE = 5
+
+
+def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+    """Step rows with the timing of unsettled steps removed (set to null; counts kept).
+
+    A step is left out of cost fits when it took more than :data:`OUTLIER_FACTOR` × the
+    median step time of its configuration (labels, k, batch size, tokens scheduled). Column
+    ``unsteady`` says why: ``warm-up`` among an engine's first :data:`WARMUP_STEPS` steps,
+    else ``outlier``; null for kept steps and for rows that are not single steps.
+    """
+    lazy = windows.lazy()
+    config = ["source", "run_id", "engine", "model", "method", "draft_model", "platform", "device",
+              "num_spec_tokens", "batch_size", "num_scheduled_tokens"]  # fmt: skip
+    engine = ["source", "run_id", "engine"]
+    step = pl.col("step_seconds")
+    is_step = (pl.col("counters") == "step") & step.is_not_null()
+    median = pl.when(is_step).then(step).median().over(config)
+    judged = pl.when(is_step).then(step).count().over(config) >= MIN_STEPS_TO_JUDGE
+    order = pl.when(is_step).then(pl.col("start_ts")).rank("ordinal").over(engine)
+    slow = is_step & judged & (step > OUTLIER_FACTOR * median)
+    unsteady = pl.when(slow).then(pl.when(order <= WARMUP_STEPS).then(pl.lit("warm-up")).otherwise(pl.lit("outlier")))
+    timing = ("draft_seconds", "verify_seconds", "step_seconds", "num_timed_steps")
+    return (
+        lazy.with_columns(unsteady=unsteady)
+        .with_columns([pl.when(pl.col("unsteady").is_null()).then(pl.col(c)).alias(c) for c in timing])
+    )
+
+
+def unsteady_counts(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, int]:
+    """How many steps :func:`steady_state` leaves out, by reason (``warm-up``, ``outlier``)."""
+    counts = steady_state(windows).group_by("unsteady").len().drop_nulls("unsteady").collect()
+    return {row["unsteady"]: int(row["len"]) for row in counts.iter_rows(named=True)}
+
+
+def schedule_tax(windows: pl.LazyFrame | pl.DataFrame) -> list[dict]:
+    """What k = 0 steps of a speculative engine cost beyond a plain engine's steps.
+
+    A batch-size schedule with k = 0 ranges ("off") still runs the drafter's bookkeeping (and
+    model drafters their forward passes); a plain engine (no speculative config) does not.
+    Per model, platform, device and method: decode steps at the batch sizes both engines ran,
+    steady state only (:func:`steady_state`), compared as mean step seconds weighted by the
+    speculative engine's steps per batch size. ``tax_seconds`` is the extra time per step,
+    ``tax_share`` the extra over the plain step.
+    """
+    keys = ["model", "platform", "device"]
+    k0 = (
+        steady_state(windows)
+        .filter((pl.col("num_spec_tokens") == 0) & pl.col("step_seconds").is_not_null() & is_decode())
+        .group_by(*keys, "method", "batch_size")
+        .agg(seconds=pl.col("step_seconds").sum(), steps=pl.col("num_timed_steps").sum())
+        .collect()
+    )
+    plain = k0.filter(pl.col("method").is_null()).select(*keys, "batch_size", plain=pl.col("seconds") / pl.col("steps"))
+    off = k0.filter(pl.col("method").is_not_null())
+    if plain.is_empty() or off.is_empty():
+        return []
+    joined = off.join(plain, on=[*keys, "batch_size"], how="inner", nulls_equal=True)
+    rows = (
+        joined.group_by(*keys, "method")
+        .agg(
+            steps=pl.col("steps").sum(),
+            off_seconds=pl.col("seconds").sum() / pl.col("steps").sum(),
+            plain_seconds=(pl.col("plain") * pl.col("steps")).sum() / pl.col("steps").sum(),
+            batch_sizes=pl.col("batch_size").sort(),
+        )
+        .with_columns(
+            tax_seconds=pl.col("off_seconds") - pl.col("plain_seconds"),
+            tax_share=pl.col("off_seconds") / pl.col("plain_seconds") - 1,
+        )
+        .sort("method")
+    )
+    return rows.to_dicts()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 
 Z95 = 1.959963984540054
@@ -23,3 +25,14 @@ def wilson(successes: pl.Expr, trials: pl.Expr, z: float = Z95) -> tuple[pl.Expr
         pl.when(valid).then((centre - half).clip(0.0, 1.0)),
         pl.when(valid).then((centre + half).clip(0.0, 1.0)),
     )
+
+
+def wilson_bounds(successes: float, trials: float, z: float = Z95) -> tuple[float, float]:
+    """:func:`wilson` for one proportion, as plain floats ((0, 1) when there are no trials)."""
+    if trials <= 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denom = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(max(p * (1 - p) / trials + z * z / (4 * trials * trials), 0.0)) / denom
+    return max(centre - half, 0.0), min(centre + half, 1.0)

@@ -46,13 +46,27 @@ BY_BATCH_HEADERS = ("batch", "k", "predicted speedup [95%]", "steps measured")
 
 
 def headline(rec: Recommendation) -> str:
+    """One sentence naming exactly the config printed beneath it, with that config's own prediction."""
     r = rec.recommended
+    estimated = ""
+    if r.get("baseline") not in (None, "plain engine"):
+        estimated = " (no plain engine in the input: baseline estimated)"
+    if not r["num_speculative_tokens"]:
+        return "Recommendation: run without speculative decoding (no speculative config)." + estimated
+    name = r["method"] or "speculative decoding"
+    if r.get("schedule"):
+        ranges = ", ".join(
+            f"{_batch({'batch_size_min': low, 'batch_size_max': high})}: {'off' if k == 0 else f'k={k}'}"
+            for low, high, k in r["schedule"]
+        )
+        what = f"{name} with a batch-size schedule ({ranges})"
+    else:
+        what = f"{name} with k={r['num_speculative_tokens']}"
+    text = f"Recommendation: {what}, predicted {_interval(r['predicted_speedup'], r['interval'])} plain decoding"
+    text += " on this traffic" + estimated + "."
     if not r["method"]:
-        return "Recommendation: run without speculative decoding."
-    return (
-        f"Recommendation: {r['method']} with k={r['num_speculative_tokens']}, predicted "
-        f"{_interval(r['predicted_speedup'], r['interval'])} plain decoding on this traffic."
-    )
+        text += " The input has no method label (vLLM's counters carry none): pass --method to get a ready config."
+    return text
 
 
 def recommendation_to_rich(rec: Recommendation, console: Console) -> None:

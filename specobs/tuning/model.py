@@ -31,6 +31,8 @@ import numpy as np
 import polars as pl
 
 from specobs.analysis import acceptance
+from specobs.analysis.cost import is_decode
+from specobs.analysis.intervals import wilson_bounds
 
 AUTOREGRESSIVE = {"draft_model", "eagle", "eagle3", "mlp_speculator"}
 PARALLEL = {"mtp", "deepseek_mtp", "qwen3_next_mtp", "medusa", "dflash"}
@@ -64,13 +66,6 @@ _NULLABLE = (
 )
 _LISTS = ("num_accepted_tokens_per_pos", "num_drafts_per_pos")
 _SUMMED = tuple(c for c in _NULLABLE if c not in _LISTS)
-
-
-def is_decode() -> pl.Expr:
-    """Steps with no prompt tokens: scheduled tokens = one per request plus the drafts (a step
-    that did not say how many tokens it scheduled counts as decode)."""
-    expected = pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0)
-    return pl.col("num_scheduled_tokens").is_null() | (pl.col("num_scheduled_tokens") <= expected)
 
 
 def _config_hash(config: Sequence[str]) -> pl.Expr:
@@ -162,21 +157,35 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
 
 @dataclass(frozen=True)
 class Acceptance:
-    """Per-position acceptance of one method, and how often requests draft."""
+    """Per-position acceptance of one method, and how often and how long requests draft.
+
+    ``rates`` are accepted shares per draft that *could* reach the position (its k exceeded
+    i): ``u_i = a_i / drafts with k > i``. Mixing steps of several k cannot bias them, and a
+    draft cut short (ngram finding a shorter match) counts as not accepted there, as it is.
+    ``draft_lengths`` holds the measured draft tokens per draft at each measured k.
+    """
 
     rates: tuple[float, ...]
     conditional_tail: float  # β used for positions beyond the measured k
     conditional_tail_low: float
     conditional_tail_high: float
     drafts_per_request_step: float = 1.0  # q
-    fill: float = 1.0  # draft tokens per draft / k
+    draft_lengths: tuple[tuple[int, float], ...] = ()  # (k, draft tokens per draft) as measured
 
     @property
     def measured_k(self) -> int:
         return len(self.rates)
 
+    @property
+    def fill(self) -> float:
+        """Draft tokens per draft over k at the largest measured k (1 for full-length drafters)."""
+        if not self.draft_lengths:
+            return 1.0
+        k, length = max(self.draft_lengths)
+        return min(max(length / k, 0.0), 1.0) if k else 1.0
+
     def accepted_per_draft(self, k: int, bound: str = "mid") -> float:
-        """Σ_{i<k} r_i; beyond the measured k, r continues as r_{K−1}·β^j (``bound``: low/mid/high β)."""
+        """Σ_{i<k} u_i; beyond the measured k, u continues as u_{K−1}·β^j (``bound``: low/mid/high β)."""
         rates = self.rates
         if k <= len(rates):
             return float(sum(rates[:k]))
@@ -185,15 +194,28 @@ class Acceptance:
         extra = sum(last * beta**j for j in range(1, k - len(rates) + 1))
         return float(sum(rates)) + extra
 
+    def draft_length(self, k: int) -> float:
+        """Draft tokens per draft at k: measured where k was measured, else k × the fill of the
+        nearest measured k (draft-model drafts are always k long; lookups are often shorter)."""
+        if k <= 0:
+            return 0.0
+        lengths = dict(self.draft_lengths)
+        if k in lengths:
+            return lengths[k]
+        if not lengths:
+            return float(k)
+        nearest = min(lengths, key=lambda m: (abs(m - k), -m))
+        return k * min(lengths[nearest] / nearest, 1.0)
+
     def tokens_per_request_step(self, k: int, bound: str = "mid") -> float:
         return 1.0 + self.drafts_per_request_step * self.accepted_per_draft(k, bound) if k else 1.0
 
     def scored_per_request_step(self, k: int) -> float:
-        return 1.0 + self.drafts_per_request_step * self.fill * k
+        return 1.0 + self.drafts_per_request_step * self.draft_length(k)
 
 
 def fit_acceptance(steps: pl.DataFrame) -> Acceptance | None:
-    """From the speculative steps (windows or :func:`cells`) of one method: rates, tail β, q and fill."""
+    """From the speculative steps (windows or :func:`cells`) of one method: rates, tail β, q and draft lengths."""
     return fit_acceptance_groups(steps, ()).get(())
 
 
@@ -203,35 +225,51 @@ def fit_acceptance_groups(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple,
     without per-position counts are left out."""
     steps = cells(steps, ())
     q = _drafts_per_request_step(steps, by)
+    lengths = _draft_lengths(steps, by)
     out = {}
     for row in acceptance.summarize(steps, by=(), columns=by).iter_rows(named=True):
         key = tuple(row[c] for c in by)
-        fitted = None if None in key else _acceptance_from(row, q.get(key, 1.0))
+        fitted = None if None in key else _acceptance_from(row, q.get(key, 1.0), lengths.get(key, ()))
         if fitted is not None:
             out[key] = fitted
     return out
 
 
-def _acceptance_from(summary: dict, q: float) -> Acceptance | None:
-    rates = summary.get("acceptance_rate_per_position")
-    if not rates:
+def _draft_lengths(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple, tuple[tuple[int, float], ...]]:
+    """Draft tokens per draft at each k, per value of ``by``."""
+    known = steps.filter(
+        (pl.col("num_spec_tokens") > 0) & (pl.col("num_drafts") > 0) & pl.col("num_draft_tokens").is_not_null()
+    )
+    rows = known.group_by([*by, "num_spec_tokens"]).agg(
+        length=pl.col("num_draft_tokens").sum() / pl.col("num_drafts").sum()
+    )
+    out: dict[tuple, list[tuple[int, float]]] = {}
+    for row in rows.iter_rows(named=True):
+        out.setdefault(tuple(row[c] for c in by), []).append((int(row["num_spec_tokens"]), float(row["length"])))
+    return {key: tuple(sorted(v)) for key, v in out.items()}
+
+
+def _acceptance_from(summary: dict, q: float, lengths: tuple[tuple[int, float], ...]) -> Acceptance | None:
+    accepted = summary.get("num_accepted_tokens_per_pos")
+    allowed = summary.get("num_drafts_allowed_per_pos")
+    if not accepted or not allowed:
         return None
-    rates = [r or 0.0 for r in rates]
-    cond = summary.get("conditional_acceptance_rate_per_position") or []
-    lows = summary.get("conditional_acceptance_rate_per_position_low") or []
-    highs = summary.get("conditional_acceptance_rate_per_position_high") or []
-    supported = [i for i in acceptance.supported_positions(summary) if cond[i] is not None]
+    rates = [(a or 0) / n if n else 0.0 for a, n in zip(accepted, allowed, strict=False)]
+    # Conditional rates of u: successes a_i, trials a_{i−1} scaled to the drafts allowed at i.
+    trials = [allowed[0] or 0] + [
+        (accepted[i - 1] or 0) * (allowed[i] or 0) / allowed[i - 1] if allowed[i - 1] else 0.0
+        for i in range(1, len(accepted))
+    ]
+    supported = [i for i, n in enumerate(trials) if n >= acceptance.MIN_SUPPORT]
     tail = supported[-min(3, len(supported)) :] if supported else []
     if tail:
-        beta = float(np.mean([cond[i] for i in tail]))
-        beta_low = float(min(lows[i] for i in tail))
-        beta_high = float(max(highs[i] for i in tail))
+        beta = float(np.mean([(accepted[i] or 0) / trials[i] for i in tail]))
+        bounds = [wilson_bounds(accepted[i] or 0, trials[i]) for i in tail]
+        beta_low = float(min(b[0] for b in bounds))
+        beta_high = float(max(b[1] for b in bounds))
     else:
         beta = beta_low = beta_high = 0.0
-    k = len(rates)
-    drafts = summary.get("num_drafts") or 0
-    fill = (summary.get("num_draft_tokens") or 0) / (drafts * k) if drafts and k else 1.0
-    return Acceptance(tuple(rates), beta, beta_low, beta_high, q, min(max(fill, 0.0), 1.0))
+    return Acceptance(tuple(rates), beta, beta_low, beta_high, q, lengths)
 
 
 def _drafts_per_request_step(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple, float]:
@@ -328,16 +366,25 @@ class Overhead:
         return self.o0 + self.o1 * batch + self.o2 * tokens
 
 
+#: How the plain-decoding step time was obtained (``CostModel.baseline``).
+BASELINE_PLAIN = "plain engine"
+BASELINE_OFF_MINUS_DRAFT = "estimated: k=0 steps of the speculative engine minus their drafting"
+BASELINE_VERIFY = "estimated: verify at one token per request plus overhead"
+
+
 @dataclass(frozen=True)
 class CostModel:
-    """Fitted step-time parts of one method on one platform, and the plain-engine step time."""
+    """Fitted step-time parts of one method on one platform, the plain-decoding step time and
+    the step time of its own engine with drafting switched off (k = 0 in a schedule)."""
 
     verify: Hinge
     draft: DraftCost
     overhead: Overhead
-    base: Hinge | None  # k = 0 step time in batch size; None: estimated from verify + overhead
+    base: Hinge | None  # plain step time in batch size; None: verify + overhead
     kind: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    off: Hinge | None = None  # k = 0 step time of the speculative engine, when measured
+    baseline: str = BASELINE_PLAIN
 
     def spec_step_seconds(self, k: int, batch: float, acc: Acceptance) -> float:
         scored = batch * acc.scored_per_request_step(k)
@@ -348,9 +395,20 @@ class CostModel:
             return self.base(batch)
         return self.verify(batch) + self.overhead(batch, batch)
 
+    def off_step_seconds(self, batch: float) -> float:
+        """A k = 0 step of the speculative engine: measured, else plain plus the k-independent
+        part of drafting (the proposer still runs)."""
+        if self.off is not None:
+            return self.off(batch)
+        return self.base_step_seconds(batch) + max(self.draft.d0 + self.draft.d1 * batch, 0.0)
+
 
 def _means(frame: pl.DataFrame, keys: list[str], value: str) -> tuple[np.ndarray, ...]:
-    """Per ``keys``: the mean per step of ``value`` (total time over timed steps) and the rows behind it."""
+    """Per ``keys``: the mean per step of ``value`` (total time over timed steps) and the rows behind it.
+
+    Robust because the rows come through :func:`specobs.analysis.cost.steady_state`: warm-up
+    and outlier steps carry no timing, so these are trimmed means.
+    """
     steps = pl.coalesce("num_timed_steps", "num_rows").filter(pl.col(value).is_not_null())
     grouped = (
         frame.group_by(keys)
@@ -361,22 +419,34 @@ def _means(frame: pl.DataFrame, keys: list[str], value: str) -> tuple[np.ndarray
     return (*(grouped[k].to_numpy().astype(float) for k in keys), grouped["y"].to_numpy(), grouped["n"].to_numpy())
 
 
-def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) -> CostModel | None:
-    """Fit the cost model from timed speculative steps (and k = 0 steps when there are any)."""
-    spec = cells(spec, ())
-    base = cells(base, ()) if base is not None else None
-    spec = spec.filter(pl.col("verify_seconds").is_not_null() & pl.col("batch_size").is_not_null() & pl.col("decode"))
-    if spec.is_empty():
+def _timed_decode(frame: pl.DataFrame | None, value: str = "step_seconds") -> pl.DataFrame | None:
+    if frame is None:
         return None
+    frame = cells(frame, ())
+    frame = frame.filter(pl.col(value).is_not_null() & pl.col("batch_size").is_not_null() & pl.col("decode"))
+    return None if frame.is_empty() else frame
+
+
+def fit_cost(
+    spec: pl.DataFrame, plain: pl.DataFrame | None, method: str | None, off: pl.DataFrame | None = None
+) -> CostModel | None:
+    """Fit the cost model from timed speculative steps, the plain engine's steps (``plain``)
+    and the same engine's k = 0 steps (``off``), when there are any."""
+    spec = _timed_decode(spec, "verify_seconds")
+    if spec is None:
+        return None
+    plain, off = _timed_decode(plain), _timed_decode(off)
     notes: list[str] = []
     weights = ("num_timed_steps", "num_rows")
-    frames = [spec.select("scored", "verify_seconds", *weights)]
-    base_decode = None
-    if base is not None and not base.is_empty():
-        base_decode = base.filter(pl.col("step_seconds").is_not_null() & pl.col("batch_size").is_not_null())
-        base_decode = base_decode.filter(pl.col("decode"))
-        frames.append(base_decode.select("scored", "verify_seconds", *weights))
-    x, y, n = _means(pl.concat(frames), ["scored"], "verify_seconds")
+    # Verification and overhead come from the speculative engine itself (its k = 0 steps show
+    # how both grow with tokens); another engine's speed is not this one's.
+    own = [f for f in (spec, off) if f is not None]
+    verify_from = own if off is not None else [spec, *([plain] if plain is not None else [])]
+    verify_frames = [
+        f.filter(pl.col("verify_seconds").is_not_null()).select("scored", "verify_seconds", *weights)
+        for f in verify_from
+    ]
+    x, y, n = _means(pl.concat(verify_frames), ["scored"], "verify_seconds")
     verify = fit_hinge(x, y, n)
 
     kind = drafter_kind(method)
@@ -400,23 +470,37 @@ def fit_cost(spec: pl.DataFrame, base: pl.DataFrame | None, method: str | None) 
             notes.append(f"draft time taken as flat in k from k={int(k[0])} ({kind} drafter)")
 
     rest = (pl.col("step_seconds") - pl.col("verify_seconds") - pl.col("draft_seconds").fill_null(0.0)).alias("rest")
-    parts = [spec.filter(pl.col("step_seconds").is_not_null()).select("batch_size", "scored", rest, *weights)]
-    same_engine = base_decode is not None and method is not None and (base_decode["method"] == method).all()
-    if same_engine:  # drafting switched off in the same engine: its overhead tells how it grows with tokens
-        parts.append(
-            base_decode.filter(pl.col("verify_seconds").is_not_null()).select("batch_size", "scored", rest, *weights)
+    parts = [
+        f.filter(pl.col("step_seconds").is_not_null() & pl.col("verify_seconds").is_not_null()).select(
+            "batch_size", "scored", rest, *weights
         )
+        for f in own
+    ]
     b, t, r, n = _means(pl.concat(parts, how="vertical_relaxed"), ["batch_size", "scored"], "rest")
-    features = [np.ones_like(b), b] + ([t] if same_engine else [])
+    grows = off is not None
+    features = [np.ones_like(b), b] + ([t] if grows else [])
     coef = _nonneg_lstsq(np.column_stack(features), r, n, nonneg_from=1)
-    overhead = Overhead(float(coef[0]), float(coef[1]), float(coef[2]) if same_engine else 0.0)
-    base_model = None
-    if base_decode is not None and not base_decode.is_empty():
-        b, s, n = _means(base_decode, ["batch_size"], "step_seconds")
-        base_model = _linear(b, s, n) if len(b) < 4 else fit_hinge(b, s, n)
+    overhead = Overhead(float(coef[0]), float(coef[1]), float(coef[2]) if grows else 0.0)
+
+    off_model = _step_model(off, "step_seconds") if off is not None else None
+    if plain is not None:
+        base_model, baseline = _step_model(plain, "step_seconds"), BASELINE_PLAIN
+    elif off is not None:
+        plain_like = off.with_columns(
+            plain_seconds=pl.col("step_seconds") - pl.col("draft_seconds").fill_null(0.0)
+        ).filter(pl.col("plain_seconds") > 0)
+        base_model, baseline = _step_model(plain_like, "plain_seconds"), BASELINE_OFF_MINUS_DRAFT
     else:
-        notes.append("no k=0 steps: the plain step time is estimated from the verify and overhead fits")
-    return CostModel(verify, draft, overhead, base_model, kind, tuple(notes))
+        base_model, baseline = None, BASELINE_VERIFY
+    if baseline != BASELINE_PLAIN:
+        notes.append(f"no plain engine in the input: plain decoding {baseline}")
+    return CostModel(verify, draft, overhead, base_model, kind, tuple(notes), off_model, baseline)
+
+
+def _step_model(frame: pl.DataFrame, value: str) -> Hinge:
+    """Step time against batch size: a line for few batch sizes, a hinge for more."""
+    b, s, n = _means(frame, ["batch_size"], value)
+    return _linear(b, s, n) if len(b) < 4 else fit_hinge(b, s, n)
 
 
 def _linear(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> Hinge:
@@ -442,7 +526,7 @@ class Prediction:
 
 
 def predict(acc: Acceptance, cost: CostModel, k: int, batch: float, method: str | None = None) -> Prediction:
-    """Throughput and speedup over the plain engine at k and batch size (k = 0: the plain engine)."""
+    """Throughput and speedup over plain decoding at k and batch size (k = 0: plain decoding)."""
     base = batch / cost.base_step_seconds(batch)
     if k == 0:
         return Prediction(method, 0, batch, base, 1.0, 1.0, cost.base_step_seconds(batch), False)
@@ -450,3 +534,9 @@ def predict(acc: Acceptance, cost: CostModel, k: int, batch: float, method: str 
     tokens = acc.tokens_per_request_step(k)
     rate = batch * tokens / step
     return Prediction(method, k, batch, rate, rate / base, tokens, step, k > acc.measured_k)
+
+
+def predict_off(cost: CostModel, batch: float, method: str | None = None) -> Prediction:
+    """The speculative engine at k = 0 (drafting switched off by its schedule) against plain decoding."""
+    step = cost.off_step_seconds(batch)
+    return Prediction(method, 0, batch, batch / step, cost.base_step_seconds(batch) / step, 1.0, step, False)

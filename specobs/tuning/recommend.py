@@ -23,8 +23,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from specobs.analysis.cost import steady_state
 from specobs.tuning import leviathan
 from specobs.tuning.model import (
+    BASELINE_PLAIN,
     Acceptance,
     CostModel,
     cells,
@@ -32,6 +34,7 @@ from specobs.tuning.model import (
     fit_acceptance_groups,
     fit_cost,
     predict,
+    predict_off,
 )
 
 LABELS = ("model", "method", "draft_model", "platform", "device")
@@ -45,10 +48,11 @@ class MethodFit:
     acceptance: Acceptance
     cost: CostModel | None
     spec_steps: pl.DataFrame  # cells (``model.cells``) of its speculative steps
-    base_steps: pl.DataFrame | None  # and of its baseline's k = 0 steps
+    base_steps: pl.DataFrame | None  # and of a plain engine's steps (no speculative config)
     batch_counts: dict[int, int]  # steps per observed batch size
     cost_ratio: tuple[float, str] | None = None
     by_batch: dict[int, Acceptance] = field(default_factory=dict)
+    off_steps: pl.DataFrame | None = None  # its own engine's k = 0 steps (drafting off by schedule)
 
     @property
     def method(self) -> str | None:
@@ -96,13 +100,24 @@ class Recommendation:
 # --- fitting ------------------------------------------------------------------------------------
 
 
-def fit_methods(windows: pl.LazyFrame | pl.DataFrame, *, cost_ratio: float | None = None) -> list[MethodFit]:
-    """One fit per (model, method, draft model, platform, device) that drafted."""
+def fit_methods(
+    windows: pl.LazyFrame | pl.DataFrame, *, cost_ratio: float | None = None, method: str | None = None
+) -> list[MethodFit]:
+    """One fit per (model, method, draft model, platform, device) that drafted.
+
+    ``method`` names the method of speculative rows that carry none (a scrape of vLLM's
+    counters has no method label). Warm-up and outlier steps keep their counts but lose their
+    timing (``analysis.cost.steady_state``), so the cost fits are trimmed means.
+    """
     lazy = windows.lazy()  # lazy: the filter and the merge read only the columns they need
     if "request_id" in lazy.collect_schema().names():
         lazy = lazy.filter(pl.col("request_id").is_null())
-    frame = cells(lazy, LABELS)
-    base_all = frame.filter((pl.col("num_spec_tokens").fill_null(-1) == 0) & pl.col("num_timed_steps").is_not_null())
+    if method is not None:
+        lazy = with_method(lazy, method)
+    frame = cells(steady_state(lazy), LABELS)
+    k0 = frame.filter((pl.col("num_spec_tokens").fill_null(-1) == 0) & pl.col("num_timed_steps").is_not_null())
+    plain_all = k0.filter(pl.col("method").is_null())
+    off_all = k0.filter(pl.col("method").is_not_null())
     spec_all = frame.filter(pl.col("num_spec_tokens").fill_null(1) > 0)
     fits: list[MethodFit] = []
     if spec_all.is_empty():
@@ -114,14 +129,25 @@ def fit_methods(windows: pl.LazyFrame | pl.DataFrame, *, cost_ratio: float | Non
         acc = fit_acceptance(spec)
         if acc is None:
             continue
-        base = _base_steps(base_all, labels)
-        cost = fit_cost(spec, base, labels["method"]) if spec["num_timed_steps"].drop_nulls().len() else None
+        plain = _same_platform(plain_all, labels)
+        off = _same_platform(off_all, labels, ("method",)) if labels["method"] is not None else None
+        timed = spec["num_timed_steps"].drop_nulls().len()
+        cost = fit_cost(spec, plain, labels["method"], off) if timed else None
         counts = spec.filter(pl.col("batch_size").is_not_null()).group_by("batch_size").agg(pl.col("num_rows").sum())
-        fit = MethodFit(labels, acc, cost, spec, base, dict(counts.iter_rows()), by_batch=_by_batch(spec))
+        batches = dict(counts.iter_rows())
+        fit = MethodFit(labels, acc, cost, spec, plain, batches, by_batch=_by_batch(spec), off_steps=off)
         if cost is None:
             fit.cost_ratio = leviathan.cost_ratio_for(labels["method"], cost_ratio)
         fits.append(fit)
     return fits
+
+
+def with_method(windows: pl.LazyFrame, method: str) -> pl.LazyFrame:
+    """Name the method of rows that drafted (or were configured to) but carry no method label."""
+    drafted = (pl.col("num_spec_tokens").fill_null(0) > 0) | (pl.col("num_drafts").fill_null(0) > 0)
+    return windows.with_columns(
+        method=pl.when(pl.col("method").is_null() & drafted).then(pl.lit(method)).otherwise(pl.col("method"))
+    )
 
 
 #: Drafts a batch size needs before it gets its own acceptance profile.
@@ -150,19 +176,12 @@ def _by_batch_groups(spec: pl.DataFrame, by: Sequence[str]) -> dict[tuple, dict[
     return out
 
 
-def _base_steps(base_all: pl.DataFrame, labels: dict[str, Any]) -> pl.DataFrame | None:
-    """k = 0 steps for a method's baseline: its own engine's (drafting switched off by a
-    batch-size table: same process, same overheads) when there are any, else those of a plain
-    engine on the same model, platform and device."""
-    base = base_all
-    for key in ("model", "platform", "device"):
-        if labels[key] is not None and not base.is_empty():
-            base = base.filter(pl.col(key) == labels[key])
-    own = base.filter(pl.col("method") == labels["method"]) if labels["method"] is not None else base.clear()
-    chosen = own if not own.is_empty() else base.filter(pl.col("method").is_null())
-    if chosen.is_empty():
-        chosen = base
-    return chosen if not chosen.is_empty() else None
+def _same_platform(frame: pl.DataFrame, labels: dict[str, Any], also: Sequence[str] = ()) -> pl.DataFrame | None:
+    """Rows of ``frame`` on the same model, platform and device as ``labels`` (and ``also``)."""
+    for key in ("model", "platform", "device", *also):
+        if labels[key] is not None and not frame.is_empty():
+            frame = frame.filter(pl.col(key) == labels[key])
+    return frame if not frame.is_empty() else None
 
 
 def buckets_for(fits: list[MethodFit]) -> list[Bucket]:
@@ -191,19 +210,104 @@ def buckets_for(fits: list[MethodFit]) -> list[Bucket]:
 
 
 def _speedup(fit: MethodFit, k: int, batch: float) -> tuple[float, float | None, bool]:
-    """(speedup, tokens/s or None, extrapolated) at k and batch."""
+    """(speedup, tokens/s or None, extrapolated) at k and batch; k = 0 is plain decoding."""
     acc = fit.acceptance_for(batch)
     if fit.cost is not None:
         p = predict(acc, fit.cost, k, batch, fit.method)
         return p.speedup, p.tokens_per_second, p.extrapolated
     ratio = fit.cost_ratio[0] if fit.cost_ratio else leviathan.FALLBACK_COST_RATIO
     tokens = acc.tokens_per_request_step(k)
-    scored = acc.drafts_per_request_step * acc.fill * k
+    scored = acc.drafts_per_request_step * acc.draft_length(k)
     return tokens / (scored * ratio + 1), None, k > acc.measured_k
 
 
-def _bootstrap(fit: MethodFit, ks: range, batches: list[float], reps: int, seed: int) -> np.ndarray | None:
-    """Speedups for (k, batch) from fits on resampled cells: array [reps, len(ks), len(batches)].
+def _off_speedup(fit: MethodFit, batch: float) -> float:
+    """The speculative engine at k = 0 (a schedule's "off" range) against plain decoding: the
+    dynamic-schedule tax. Without timing it cannot be known and is taken as none."""
+    return predict_off(fit.cost, batch).speedup if fit.cost is not None else 1.0
+
+
+#: Timed decode steps a configuration needs in a bucket before its measured speedup is used.
+MIN_MEASURED_STEPS = 20
+
+
+def _decode_sums(frame: pl.DataFrame | None) -> dict[tuple[int, int], tuple[float, float, int]]:
+    """(k, batch size) → (generated tokens, step seconds, steps) over timed decode cells."""
+    if frame is None:
+        return {}
+    timed = frame.filter(
+        pl.col("decode")
+        & pl.col("step_seconds").is_not_null()
+        & pl.col("num_generated_tokens").is_not_null()
+        & pl.col("batch_size").is_not_null()
+    )
+    rows = timed.group_by("num_spec_tokens", "batch_size").agg(
+        pl.col("num_generated_tokens").sum(), pl.col("step_seconds").sum(), pl.col("num_rows").sum()
+    )
+    return {(int(r[0] or 0), int(r[1])): (float(r[2]), float(r[3]), int(r[4])) for r in rows.iter_rows()}
+
+
+def _measured(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndarray, np.ndarray]:
+    """Measured speedups [k, bucket] and of the k = 0 steps per bucket (NaN where a configuration
+    has fewer than :data:`MIN_MEASURED_STEPS` timed decode steps in the bucket).
+
+    Generated tokens over step seconds of the configuration's steps, against plain decoding
+    at the same batch sizes: the plain engine's measured step time where it ran that batch
+    size, else the fitted plain step time.
+    """
+    grid = np.full((len(ks), len(buckets)), np.nan)
+    off = np.full(len(buckets), np.nan)
+    if fit.cost is None:
+        return grid, off
+    plain = {}
+    for (_, b), (_, seconds, steps) in _decode_sums(fit.base_steps).items():
+        if steps >= MIN_MEASURED_STEPS:
+            plain[b] = seconds / steps
+    spec, own_off = _decode_sums(fit.spec_steps), _decode_sums(fit.off_steps)
+
+    def speedup(sums: dict, k: int, bucket: Bucket) -> float:
+        inside = [(b, v) for (kk, b), v in sums.items() if kk == k and bucket.low <= b <= bucket.high]
+        steps = sum(v[2] for _, v in inside)
+        if steps < MIN_MEASURED_STEPS:
+            return np.nan
+        generated, seconds = sum(v[0] for _, v in inside), sum(v[1] for _, v in inside)
+        plain_seconds = sum(v[2] * plain.get(b, fit.cost.base_step_seconds(b)) for b, v in inside)
+        plain_tokens = sum(v[2] * b for b, v in inside)
+        return (generated / seconds) / (plain_tokens / plain_seconds) if seconds and plain_tokens else np.nan
+
+    for bi, bucket in enumerate(buckets):
+        for k in ks:
+            if k:
+                grid[k, bi] = speedup(spec, k, bucket)
+        off[bi] = speedup(own_off, 0, bucket)
+    grid[0, :] = 1.0
+    return grid, off
+
+
+def _evaluate(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndarray, np.ndarray]:
+    """Speedups [k, bucket] (k = 0: plain decoding) and of the k = 0 steps per bucket: measured
+    where the configuration was measured in the bucket; elsewhere the model, anchored to the
+    nearest measured k of the same bucket (scaled by measured / predicted there), so that an
+    unmeasured k is compared with measured ones on the same footing."""
+    model = np.array([[_speedup(fit, k, b.batch)[0] for b in buckets] for k in ks])
+    model_off = np.array([_off_speedup(fit, b.batch) for b in buckets])
+    measured, measured_off = _measured(fit, ks, buckets)
+    grid = model.copy()
+    for bi in range(len(buckets)):
+        known = [k for k in ks if k and not np.isnan(measured[k, bi])]
+        for k in ks:
+            if not k:
+                continue
+            if k in known:
+                grid[k, bi] = measured[k, bi]
+            elif known:
+                nearest = min(known, key=lambda m, k=k: (abs(m - k), -m))
+                grid[k, bi] = model[k, bi] * measured[nearest, bi] / model[nearest, bi]
+    return grid, np.where(np.isnan(measured_off), model_off, measured_off)
+
+
+def _bootstrap(fit: MethodFit, ks: range, buckets: list[Bucket], reps: int, seed: int):
+    """:func:`_evaluate` on fits to resampled cells: arrays [reps, k, bucket] and [reps, bucket].
 
     The resamples are stacked (a ``resample`` column) so that the acceptance fits of all of
     them come from one grouped pass; the cost fits run per resample.
@@ -212,25 +316,80 @@ def _bootstrap(fit: MethodFit, ks: range, batches: list[float], reps: int, seed:
         return None
     rng = np.random.default_rng(seed)
     n = fit.spec_steps.height
-    spec_draws, base_draws = [], []
-    for _ in range(reps):
-        spec_draws.append(rng.integers(0, n, n))
-        if fit.base_steps is not None:
-            base_draws.append(rng.integers(0, fit.base_steps.height, fit.base_steps.height))
+
+    def draw(frame: pl.DataFrame | None) -> list[np.ndarray | None]:
+        return [rng.integers(0, frame.height, frame.height) if frame is not None else None for _ in range(reps)]
+
+    spec_draws = [rng.integers(0, n, n) for _ in range(reps)]
+    base_draws, off_draws = draw(fit.base_steps), draw(fit.off_steps)
     stacked = fit.spec_steps[np.concatenate(spec_draws)].with_columns(resample=pl.Series(np.repeat(np.arange(reps), n)))
     accs = fit_acceptance_groups(stacked, ("resample",))
     by_batch = _by_batch_groups(stacked, ("resample",))
-    out = []
+    grids, offs = [], []
     for r in range(reps):
         acc = accs.get((r,))
         if acc is None:
             continue
         spec = stacked.slice(r * n, n)
         base = fit.base_steps[base_draws[r]] if fit.base_steps is not None else None
-        cost = fit_cost(spec, base, fit.method) if fit.cost is not None else None
-        trial = MethodFit(fit.labels, acc, cost, spec, base, fit.batch_counts, fit.cost_ratio, by_batch.get((r,), {}))
-        out.append([[_speedup(trial, k, b)[0] for b in batches] for k in ks])
-    return np.array(out) if out else None
+        off = fit.off_steps[off_draws[r]] if fit.off_steps is not None else None
+        cost = fit_cost(spec, base, fit.method, off) if fit.cost is not None else None
+        trial = MethodFit(
+            fit.labels, acc, cost, spec, base, fit.batch_counts, fit.cost_ratio, by_batch.get((r,), {}), off
+        )
+        grid, off_speed = _evaluate(trial, ks, buckets)
+        grids.append(grid)
+        offs.append(off_speed)
+    return (np.array(grids), np.array(offs)) if grids else None
+
+
+@dataclass
+class _Candidate:
+    """One configuration that could be recommended: a method with one k, or with a schedule."""
+
+    fit: int | None  # index into the fits; None: no speculative config at all
+    ks: list[int]  # k per bucket (0: drafting off in that range)
+    speedups: list[float]  # per bucket
+    speedup: float  # traffic-weighted over the buckets
+    intervals: list[list[float] | None]
+    interval: list[float] | None
+    bases: list[str]  # per bucket: "measured" or "model"
+
+    @property
+    def is_schedule(self) -> bool:
+        return len(set(self.ks)) > 1
+
+
+def _weighted(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    return (values * weights).sum(axis=-1) / weights.sum()
+
+
+def _candidates(
+    fi: int, ks: range, grid: np.ndarray, off: np.ndarray, measured: tuple[np.ndarray, np.ndarray], boot,
+    weights: np.ndarray, margin: float,
+):  # fmt: skip
+    """Every static k of a fit, and its per-bucket schedule (best k where it beats plain by the
+    margin, else off — which costs the k = 0 tax)."""
+    out = []
+    choice = [max(range(1, len(ks)), key=lambda k, bi=bi: grid[k, bi]) for bi in range(grid.shape[1])]
+    choice = [k if grid[k, bi] >= 1 + margin else 0 for bi, k in enumerate(choice)]
+    options = [[k] * grid.shape[1] for k in range(1, len(ks))] + [choice]
+    for per_bucket in options:
+        speeds = np.array([grid[k, bi] if k else off[bi] for bi, k in enumerate(per_bucket)])
+        intervals: list[list[float] | None] = [None] * len(per_bucket)
+        interval = None
+        if boot is not None:
+            bgrid, boff = boot
+            draws = np.stack([bgrid[:, k, bi] if k else boff[:, bi] for bi, k in enumerate(per_bucket)], axis=1)
+            intervals = [[float(v) for v in np.percentile(draws[:, bi], [2.5, 97.5])] for bi in range(draws.shape[1])]
+            interval = [float(v) for v in np.percentile(_weighted(draws, weights), [2.5, 97.5])]
+        bases = [
+            "model" if np.isnan(measured[0][k, bi] if k else measured[1][bi]) else "measured"
+            for bi, k in enumerate(per_bucket)
+        ]
+        speedup = float(_weighted(speeds, weights))
+        out.append(_Candidate(fi, per_bucket, speeds.tolist(), speedup, intervals, interval, bases))
+    return out
 
 
 def recommend(
@@ -241,107 +400,167 @@ def recommend(
     cost_ratio: float | None = None,
     bootstrap: int = 30,
     seed: int = 0,
+    method: str | None = None,
 ) -> Recommendation | None:
-    """Fit, evaluate and choose (see the module docstring); None when nothing drafted."""
-    fits = fit_methods(windows, cost_ratio=cost_ratio)
+    """Fit, evaluate and choose (see the module docstring); None when nothing drafted.
+
+    The candidates are: no speculative config at all (1×), every method at every static k,
+    and every method with a per-bucket schedule; each is scored by its own traffic-weighted
+    predicted speedup, and the headline is the best one that beats plain decoding by
+    ``margin`` (a schedule only when it beats that method's best static k by the margin too).
+    """
+    fits = fit_methods(windows, cost_ratio=cost_ratio, method=method)
     if not fits:
         return None
     buckets = buckets_for(fits)
     timed = all(f.cost is not None for f in fits)
     if not timed:
         buckets = [Bucket(1, max(b.high for b in buckets), buckets[0].batch, sum(b.steps for b in buckets))]
-    assumptions: list[str] = []
-    predicted: list[dict[str, Any]] = []
-    table: dict[tuple[int, int], dict[str, Any]] = {}  # (fit index, bucket index) → best
-    overall: list[tuple[float, int, int]] = []  # (weighted speedup, fit index, k)
-    total_steps = sum(b.steps for b in buckets)
-    if not total_steps:  # no batch sizes observed: every bucket counts once
+    if not sum(b.steps for b in buckets):  # no batch sizes observed: every bucket counts once
         for b in buckets:
             b.steps = 1
-        total_steps = len(buckets)
-    intervals: dict[tuple[int, int, int], list[float] | None] = {}  # (fit, k, bucket) → [low, high]
+    weights = np.array([b.steps for b in buckets], dtype=float)
+    assumptions: list[str] = []
+    predicted: list[dict[str, Any]] = []
+    candidates: list[_Candidate] = []
+    best_per_fit: dict[int, list[dict[str, Any]]] = {}
     for fi, fit in enumerate(fits):
         top = max_k if max_k is not None else min(fit.acceptance.measured_k + 2, 16)
         ks = range(0, top + 1)
-        grid = {(k, bi): _speedup(fit, k, b.batch) for k in ks for bi, b in enumerate(buckets)}
-        boot = _bootstrap(fit, ks, [b.batch for b in buckets], bootstrap, seed + fi)
-        for (k, bi), (speed, rate, extrapolated) in grid.items():
-            interval = None
-            if boot is not None:
-                interval = [float(v) for v in np.percentile(boot[:, k, bi], [2.5, 97.5])]
-            intervals[(fi, k, bi)] = interval
-            predicted.append(
-                {
-                    "method": fit.method,
-                    "draft_model": fit.labels.get("draft_model"),
-                    "num_speculative_tokens": k,
-                    "batch_size": round(buckets[bi].batch, 2),
-                    "batch_size_min": buckets[bi].low,
-                    "batch_size_max": buckets[bi].high,
-                    "tokens_per_second": rate,
-                    "speedup": speed,
-                    "interval": interval,
-                    "extrapolated": extrapolated,
-                }
-            )
-        for bi, bucket in enumerate(buckets):
-            best_k = max(ks, key=lambda k, bi=bi: grid[(k, bi)][0])
-            speed = grid[(best_k, bi)][0]
-            if best_k and speed < 1 + margin:
-                best_k, speed = 0, 1.0
-            table[(fi, bi)] = {"k": best_k, "speedup": speed, "interval": intervals[(fi, best_k, bi)], "bucket": bucket}
+        grid, off = _evaluate(fit, ks, buckets)
+        measured_both = _measured(fit, ks, buckets)
+        measured = measured_both[0]
+        boot = _bootstrap(fit, ks, buckets, bootstrap, seed + fi)
         for k in ks:
-            weighted = sum(grid[(k, bi)][0] * b.steps for bi, b in enumerate(buckets)) / total_steps
-            overall.append((weighted, fi, k))
+            for bi, b in enumerate(buckets):
+                model_speedup, rate, extrapolated = _speedup(fit, k, b.batch)
+                interval = None
+                if boot is not None:
+                    interval = [float(v) for v in np.percentile(boot[0][:, k, bi], [2.5, 97.5])]
+                predicted.append(
+                    {
+                        "method": fit.method,
+                        "draft_model": fit.labels.get("draft_model"),
+                        "num_speculative_tokens": k,
+                        "batch_size": round(b.batch, 2),
+                        "batch_size_min": b.low,
+                        "batch_size_max": b.high,
+                        "tokens_per_second": rate,
+                        "speedup": model_speedup,
+                        "measured_speedup": None if np.isnan(measured[k, bi]) or not k else float(measured[k, bi]),
+                        "estimate": float(grid[k, bi]),
+                        "basis": "measured" if k and not np.isnan(measured[k, bi]) else "model",
+                        "interval": interval,
+                        "extrapolated": extrapolated,
+                    }
+                )
+        mine = _candidates(fi, ks, grid, off, measured_both, boot, weights, margin) if top >= 1 else []
+        candidates += mine
+        if mine:
+            best_per_fit[fi] = _bucket_rows(mine[-1], buckets)  # its schedule: the best k per bucket
         assumptions.extend(_assumptions(fit))
-    best_speed, best_fi, best_k = max(overall)
-    off = best_k == 0 or best_speed < 1 + margin
-    fit = fits[best_fi]
-    per_bucket = [table[(best_fi, bi)] for bi in range(len(buckets))]
+    chosen = _choose(candidates, margin)
+    if chosen is None:
+        fit = fits[max(best_per_fit, key=lambda fi: max(r["speedup"] for r in best_per_fit[fi]), default=0)]
+        rows = [
+            {"k": 0, "speedup": 1.0, "interval": None, "bucket": b, "best": best}
+            for b, best in zip(buckets, best_per_fit.get(fits.index(fit), [None] * len(buckets)), strict=True)
+        ]
+        recommended = {
+            "method": None,
+            "draft_model": None,
+            "num_speculative_tokens": 0,
+            "schedule": None,
+            "predicted_speedup": 1.0,
+            "interval": None,
+            "speculative_config": None,
+        }
+    else:
+        fit = fits[chosen.fit]
+        rows = _bucket_rows(chosen, buckets)
+        schedule = [[b.low, b.high, k] for b, k in zip(buckets, chosen.ks, strict=True)] if chosen.is_schedule else None
+        recommended = {
+            "method": fit.method,
+            "draft_model": fit.labels.get("draft_model"),
+            "num_speculative_tokens": max(chosen.ks),
+            "schedule": schedule,
+            "predicted_speedup": chosen.speedup,
+            "interval": chosen.interval,
+            "speculative_config": _speculative_config(fit, max(chosen.ks), schedule),
+        }
+    recommended["baseline"] = _baseline(fits)
+    if recommended["method"] is None and chosen is not None:
+        assumptions.append(UNKNOWN_METHOD)
     by_batch = [
         {
-            "method": fit.method,
+            "method": recommended["method"] or (fit.method if chosen is not None else None),
             "batch_size_min": t["bucket"].low,
             "batch_size_max": t["bucket"].high,
             "num_speculative_tokens": t["k"],
             "predicted_speedup": t["speedup"],
             "interval": t["interval"],
+            "basis": t.get("basis", "model"),
             "measured_steps": t["bucket"].steps,
         }
-        for t in per_bucket
+        for t in rows
     ]
-    interval = None
-    if not off and all(intervals[(best_fi, best_k, bi)] for bi in range(len(buckets))):
-        low = sum(intervals[(best_fi, best_k, bi)][0] * b.steps for bi, b in enumerate(buckets)) / total_steps
-        high = sum(intervals[(best_fi, best_k, bi)][1] * b.steps for bi, b in enumerate(buckets)) / total_steps
-        interval = [low, high]
-    recommended = {
-        "method": None if off else fit.method,
-        "draft_model": None if off else fit.labels.get("draft_model"),
-        "num_speculative_tokens": 0 if off else best_k,
-        "predicted_speedup": 1.0 if off else best_speed,
-        "interval": None if off else interval,
-        "speculative_config": None if off else _speculative_config(fit, best_k, per_bucket if timed else None),
-    }
-    explanations = [_explain(fit, t) for t in per_bucket]
-    if off:
+    explanations = [_explain(fit, t) for t in rows]
+    if chosen is None:
         explanations.insert(
             0, "No method and k beats plain decoding by the margin on this traffic: run without speculation."
         )
-    comparison = _comparison(fits, buckets, table)
+    comparison = _comparison(fits, buckets, best_per_fit)
     return Recommendation(recommended, by_batch, predicted, sorted(set(assumptions)), explanations, comparison)
 
 
-def _speculative_config(fit: MethodFit, k: int, per_bucket: list[dict] | None) -> str:
+#: Said when the input cannot name the method (vLLM's counters carry no method label).
+UNKNOWN_METHOD = "the input has no method label (vLLM's counters carry none): pass --method to name it"
+
+
+def _choose(candidates: list[_Candidate], margin: float) -> _Candidate | None:
+    """The best candidate beating plain decoding by ``margin``; a schedule must also beat its
+    method's best static k by the margin (a simpler config wins a tie)."""
+    static = [c for c in candidates if not c.is_schedule]
+    best_static = max(static, key=lambda c: c.speedup, default=None)
+    best = best_static
+    for c in candidates:
+        if not c.is_schedule:
+            continue
+        own = max((s.speedup for s in static if s.fit == c.fit), default=1.0)
+        if c.speedup >= own * (1 + margin) and (best is None or c.speedup > best.speedup):
+            best = c
+    if best is None or best.speedup < 1 + margin:
+        return None
+    return best
+
+
+def _bucket_rows(candidate: _Candidate, buckets: list[Bucket]) -> list[dict[str, Any]]:
+    return [
+        {"k": k, "speedup": v, "interval": iv, "bucket": b, "basis": basis}
+        for k, v, iv, b, basis in zip(
+            candidate.ks, candidate.speedups, candidate.intervals, buckets, candidate.bases, strict=True
+        )
+    ]
+
+
+def _baseline(fits: list[MethodFit]) -> str:
+    """What the speedups are against: a measured plain engine, or an estimate (and which)."""
+    kinds = {f.cost.baseline for f in fits if f.cost is not None}
+    if not kinds:
+        return "estimated: no step timing in the input (per-position Leviathan formula)"
+    if kinds == {BASELINE_PLAIN}:
+        return BASELINE_PLAIN
+    return next(k for k in sorted(kinds) if k != BASELINE_PLAIN)
+
+
+def _speculative_config(fit: MethodFit, k: int, schedule: list[list[int]] | None) -> str | None:
+    if fit.method is None:
+        return None  # never a config with "method": null
     config: dict[str, Any] = {"method": fit.method, "num_speculative_tokens": k}
     if fit.labels.get("draft_model"):
         config["model"] = fit.labels["draft_model"]
-    if per_bucket and len({t["k"] for t in per_bucket}) > 1:
-        top = max(t["k"] for t in per_bucket)
-        config["num_speculative_tokens"] = max(k, top)
-        config["num_speculative_tokens_per_batch_size"] = [
-            [t["bucket"].low, t["bucket"].high, t["k"]] for t in per_bucket
-        ]
+    if schedule:
+        config["num_speculative_tokens_per_batch_size"] = schedule
     return json.dumps(config)
 
 
@@ -355,6 +574,11 @@ def _assumptions(fit: MethodFit) -> list[str]:
         )
     else:
         out += [f"{name}: {note}" for note in fit.cost.notes]
+        if fit.cost.baseline == BASELINE_PLAIN:
+            out.append(
+                f"{name}: speedups are against a plain engine (no speculative config) measured in a separate "
+                "engine process; separate processes of one configuration can differ by 20–40% on shared machines"
+            )
     acc = fit.acceptance
     if acc.drafts_per_request_step < 0.999:
         out.append(f"{name}: {acc.drafts_per_request_step:.0%} of request-steps draft (measured), kept at every k")
@@ -371,39 +595,44 @@ def _explain(fit: MethodFit, t: dict[str, Any]) -> str:
     name = fit.method or "speculation"
     acc = fit.acceptance_for(b.batch)
     if t["k"] == 0:
-        k = acc.measured_k
+        best = t.get("best")
+        k = best["k"] if best and best["k"] else max(min(acc.measured_k, 16), 1)
         tokens = acc.tokens_per_request_step(k)
         if fit.cost is not None:
             spec = fit.cost.spec_step_seconds(k, b.batch, acc)
             plain = fit.cost.base_step_seconds(b.batch)
-            return (
-                f"At {where}, a {name} step with k={k} costs {spec / plain:.1f}× a plain step and yields only "
-                f"{tokens:.2f} tokens: switch speculation off here."
+            off = fit.cost.off_step_seconds(b.batch)
+            text = (
+                f"At {where}, a {name} step with k={k} costs {spec / plain:.2f}× a plain step and yields only "
+                f"{tokens:.2f} tokens ({_speedup(fit, k, b.batch)[0]:.2f}× plain decoding): switch speculation off here"
             )
+            if "best" not in t:  # off through the schedule: the engine still pays for its drafter
+                text += f"; its k=0 steps still cost {off / plain:.2f}× a plain step (the schedule's k=0 tax)"
+            return text + "."
         return f"At {where}, {name} does not pay: {tokens:.2f} tokens per step do not cover the drafting cost."
     tokens = acc.tokens_per_request_step(t["k"])
     interval = t.get("interval")
     ci = f" ({interval[0]:.2f}–{interval[1]:.2f})" if interval else ""
-    text = (
-        f"At {where}, {name} with k={t['k']} is predicted {t['speedup']:.2f}×{ci} plain decoding: "
-        f"{tokens:.2f} tokens per step"
-    )
+    verb = "measured at" if t.get("basis") == "measured" else "predicted"
+    text = f"At {where}, {name} with k={t['k']} is {verb} {t['speedup']:.2f}×{ci} plain decoding"
+    model = f"{tokens:.2f} tokens per step"
     if fit.cost is not None:
         spec = fit.cost.spec_step_seconds(t["k"], b.batch, acc)
         plain = fit.cost.base_step_seconds(b.batch)
-        text += f" for a step {spec / plain:.2f}× as long as a plain one"
+        model += f" for a step {spec / plain:.2f}× as long as a plain one"
+    text += f" (model: {model})" if t.get("basis") == "measured" else f": {model}"
     if t["k"] > acc.measured_k:
         text += f" (k beyond the measured {acc.measured_k}: extrapolated)"
     return text + "."
 
 
-def _comparison(fits: list[MethodFit], buckets: list[Bucket], table) -> list[dict[str, Any]]:
-    """Which method wins in each bucket, when there are several."""
-    if len(fits) < 2:
+def _comparison(fits: list[MethodFit], buckets: list[Bucket], best: dict[int, list[dict[str, Any]]]):
+    """Which method wins in each bucket (each at its best k there), when there are several."""
+    if len(best) < 2:
         return []
     out = []
     for bi, b in enumerate(buckets):
-        ranked = sorted(range(len(fits)), key=lambda fi: -table[(fi, bi)]["speedup"])
+        ranked = sorted(best, key=lambda fi: -best[fi][bi]["speedup"])
         winner = fits[ranked[0]]
         out.append(
             {
@@ -411,8 +640,8 @@ def _comparison(fits: list[MethodFit], buckets: list[Bucket], table) -> list[dic
                 "batch_size_max": b.high,
                 "winner": winner.method,
                 "draft_model": winner.labels.get("draft_model"),
-                "num_speculative_tokens": table[(ranked[0], bi)]["k"],
-                "speedups": {_name(fits[fi]): table[(fi, bi)]["speedup"] for fi in ranked},
+                "num_speculative_tokens": best[ranked[0]][bi]["k"],
+                "speedups": {_name(fits[fi]): best[fi][bi]["speedup"] for fi in ranked},
                 "labels": {k: v for k, v in winner.labels.items() if k in ("platform", "device", "model")},
             }
         )
@@ -424,4 +653,4 @@ def _name(fit: MethodFit) -> str:
     return f"{fit.method} ({draft})" if draft else str(fit.method)
 
 
-__all__ = ["Recommendation", "fit_methods", "recommend"]
+__all__ = ["Recommendation", "fit_methods", "recommend", "with_method"]

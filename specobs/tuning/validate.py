@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from specobs.analysis.acceptance import batch_bucket
-from specobs.tuning.model import is_decode, predict
+from specobs.analysis.cost import is_decode
+from specobs.tuning.model import predict
 from specobs.tuning.recommend import fit_methods
 
 
