@@ -254,3 +254,105 @@ def test_missing_or_changed_hook_points_are_skipped_with_a_note():
     assert len(capture.installed) == 1
     for cls, name, original in capture.originals:
         setattr(cls, name, original)
+
+
+def _step(capture, observations, k: int, batch: int) -> None:
+    """One scheduler step through the capture's own entry points, as the vLLM hooks call them."""
+    from types import SimpleNamespace
+
+    capture.begin_update()
+    for args in observations:
+        capture.observe_draft(*args)
+    drafts = capture.end_update()
+    scheduler = SimpleNamespace(num_spec_tokens=5, dynamic_sd_lookup=[0, 5, 3, 3, 1], vllm_config=None)
+    output = SimpleNamespace(
+        num_scheduled_tokens={str(i): 1 for i in range(batch)},
+        total_num_scheduled_tokens=batch,
+        num_spec_tokens_to_schedule=k,
+    )
+    capture.finish_step(scheduler, output, SimpleNamespace(sampled_token_ids=None), drafts)
+
+
+def test_drafts_per_position_follow_each_request_drafted_length():
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.vllm import hooks
+
+    sink = MemorySink()
+    recorder = Recorder([sink])
+    capture = hooks.Capture(CaptureConfig(per_request=True, run_id="u"), recorder=recorder)
+    # (scheduled draft tokens, accepted, grammar-invalid drafts, request id), as the scheduler passes them.
+    _step(capture, [(3, 1, None, "a"), (2, 2, None, "b"), (3, 0, {"c": 2}, "c"), (0, 0, None, "idle")], k=3, batch=4)
+    # k fell to 1 at batch 4, but "d" was drafted at batch 1 (k 5): the lists grow to fit.
+    _step(capture, [(5, 4, None, "d"), (1, 1, None, "e")], k=1, batch=4)
+    recorder.flush(final=True)
+    steps = [r for r in sink.rows if r["request_id"] is None]
+    assert [r["num_drafts"] for r in steps] == [3, 2]
+    assert steps[0]["num_drafts_per_pos"] == [3, 2, 1]  # drafted 3, 2 and 3 - 2 invalid = 1
+    assert steps[0]["num_accepted_tokens_per_pos"] == [2, 1, 0]
+    assert steps[1]["num_drafts_per_pos"] == [2, 1, 1, 1, 1]
+    assert steps[1]["num_accepted_tokens_per_pos"] == [2, 1, 1, 1, 0]
+    per_request = {(r["request_id"], r["num_spec_tokens"]): r for r in sink.rows if r["request_id"] is not None}
+    assert per_request["c", 3]["num_drafts_per_pos"] == [1, 0, 0]
+    assert per_request["c", 3]["num_accepted_tokens_per_pos"] == [0, 0, 0]
+    assert per_request["d", 1]["num_drafts_per_pos"] == [1, 1, 1, 1, 1]
+    assert per_request["d", 1]["num_accepted_tokens_per_pos"] == [1, 1, 1, 1, 0]
+    assert per_request["e", 1]["num_drafts_per_pos"] == [1]
+    # Summed over requests, the per-request rows give the step rows.
+    for step, ids in ((steps[0], "abc"), (steps[1], "de")):
+        rows = [r for (rid, _), r in per_request.items() if rid in ids]
+        width = len(step["num_drafts_per_pos"])
+        padded = [r["num_drafts_per_pos"] + [0] * (width - len(r["num_drafts_per_pos"])) for r in rows]
+        assert [sum(col) for col in zip(*padded, strict=True)] == step["num_drafts_per_pos"]
+    assert recorder.hook_errors == 0
+    recorder.close()
+
+
+def test_a_step_without_drafts_has_zero_lists_of_length_k():
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.vllm import hooks
+
+    sink = MemorySink()
+    recorder = Recorder([sink])
+    _step(hooks.Capture(CaptureConfig(), recorder=recorder), [], k=3, batch=2)
+    recorder.flush(final=True)
+    (step,) = sink.rows
+    assert step["num_drafts_per_pos"] == [0, 0, 0] and step["num_accepted_tokens_per_pos"] == [0, 0, 0]
+    recorder.close()
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_event_files_keep_drafts_per_position(tmp_path, kind):
+    sink = JsonlSink(tmp_path, "r") if kind == "jsonl" else ParquetSink(tmp_path, "r")
+    sink.write([row(0, num_drafts_per_pos=[4, 3, 1], num_accepted_tokens_per_pos=[3, 2, 1]), row(1)])
+    sink.close()
+    frame = load([str(tmp_path)]).windows.collect().sort("end_ts")
+    assert frame["num_drafts_per_pos"].to_list() == [[4, 3, 1], None]  # a row without it stays null
+
+
+def test_contradictory_per_position_counts_are_skipped_and_reported(tmp_path):
+    import json
+
+    good = row(0, num_drafts_per_pos=[4, 2, 1], num_accepted_tokens_per_pos=[3, 2, 1])
+    lines = [
+        good,
+        {**good, "num_accepted_tokens_per_pos": [3, 2, 2]},  # accepted at 2 more often than reached
+        {**good, "num_drafts_per_pos": [5, 2, 1]},  # more drafts reach position 0 than were made
+        {**good, "num_drafts_per_pos": [4, 2, 3], "num_accepted_tokens_per_pos": [3, 1, 1]},  # rises
+        {**good, "num_drafts_per_pos": [4, -1, 0]},
+        {**good, "num_drafts_per_pos": "4,2,1"},
+        row(6),  # an older record without the column
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    result = load([str(path)])
+    frame = result.windows.collect()
+    assert frame["source_line"].to_list() == [1, 2]
+    assert frame["num_drafts_per_pos"].to_list() == [[4, 2, 1], None]
+    assert [(s.line, s.why) for s in result.skipped] == [
+        (2, "num_accepted_tokens_per_pos[2] (2) exceeds num_drafts_per_pos[2] (1)"),
+        (3, "num_drafts_per_pos[0] (5) exceeds num_drafts (4)"),
+        (4, "num_drafts_per_pos rises at position 2 (2 then 3)"),
+        (5, "num_drafts_per_pos is not a list of non-negative integers"),
+        (6, "num_drafts_per_pos is not a list of non-negative integers"),
+    ]
+    assert all(str(s).startswith(f"{path}:") for s in result.skipped)

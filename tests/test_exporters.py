@@ -52,6 +52,24 @@ def test_counters_histograms_and_the_accepted_length_distribution():
     assert value(registry, "specobs_speculative_config_info", num_speculative_tokens="3") == 1
 
 
+def test_drafts_per_position_counts_the_drafts_that_reached_each_position():
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    # A dynamic-k step: 4 drafts, of 3, 3, 1 and 1 tokens; k of the step 3.
+    metrics.observe_step({**ROW, "num_drafts_per_pos": [4, 2, 2], "num_accepted_tokens_per_pos": [3, 1, 0]})
+    # A row from before the column (or a log line): every draft reaches every position below k.
+    metrics.observe_step({**ROW, "num_drafts": 2, "num_accepted_tokens_per_pos": [1, 0, 0]})
+    # Without per-position counts at all: no denominator either, so it cannot dilute r_i.
+    metrics.observe_step({**ROW, "num_drafts": 8, "num_accepted_tokens_per_pos": None})
+    reached = [value(registry, "specobs_drafts_per_position_total", position=str(i)) for i in range(4)]
+    assert reached == [6, 4, 4, None]
+    accepted = [value(registry, "specobs_accepted_tokens_per_position_total", position=str(i)) for i in range(3)]
+    assert accepted == [4, 1, 0]  # position 2 was reached and never accepted: a 0 sample, not a missing one
+    assert value(registry, "specobs_drafts_total") == 14
+    # The old denominator (all 14 drafts, or the 6 with per-position counts) would make r_1 1/6, not 1/4.
+    assert accepted[1] / reached[1] == 0.25
+
+
 def test_labels_are_bounded():
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry)
@@ -144,7 +162,7 @@ def test_otlp_values_arrive_at_a_real_receiver(monkeypatch):
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "60000")
     metrics = OtelMetrics.from_environment({"specobs.platform": "rocm", "specobs.device": "AMD Instinct MI300X"})
     metrics.observe_step(ROW)
-    metrics.observe_step({**ROW, "verify_seconds": 0.030})
+    metrics.observe_step({**ROW, "verify_seconds": 0.030, "num_drafts_per_pos": [4, 2, 1]})
     assert metrics.force_flush()
     metrics.shutdown()
     server.shutdown()
@@ -167,3 +185,8 @@ def test_otlp_values_arrive_at_a_real_receiver(monkeypatch):
     assert attributes == {**LABELS, "batch_size_bucket": "4-7"}
     per_position = received["specobs.accepted_tokens.position"].sum.data_points
     assert {a.value.string_value for p in per_position for a in p.attributes if a.key == "position"} == {"0", "1", "2"}
+    reached = {
+        next(a.value.string_value for a in p.attributes if a.key == "position"): p.as_int
+        for p in received["specobs.drafts.position"].sum.data_points
+    }
+    assert reached == {"0": 4 + 4, "1": 4 + 2, "2": 4 + 1}  # ROW has no num_drafts_per_pos: all 4 drafts, k 3

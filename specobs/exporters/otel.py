@@ -11,6 +11,7 @@ OTLP exporter itself); nothing is set up when neither is set. Instruments:
 | ``specobs.draft_tokens`` | counter | {token} |
 | ``specobs.accepted_tokens`` | counter | {token} |
 | ``specobs.accepted_tokens.position`` | counter (attribute ``position``) | {draft} |
+| ``specobs.drafts.position`` | counter (attribute ``position``): drafts that reached it | {draft} |
 | ``specobs.generated_tokens`` | counter | {token} |
 | ``specobs.draft.duration`` | histogram | s |
 | ``specobs.verify.duration`` | histogram | s |
@@ -27,7 +28,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from specobs.exporters.prometheus import MAX_POSITIONS, batch_size_bucket
+from specobs.exporters.prometheus import MAX_POSITIONS, batch_size_bucket, drafts_per_position
 
 
 def otlp_configured() -> bool:
@@ -50,6 +51,10 @@ class OtelMetrics:
         self.per_position = meter.create_counter(
             "specobs.accepted_tokens.position", unit="{draft}",
             description="Drafts whose first position+1 tokens were accepted.",
+        )  # fmt: skip
+        self.drafts_per_position = meter.create_counter(
+            "specobs.drafts.position", unit="{draft}",
+            description="Drafts that reached the position (drafted more than position tokens).",
         )  # fmt: skip
         self.generated = meter.create_counter(
             "specobs.generated_tokens", unit="{token}", description="Tokens generated."
@@ -95,9 +100,16 @@ class OtelMetrics:
             value = row.get(key)
             if value:
                 counter.add(value, attrs)
-        for position, count in enumerate((row.get("num_accepted_tokens_per_pos") or [])[:MAX_POSITIONS]):
+        per_pos = row.get("num_accepted_tokens_per_pos") or []
+        for position, count in enumerate(per_pos[:MAX_POSITIONS]):
             if count:
                 self.per_position.add(count, {**attrs, "position": str(position)})
+        drafts = row.get("num_drafts") or 0
+        if drafts:
+            reached = drafts_per_position(row, drafts, row.get("num_spec_tokens"))
+            for position, count in enumerate(reached[:MAX_POSITIONS]):
+                if count:
+                    self.drafts_per_position.add(count, {**attrs, "position": str(position)})
         timed = {**attrs, "batch_size_bucket": batch_size_bucket(row.get("batch_size"))}
         for histogram, key in ((self.draft, "draft_seconds"), (self.verify, "verify_seconds"),
                                (self.step, "step_seconds")):  # fmt: skip

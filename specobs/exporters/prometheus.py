@@ -4,7 +4,8 @@ Names and labels are a contract (docs/exporters.md, rules in exporters/prometheu
 
 - counters ``specobs_steps_total``, ``specobs_drafts_total``, ``specobs_draft_tokens_total``,
   ``specobs_accepted_tokens_total``, ``specobs_accepted_tokens_per_position_total{position}``,
-  ``specobs_generated_tokens_total``;
+  ``specobs_drafts_per_position_total{position}`` (drafts that reached the position: the
+  denominator of the per-position rate), ``specobs_generated_tokens_total``;
 - histograms ``specobs_draft_seconds``, ``specobs_verify_seconds``, ``specobs_step_seconds``
   (with ``batch_size_bucket``) and ``specobs_accepted_tokens_per_draft``;
 - gauges ``specobs_predicted_speedup`` (of the configuration that runs now),
@@ -44,6 +45,19 @@ def batch_size_bucket(batch: int | None) -> str:
         return "128+"
     low = 1 << (int(batch).bit_length() - 1)
     return "1" if low == 1 else f"{low}-{low * 2 - 1}"
+
+
+def drafts_per_position(row: dict[str, Any], drafts: int, k: int | None) -> Sequence[int]:
+    """Drafts that reached each position: ``num_drafts_per_pos``, or for rows without it (logs,
+    older captures) every draft at each position below k, as the analysis counts them. Nothing
+    for rows without per-position counts, so they never dilute a per-position rate."""
+    reached = row.get("num_drafts_per_pos")
+    if reached is not None:
+        return reached
+    per_pos = row.get("num_accepted_tokens_per_pos")
+    if per_pos is None:
+        return []
+    return [drafts] * max(k or 0, len(per_pos))
 
 
 class _AcceptedPerDraft(Collector):
@@ -125,6 +139,10 @@ class PrometheusMetrics:
             "specobs_accepted_tokens_per_position", "Drafts whose first position+1 tokens were accepted.",
             [*LABELS, "position"],
         )  # fmt: skip
+        self.drafts_per_position = counter(
+            "specobs_drafts_per_position", "Drafts that reached the position (drafted more than position tokens).",
+            [*LABELS, "position"],
+        )  # fmt: skip
         self.generated = counter("specobs_generated_tokens", "Tokens generated.")
         self.draft_seconds = histogram("specobs_draft_seconds", "Time in the proposer per step.")
         self.verify_seconds = histogram("specobs_verify_seconds", "Target forward and rejection sampling per step.")
@@ -182,9 +200,16 @@ class PrometheusMetrics:
         if drafts:
             self._child(self.drafts, *labels).inc(drafts)
             per_pos = row.get("num_accepted_tokens_per_pos") or []
-            for position, count in enumerate(per_pos[:MAX_POSITIONS]):
-                if count:
-                    self._child(self.accepted_per_position, *labels, str(position)).inc(count)
+            reached = drafts_per_position(row, drafts, k)
+            for position in range(min(max(len(per_pos), len(reached)), MAX_POSITIONS)):
+                accepted = per_pos[position] if position < len(per_pos) else 0
+                n = reached[position] if position < len(reached) else 0
+                # A reached position gets its accepted series too, at 0 if need be: a rate of 0
+                # must be a sample (it raises SpecDecodeWastedPositions), not a missing series.
+                if accepted or n:
+                    self._child(self.accepted_per_position, *labels, str(position)).inc(accepted)
+                if n:
+                    self._child(self.drafts_per_position, *labels, str(position)).inc(n)
             if per_pos:
                 self.accepted_per_draft.add(labels, drafts, per_pos)
         for counter, key in ((self.draft_tokens, "num_draft_tokens"), (self.accepted, "num_accepted_tokens"),

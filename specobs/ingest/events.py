@@ -8,6 +8,11 @@ One JSON object per line (or one Parquet row) per engine step, with the columns 
      "num_draft_tokens": 24, "num_accepted_tokens": 17, "num_accepted_tokens_per_pos": [7, 6, 4],
      "draft_seconds": 0.0021, "verify_seconds": 0.0135, "step_seconds": 0.0172}
 
+``num_drafts_per_pos`` (drafts that reached each position) is optional: files written before
+it existed read as null there. A JSON Lines record whose per-position counts contradict each
+other (a position accepted more often than reached, reached by more drafts than the step
+made, or reached more often than the position before it) is skipped whole and reported.
+
 Parquet is read lazily, so a report over 10M steps only touches the columns it needs.
 """
 
@@ -25,10 +30,13 @@ from specobs.ingest.source import Source
 FORMAT_JSONL = "events-jsonl"
 FORMAT_PARQUET = "events-parquet"
 PARQUET_MAGIC = b"PAR1"
+#: Longest per-position lists the vectorised consistency check covers (k is far below this).
+MAX_CHECKED_POSITIONS = 32
 
 _INT_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.Int64()}
 _FLOAT_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.Float64()}
 _STRING_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.String()}
+_LIST_COLUMNS = ("num_accepted_tokens_per_pos", "num_drafts_per_pos")
 
 
 def looks_like_jsonl(head: bytes) -> bool:
@@ -69,9 +77,10 @@ def read_jsonl(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
         data = stream.read()
     try:
         frame = pl.read_ndjson(io.BytesIO(data), schema=schema.STEPS, ignore_errors=False)
-        return frame.lazy(), []
+        if not frame.select(_contradictory().any()).item():
+            return frame.lazy(), []
     except Exception:
-        pass
+        pass  # the line-by-line path below names the bad lines
     records: list[dict] = []
     skipped: list[Skipped] = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
@@ -106,12 +115,50 @@ def _record(line: bytes) -> tuple[dict, str | None]:
         elif name in _STRING_COLUMNS and not isinstance(value, str):
             out[name] = str(value)
             continue
-        elif name == "num_accepted_tokens_per_pos" and not (
-            isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        elif name in _LIST_COLUMNS and not (
+            isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
         ):
-            return {}, f"{name} is not a list of integers"
+            return {}, f"{name} is not a list of non-negative integers"
         out[name] = value
-    return out, None
+    why = _per_position_contradiction(out)
+    return ({}, why) if why else (out, None)
+
+
+def _per_position_contradiction(record: dict) -> str | None:
+    """Why the per-position counts of one record cannot be true, or None."""
+    reached = record.get("num_drafts_per_pos")
+    if reached is None:
+        return None
+    for i in range(1, len(reached)):
+        if reached[i] > reached[i - 1]:
+            return f"num_drafts_per_pos rises at position {i} ({reached[i - 1]} then {reached[i]})"
+    drafts = record.get("num_drafts")
+    if drafts is not None and reached and reached[0] > drafts:
+        return f"num_drafts_per_pos[0] ({reached[0]}) exceeds num_drafts ({drafts})"
+    for i, accepted in enumerate(record.get("num_accepted_tokens_per_pos") or []):
+        n = reached[i] if i < len(reached) else 0
+        if accepted > n:
+            return f"num_accepted_tokens_per_pos[{i}] ({accepted}) exceeds num_drafts_per_pos[{i}] ({n})"
+    return None
+
+
+def _contradictory() -> pl.Expr:
+    """Rows the checks of :func:`_record` would reject, as one vectorised expression.
+
+    Positions are compared up to ``MAX_CHECKED_POSITIONS``; a file with longer lists takes the
+    line-by-line path.
+    """
+    reached, accepted = pl.col("num_drafts_per_pos"), pl.col("num_accepted_tokens_per_pos")
+    bad = (reached.list.min() < 0) | (accepted.list.min() < 0)
+    longest = pl.max_horizontal(reached.list.len(), accepted.list.len().fill_null(0))
+    bad = bad | (reached.is_not_null() & (longest > MAX_CHECKED_POSITIONS))
+    bad = bad | (reached.list.first() > pl.col("num_drafts"))
+    for i in range(MAX_CHECKED_POSITIONS):
+        n = reached.list.get(i, null_on_oob=True)
+        if i:
+            bad = bad | (n > reached.list.get(i - 1, null_on_oob=True))
+        bad = bad | (reached.is_not_null() & (accepted.list.get(i, null_on_oob=True) > n.fill_null(0)))
+    return bad.fill_null(False)
 
 
 def steps_to_windows(steps: pl.LazyFrame, source: str, source_format: str) -> pl.LazyFrame:

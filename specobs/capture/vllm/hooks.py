@@ -57,16 +57,38 @@ class _Step:
 
 
 class _Drafts:
-    """Per-step sums of the scheduler's per-request draft observations."""
+    """Per-step sums of the scheduler's per-request draft observations.
 
-    __slots__ = ("accepted", "drafted", "drafts", "per_pos", "requests")
+    Per-position counts are kept as histograms of lengths (``drafted_len[j]``: drafts of
+    exactly j tokens; ``accepted_len`` likewise): one increment per request on the hot path,
+    turned into "reached position i" counts once per step by :func:`_reached`.
+    """
+
+    __slots__ = ("accepted", "accepted_len", "drafted", "drafted_len", "drafts", "requests")
 
     def __init__(self) -> None:
         self.drafts = 0
         self.drafted = 0
         self.accepted = 0
-        self.per_pos: list[int] = []
+        self.drafted_len: list[int] = []
+        self.accepted_len: list[int] = []
         self.requests: list[tuple[str, int, int]] = []
+
+
+def _count_length(histogram: list[int], length: int) -> None:
+    if length >= len(histogram):
+        histogram.extend([0] * (length + 1 - len(histogram)))
+    histogram[length] += 1
+
+
+def _reached(histogram: list[int], positions: int) -> list[int]:
+    """Element i: observations longer than i (a histogram of lengths as suffix sums), ``positions`` long."""
+    out = [0] * max(positions, len(histogram) - 1)
+    running = 0
+    for length in range(len(histogram) - 1, 0, -1):
+        running += histogram[length]
+        out[length - 1] = running
+    return out
 
 
 class Capture:
@@ -131,11 +153,8 @@ class Capture:
         drafts.drafts += 1
         drafts.drafted += num_draft_tokens
         drafts.accepted += num_accepted
-        per_pos = drafts.per_pos
-        if len(per_pos) < num_accepted:
-            per_pos.extend([0] * (num_accepted - len(per_pos)))
-        for i in range(num_accepted):
-            per_pos[i] += 1
+        _count_length(drafts.drafted_len, max(num_draft_tokens, 0))
+        _count_length(drafts.accepted_len, num_accepted)
         if self.config.per_request and _sampled(request_id, self.config.per_request_sample):
             drafts.requests.append((request_id, num_draft_tokens, num_accepted))
 
@@ -157,7 +176,8 @@ class Capture:
         if k is None or getattr(scheduler, "dynamic_sd_lookup", None) is None:
             k = getattr(scheduler, "num_spec_tokens", 0)
         k = int(k or 0)
-        per_pos = drafts.per_pos + [0] * max(k - len(drafts.per_pos), 0)
+        # Drafts made at an earlier step's k can be longer than this step's: lists grow to fit.
+        positions = max(k, len(drafts.drafted_len) - 1, len(drafts.accepted_len) - 1)
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
         row = {
             "ts": time.time(),
@@ -168,7 +188,8 @@ class Capture:
             "num_drafts": drafts.drafts,
             "num_draft_tokens": drafts.drafted,
             "num_accepted_tokens": drafts.accepted,
-            "num_accepted_tokens_per_pos": per_pos,
+            "num_accepted_tokens_per_pos": _reached(drafts.accepted_len, positions),
+            "num_drafts_per_pos": _reached(drafts.drafted_len, positions),
             "num_generated_tokens": sum(len(t) for t in sampled) if isinstance(sampled, list) else None,
             "draft_seconds": step.draft or None,
             "verify_seconds": step.verify or None,
@@ -179,6 +200,7 @@ class Capture:
         recorder = self._recorder
         recorder.record(row)
         for request_id, drafted, accepted in drafts.requests:
+            length = max(k, drafted, accepted)
             recorder.record(
                 {
                     "ts": row["ts"],
@@ -189,7 +211,8 @@ class Capture:
                     "num_drafts": 1,
                     "num_draft_tokens": drafted,
                     "num_accepted_tokens": accepted,
-                    "num_accepted_tokens_per_pos": [1] * accepted + [0] * max(k - accepted, 0),
+                    "num_accepted_tokens_per_pos": [1] * accepted + [0] * (length - accepted),
+                    "num_drafts_per_pos": [1] * drafted + [0] * (length - drafted),
                 }
             )
 

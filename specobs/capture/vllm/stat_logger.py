@@ -2,9 +2,10 @@
 
 ``StatLogger`` is for code that builds engines itself and does not want the engine patched:
 ``LLMEngine.from_engine_args(args, stat_loggers=[specobs.vllm.StatLogger])``. It writes one
-row per step with vLLM's ``SpecDecodingStats`` (acceptance, no timing) — unless the hooks
-are capturing in this process or capture is enabled by environment, in which case the
-engine core already writes complete rows and this logger stays quiet (no double counting).
+row per step with vLLM's ``SpecDecodingStats`` (acceptance, drafts per position where vLLM
+counts them, no timing) — unless the hooks are capturing in this process or capture is
+enabled by environment, in which case the engine core already writes complete rows and this
+logger stays quiet (no double counting).
 
 ``PluginStatLogger`` is what the ``vllm.stat_logger_plugins`` entry point registers for the
 async server: it only records in stats-only mode (``SPECOBS_ENABLE=1 SPECOBS_HOOKS=0``).
@@ -63,6 +64,10 @@ class StatLogger(StatLoggerBase):
                     num_accepted_tokens=stats.num_accepted_tokens,
                     num_accepted_tokens_per_pos=list(stats.num_accepted_tokens_per_pos),
                 )
+                # vLLM 0.32 also counts drafts per position (drafted more than i tokens); older ones do not.
+                reached = getattr(stats, "num_draft_tokens_per_pos", None)
+                if reached is not None:
+                    row["num_drafts_per_pos"] = list(reached)
             if iteration_stats is not None:
                 row["num_generated_tokens"] = getattr(iteration_stats, "num_generation_tokens", None)
             if stats is not None:
