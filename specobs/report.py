@@ -177,8 +177,7 @@ def build(
     by_batch = timing_by_batch(windows, keys).to_dicts() if timing else []
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
     recommendation = recommend(windows, bootstrap=0) if tune and summary.get("num_drafts") else None
-    tax = schedule_tax(windows) if timing else []
-    unsteady = unsteady_counts(windows) if timing else {}
+    tax, unsteady = schedule_tax(windows), unsteady_counts(windows)
     rows = groups.to_dicts()
     return Report(list(by), summary, rows, sources, ingested.skipped, changes, by_batch, recommendation, tax, unsteady)
 
