@@ -25,7 +25,7 @@ and makes a fit on ten million steps cost what one on a few thousand does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -132,6 +132,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
         keyed.filter(pl.col("first_row").is_in(merged["first_row"].implode())).select(*carried, "counters").collect()
     )  # in first_row order, as ``merged``
     known = {c: (pl.col("nulls") & (1 << i)) == 0 for i, c in enumerate(_NULLABLE)}
+
     def summed_list(name: str) -> pl.Expr:
         if not positions:
             return pl.lit([], pl.List(pl.Int64))
@@ -169,8 +170,9 @@ class Acceptance:
     conditional_tail: float  # β used for positions beyond the measured k
     conditional_tail_low: float
     conditional_tail_high: float
-    drafts_per_request_step: float = 1.0  # q
+    drafts_per_request_step: float = 1.0  # q over every k
     draft_lengths: tuple[tuple[int, float], ...] = ()  # (k, draft tokens per draft) as measured
+    drafts_per_request_step_by_k: tuple[tuple[int, float], ...] = ()  # (k, q) as measured
 
     @property
     def measured_k(self) -> int:
@@ -207,11 +209,19 @@ class Acceptance:
         nearest = min(lengths, key=lambda m: (abs(m - k), -m))
         return k * min(lengths[nearest] / nearest, 1.0)
 
+    def drafts_at(self, k: int) -> float:
+        """q at k: measured there, else at the nearest measured k (a lookup drafter finds a
+        match less often at larger k on looping text), else over all k."""
+        by_k = dict(self.drafts_per_request_step_by_k)
+        if k in by_k or not by_k:
+            return by_k.get(k, self.drafts_per_request_step)
+        return by_k[min(by_k, key=lambda m: (abs(m - k), -m))]
+
     def tokens_per_request_step(self, k: int, bound: str = "mid") -> float:
-        return 1.0 + self.drafts_per_request_step * self.accepted_per_draft(k, bound) if k else 1.0
+        return 1.0 + self.drafts_at(k) * self.accepted_per_draft(k, bound) if k else 1.0
 
     def scored_per_request_step(self, k: int) -> float:
-        return 1.0 + self.drafts_per_request_step * self.draft_length(k)
+        return 1.0 + self.drafts_at(k) * self.draft_length(k) if k else 1.0
 
 
 def fit_acceptance(steps: pl.DataFrame) -> Acceptance | None:
@@ -225,13 +235,18 @@ def fit_acceptance_groups(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple,
     without per-position counts are left out."""
     steps = cells(steps, ())
     q = _drafts_per_request_step(steps, by)
+    q_by_k: dict[tuple, list[tuple[int, float]]] = {}
+    for key, value in _drafts_per_request_step(
+        steps.filter(pl.col("num_spec_tokens") > 0), [*by, "num_spec_tokens"]
+    ).items():
+        q_by_k.setdefault(key[:-1], []).append((int(key[-1]), value))
     lengths = _draft_lengths(steps, by)
     out = {}
     for row in acceptance.summarize(steps, by=(), columns=by).iter_rows(named=True):
         key = tuple(row[c] for c in by)
         fitted = None if None in key else _acceptance_from(row, q.get(key, 1.0), lengths.get(key, ()))
         if fitted is not None:
-            out[key] = fitted
+            out[key] = replace(fitted, drafts_per_request_step_by_k=tuple(sorted(q_by_k.get(key, []))))
     return out
 
 

@@ -217,7 +217,7 @@ def _speedup(fit: MethodFit, k: int, batch: float) -> tuple[float, float | None,
         return p.speedup, p.tokens_per_second, p.extrapolated
     ratio = fit.cost_ratio[0] if fit.cost_ratio else leviathan.FALLBACK_COST_RATIO
     tokens = acc.tokens_per_request_step(k)
-    scored = acc.drafts_per_request_step * acc.draft_length(k)
+    scored = acc.drafts_at(k) * acc.draft_length(k)
     return tokens / (scored * ratio + 1), None, k > acc.measured_k
 
 
@@ -581,7 +581,12 @@ def _assumptions(fit: MethodFit) -> list[str]:
             )
     acc = fit.acceptance
     if acc.drafts_per_request_step < 0.999:
-        out.append(f"{name}: {acc.drafts_per_request_step:.0%} of request-steps draft (measured), kept at every k")
+        by_k = ", ".join(f"{q:.0%} at k={k}" for k, q in acc.drafts_per_request_step_by_k)
+        measured = f"measured: {by_k}" if by_k else "measured"
+        out.append(
+            f"{name}: {acc.drafts_per_request_step:.0%} of request-steps draft ({measured}); "
+            "an unmeasured k takes the share of the nearest measured k"
+        )
     out.append(
         f"{name}: acceptance beyond k={acc.measured_k} is extrapolated with conditional rate "
         f"{acc.conditional_tail:.2f} ({acc.conditional_tail_low:.2f}–{acc.conditional_tail_high:.2f})"
