@@ -9,6 +9,9 @@
    the k = 0 run only, predict decode tokens/s at every k and batch size, and report the median
    absolute relative error (target ≤ 10%) and the regret of the chosen k against the best
    measured one (target ≤ 3%).
+3. The headline on the bundled sweep (every k measured, plain engine as the baseline): the
+   recommended config per batch bucket against the best measured config there, from the
+   sweep's own step rows (decode tokens/s, batch sizes the plain engine ran).
 Appends the results to benchmarks/RESULTS.md.
 """
 
@@ -50,6 +53,45 @@ def simulated_regrets() -> list[tuple[str, float]]:
                 worst = max(worst, 1 - oracle[row["num_speculative_tokens"]] / max(oracle.values()))
         out.append((name, worst))
     return out
+
+
+def headline_against_measured() -> list[str]:
+    """The recommendation on the full sweep, bucket by bucket, against what the sweep measured."""
+    from specobs.ingest import load
+    from specobs.render.tuning import headline
+    from specobs.tuning.recommend import recommend
+    from specobs.tuning.validate import measured_throughput
+
+    windows = load([str(SWEEP)]).windows.collect()
+    rec = recommend(windows, bootstrap=30)
+    measured = measured_throughput(windows, by_bucket=True)
+    plain = measured.filter(pl.col("method").is_null()).select("batch_bucket", plain="measured")
+    speed = measured.filter(pl.col("method").is_not_null() & (pl.col("k") > 0)).join(plain, on="batch_bucket")
+    speed = speed.with_columns(speedup=pl.col("measured") / pl.col("plain"))
+    lines = [
+        f"Headline on the full sweep: {headline(rec)}",
+        "",
+        "| batch | recommended k | measured speedup at it | best measured (method, k) | its speedup |",
+        "|---|---:|---:|---|---:|",
+    ]
+    for row in rec.by_batch_size:
+        label = (
+            str(row["batch_size_min"])
+            if row["batch_size_min"] == row["batch_size_max"]
+            else (f"{row['batch_size_min']}-{row['batch_size_max']}")
+        )
+        here = speed.filter(pl.col("batch_bucket") == label)
+        if here.is_empty():
+            continue
+        best = here.sort("speedup", descending=True).row(0, named=True)
+        k = row["num_speculative_tokens"]
+        mine = here.filter((pl.col("method") == rec.recommended["method"]) & (pl.col("k") == k))["speedup"]
+        lines.append(
+            f"| {label} | {k} | {mine[0]:.2f}× | {best['method']} k={best['k']} | {best['speedup']:.2f}× |"
+            if mine.len()
+            else f"| {label} | {k} | – | {best['method']} k={best['k']} | {best['speedup']:.2f}× |"
+        )
+    return [*lines, ""]
 
 
 def main() -> None:
@@ -103,6 +145,7 @@ def main() -> None:
             for r in result.choices.iter_rows(named=True)
         ),
         "",
+        *headline_against_measured(),
     ]
     publish(lines, write=not args.no_write)
 
