@@ -82,6 +82,9 @@ def test_identical_outputs_exact_totals_and_timing(models, method, label):
     for x in speculative:
         assert x["draft_seconds"] > 0 and x["verify_seconds"] > 0
         assert x["draft_seconds"] + x["verify_seconds"] <= x["step_seconds"]
+        # Drafts per position: every draft reaches position 0, and they add up to the draft tokens.
+        assert x["num_drafts_per_pos"][0] == x["num_drafts"]
+        assert sum(x["num_drafts_per_pos"]) == x["num_draft_tokens"]
     first = steps[0]
     assert (first["method"], first["num_spec_tokens"], first["platform"], first["run_id"]) == (label, 3, "cpu", "test")
     assert first["model"] and first["device"] and first["engine"] == 0
@@ -139,5 +142,9 @@ def test_stat_logger_writes_vllm_stats_rows_without_hooks(models, tmp_path):
     r = run_scenario("statlogger", str(models), env={"SPECOBS_DIR": str(tmp_path), "SPECOBS_RUN_ID": "stats"})
     frame = load([str(tmp_path)]).windows.collect()
     assert totals(frame.to_dicts()) == delta(r["metrics"], {})  # vLLM's own numbers, step by step
+    # vLLM 0.32's SpecDecodingStats.num_draft_tokens_per_pos: a draft model drafts k=3 every time.
+    drafting = frame.filter(frame["num_drafts"] > 0)
+    assert drafting.height > 0
+    assert drafting["num_drafts_per_pos"].to_list() == [[n] * 3 for n in drafting["num_drafts"].to_list()]
     assert frame["draft_seconds"].null_count() == frame.height  # no hooks, no timing
     assert set(frame["run_id"]) == {"stats"} and set(frame["method"]) == {"draft_model"}

@@ -3,6 +3,7 @@ engine in a process). Run by tests/test_vllm_capture.py; prints one JSON object.
 
     python tests/vllm_scenarios.py capture METHOD MODELS_DIR
     python tests/vllm_scenarios.py sinks MODELS_DIR
+    python tests/vllm_scenarios.py per_position MODELS_DIR
 """
 
 from __future__ import annotations
@@ -154,12 +155,79 @@ def stat_logger(models: Path) -> dict:
     return {"metrics": counters(engine)}  # the logger's rows are flushed at exit
 
 
+#: k by batch size for the dynamic-schedule scenario: 5 alone, 3 for 2-3 requests, 1 from 4 up.
+DYNAMIC_SCHEDULE = [[1, 1, 5], [2, 3, 3], [4, ENGINE_ARGS["max_num_seqs"], 1]]
+#: Prompts that repeat themselves, so ngram finds drafts of every length up to k.
+REPEATING = [
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown",
+    "0123456789 0123456789 0123456789 0123456789 0123456789",
+    "A serving engine batches many requests together. A serving engine batches many requests together. A",
+    "checks in one forward pass. checks in one forward pass. checks in one forward",
+    "the draft guesses well, the target accepts; the draft guesses well, the target accepts; the draft",
+    "on code, on summaries, on code, on summaries, on code, on",
+    "Operators watch the acceptance rate. Operators watch the acceptance rate. Operators watch",
+    "spare compute and speculation is cheap; spare compute and speculation is cheap; spare",
+]
+
+
+def per_position(models: Path) -> dict:
+    """ngram with a batch-size schedule (k 5 / 3 / 1), captured, next to vLLM's per-request
+    ``per_step_drafted`` / ``per_step_accepted``: the exact per-position counts to compare with."""
+    import vllm
+
+    from specobs.capture import MemorySink
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.vllm import hooks, instrument
+
+    config = {**spec_config("ngram", models), "num_speculative_tokens": 5}
+    config["num_speculative_tokens_per_batch_size"] = DYNAMIC_SCHEDULE
+    llm = vllm.LLM(
+        model=str(models / "target"),
+        speculative_config=config,
+        per_request_spec_decode_metrics="detailed",
+        **ENGINE_ARGS,
+    )
+    sink = MemorySink()
+    state = instrument(llm, sink=sink, config=CaptureConfig(per_request=True, run_id="per-position"))
+    requests = []
+    # 1 request (k 5), 3 (k 3), then 8 (k 1) with different lengths, so the batch shrinks
+    # through every range while drafts made at one k are verified at another.
+    for prompts, lengths in ((REPEATING[:1], [40]), (REPEATING[1:4], [40]), (REPEATING, [16, 24, 32, 40])):
+        params = [
+            vllm.SamplingParams(temperature=0.0, max_tokens=lengths[i % len(lengths)], ignore_eos=True)
+            for i in range(len(prompts))
+        ]
+        for out in llm.generate(prompts, params, use_tqdm=False):
+            metrics = out.outputs[0].spec_decode_metrics
+            requests.append(
+                {
+                    "request_id": out.request_id,
+                    "per_step_drafted": list(metrics.per_step_drafted),
+                    "per_step_accepted": list(metrics.per_step_accepted),
+                    "num_spec_steps": sum(metrics.histogram),
+                }
+            )
+    state.recorder.flush(final=True)
+    result = {
+        "rows": sink.rows,
+        "requests": requests,
+        "schedule": list(llm.llm_engine.engine_core.engine_core.scheduler.dynamic_sd_lookup),
+        "hook_errors": state.recorder.hook_errors,
+        "dropped_events": state.recorder.dropped_events,
+        "missing": state.missing,
+    }
+    hooks.uninstall()
+    return result
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
     if what == "capture":
         result = capture(sys.argv[2], Path(sys.argv[3]))
     elif what == "sinks":
         result = sinks(Path(sys.argv[2]))
+    elif what == "per_position":
+        result = per_position(Path(sys.argv[2]))
     else:
         result = stat_logger(Path(sys.argv[2]))
     print("RESULT " + json.dumps(result))
