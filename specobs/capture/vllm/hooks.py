@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import logging
 import platform
 import threading
@@ -75,20 +76,10 @@ class _Drafts:
         self.requests: list[tuple[str, int, int]] = []
 
 
-def _count_length(histogram: list[int], length: int) -> None:
-    if length >= len(histogram):
-        histogram.extend([0] * (length + 1 - len(histogram)))
-    histogram[length] += 1
-
-
 def _reached(histogram: list[int], positions: int) -> list[int]:
     """Element i: observations longer than i (a histogram of lengths as suffix sums), ``positions`` long."""
-    out = [0] * max(positions, len(histogram) - 1)
-    running = 0
-    for length in range(len(histogram) - 1, 0, -1):
-        running += histogram[length]
-        out[length - 1] = running
-    return out
+    out = list(itertools.accumulate(reversed(histogram[1:])))[::-1]
+    return out + [0] * (positions - len(out))
 
 
 class Capture:
@@ -153,8 +144,15 @@ class Capture:
         drafts.drafts += 1
         drafts.drafted += num_draft_tokens
         drafts.accepted += num_accepted
-        _count_length(drafts.drafted_len, max(num_draft_tokens, 0))
-        _count_length(drafts.accepted_len, num_accepted)
+        # Inlined (this runs once per request per step): count each length once.
+        lengths = drafts.drafted_len
+        if num_draft_tokens >= len(lengths):
+            lengths.extend([0] * (num_draft_tokens + 1 - len(lengths)))
+        lengths[max(num_draft_tokens, 0)] += 1
+        lengths = drafts.accepted_len
+        if num_accepted >= len(lengths):
+            lengths.extend([0] * (num_accepted + 1 - len(lengths)))
+        lengths[num_accepted] += 1
         if self.config.per_request and _sampled(request_id, self.config.per_request_sample):
             drafts.requests.append((request_id, num_draft_tokens, num_accepted))
 
