@@ -245,3 +245,26 @@ def test_timing_by_batch_means_are_sums_over_steps():
     assert out[0]["cost_ratio"] == pytest.approx((0.006 / 8) / 0.011)
     assert out[0]["rejected_draft_share"] == pytest.approx(0.006 * (5 / 8) / 0.032)
     assert out[1]["cost_ratio"] is None and out[1]["rejected_draft_share"] is None
+
+
+def test_per_request_rows_are_not_counted_as_steps(tmp_path):
+    import json
+
+    from conftest import report_json
+
+    steps = [
+        {"ts": 1.0 + i, "num_drafts": 2, "num_draft_tokens": 6, "num_accepted_tokens": 3,
+         "num_accepted_tokens_per_pos": [2, 1, 0], "num_spec_tokens": 3, "batch_size": 2}
+        for i in range(5)
+    ]  # fmt: skip
+    per_request = [
+        {"ts": 1.0 + i, "request_id": f"r{j}", "num_drafts": 1, "num_draft_tokens": 3, "num_accepted_tokens": 2 - j,
+         "num_accepted_tokens_per_pos": [1, 1 - j, 0], "num_spec_tokens": 3, "batch_size": 2}
+        for i in range(5)
+        for j in range(2)
+    ]  # fmt: skip
+    path = tmp_path / "specobs-run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in steps + per_request))
+    summary = report_json(str(path))["summary"]
+    assert summary["num_drafts"] == 10 and summary["num_accepted_tokens"] == 15
+    assert summary["acceptance_rate_per_position"] == [1.0, 0.5, 0.0]

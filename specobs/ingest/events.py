@@ -162,9 +162,16 @@ def _contradictory() -> pl.Expr:
 
 
 def steps_to_windows(steps: pl.LazyFrame, source: str, source_format: str) -> pl.LazyFrame:
-    """Each step as a one-step window, so steps and log intervals aggregate the same way."""
+    """Each step as a one-step window, so steps and log intervals aggregate the same way.
+
+    Per-request rows (``request_id`` set, written with ``SPECOBS_PER_REQUEST``) break a step
+    row down by request; counting them too would count every draft twice, so they are left out.
+    """
     timed = pl.any_horizontal([pl.col(c).is_not_null() for c in schema.TIMINGS])
-    windows = steps.with_row_index("row", offset=1).with_columns(
+    numbered = steps.with_row_index("row", offset=1)
+    if "request_id" in steps.collect_schema().names():
+        numbered = numbered.filter(pl.col("request_id").is_null())
+    windows = numbered.with_columns(
         start_ts=pl.col("ts") - pl.col("step_seconds"),
         end_ts=pl.col("ts"),
         source=pl.lit(source),
