@@ -35,6 +35,10 @@ COUNTERS: dict[str, pl.DataType] = {
     # Null when the source cannot know (log lines, scrapes, older captures); then every draft
     # of a step or window whose k exceeds i is taken to have reached position i.
     "num_drafts_per_pos": pl.List(pl.Int64()),
+    # Drafts that reached position i with every earlier position accepted: the trials of the
+    # conditional rate β_i (element 0 = drafts). Null when unknown; then β_i's trials are
+    # a_{i−1} scaled by n_i / n_{i−1}, exact while drafts are cut only by k.
+    "num_drafts_accepted_before_pos": pl.List(pl.Int64()),
     "num_generated_tokens": pl.Int64(),
 }
 

@@ -11,8 +11,10 @@ Definitions (vLLM's conventions; ``D`` drafts, ``A`` accepted tokens, ``T`` draf
   log lines, scrapes, older captures) count every draft of a row whose k exceeds i, so a k=2
   step never dilutes position 3. vLLM's own log line and ``per_pos / num_drafts`` in PromQL
   divide by all drafts, which is right only while k is fixed and drafts are full length.
-- conditional acceptance rate  ``β_i = r_i / r_{i-1}`` (``β_0 = r_0``): the chance position i is
-  accepted given that every position before it was.
+- conditional acceptance rate  ``β_i = a_i / m_i`` (``β_0 = r_0``), with ``m_i`` the drafts that
+  reached position i with every earlier position accepted: the chance position i is accepted
+  given that every position before it was. While drafts are cut only by k it equals
+  ``r_i / r_{i-1}``; captured steps carry ``m_i`` (``num_drafts_accepted_before_pos``).
 - implied iid rate ``α``: the single per-token rate for which ``Σ_{i=1..k} α^i = Σ r_i``; the
   Leviathan et al. formula assumes every ``β_i = α``.
 
@@ -155,15 +157,33 @@ def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
     ]
     # Drafts that could reach position i (k > i) and drafts that did (n_i); without
     # ``num_drafts_per_pos`` both are the drafts of rows whose k (or list length) exceeds i.
+    # The trials of β_i (drafts that reached i with every earlier position accepted) come from
+    # ``num_drafts_accepted_before_pos`` where captured, else a_{i−1} · n_i / n_{i−1} per row
+    # (exact when drafts are cut only by the row's k).
     limit = pl.max_horizontal(pl.col("num_spec_tokens").fill_null(0), per_pos.list.len())
     reach = pl.col("num_drafts_per_pos")
+    trials = pl.col("num_drafts_accepted_before_pos")
+
+    def accepted_at(i: int) -> pl.Expr:
+        return per_pos.list.get(i, null_on_oob=True).fill_null(0)
+
+    def reached_at(i: int) -> pl.Expr:
+        allowed = pl.when(limit > i).then(drafts).otherwise(0)
+        return pl.when(reach.is_not_null()).then(reach.list.get(i, null_on_oob=True).fill_null(0)).otherwise(allowed)
+
     for i in range(k):
         allowed = pl.when(limit > i).then(drafts).otherwise(0)
-        reached = pl.when(reach.is_not_null()).then(reach.list.get(i, null_on_oob=True).fill_null(0)).otherwise(allowed)
+        if i == 0:
+            estimate = reached_at(0).cast(pl.Float64)
+        else:
+            before = reached_at(i - 1).cast(pl.Float64)
+            estimate = pl.when(before > 0).then(accepted_at(i - 1) * reached_at(i) / before).otherwise(0.0)
+        exact = trials.list.get(i, null_on_oob=True).fill_null(0).cast(pl.Float64)
         aggs += [
-            masked(per_pos.list.get(i, null_on_oob=True).fill_null(0), pos_known).sum().alias(f"pos_{i}"),
-            masked(reached, pos_known).sum().alias(f"reach_{i}"),
+            masked(accepted_at(i), pos_known).sum().alias(f"pos_{i}"),
+            masked(reached_at(i), pos_known).sum().alias(f"reach_{i}"),
             masked(allowed, pos_known).sum().alias(f"allow_{i}"),
+            masked(pl.when(trials.is_not_null()).then(exact).otherwise(estimate), pos_known).sum().alias(f"trials_{i}"),
         ]
     # Interval sources (log lines, scrape pairs) cannot say which drafts reached a position:
     # when every per-position window of a group is one, :func:`interval_bias` bounds the bias.
@@ -194,9 +214,8 @@ def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
 
     ``r_i = a_i / n_i`` over the drafts that reached position i (``reach_i``); ``allowed``
     counts the drafts whose k let them reach it, so ``a_i / allowed`` is the accepted share
-    per draft the throughput model needs. ``β_i`` treats the drafts that had position i−1
-    accepted and drafted position i (``a_{i-1} · n_i / n_{i-1}``, exactly ``a_{i-1}`` while
-    drafts are full length) as its trials.
+    per draft the throughput model needs. ``β_i = a_i / m_i``, with ``m_i`` (``reached``) the
+    drafts that reached position i with every earlier one accepted (see :func:`aggregate`).
     """
     positions = sorted(int(c[4:]) for c in aggregated.columns if c.startswith("pos_"))
     if not positions:
@@ -211,17 +230,14 @@ def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
                 pl.col(f"pos_{i}").alias("accepted"),
                 pl.col(f"reach_{i}").alias("drafts"),
                 pl.col(f"allow_{i}").alias("allowed"),
+                pl.col(f"trials_{i}").alias("reached"),
             )
             for i in positions
         ]
     ).sort("_group", "position")
-    previous = pl.col("accepted").shift(1).over("_group")
-    previous_drafts = pl.col("drafts").shift(1).over("_group")
-    reached = pl.when(pl.col("position") == 0).then(pl.col("drafts").cast(pl.Float64))
-    reached = reached.when(previous_drafts > 0).then(previous * pl.col("drafts") / previous_drafts)
     rate_low, rate_high = wilson(pl.col("accepted"), pl.col("drafts"))
     cond_low, cond_high = wilson(pl.col("accepted"), pl.col("reached"))
-    return long.with_columns(reached=reached).with_columns(
+    return long.with_columns(
         rate=pl.when(pl.col("drafts") > 0).then(pl.col("accepted") / pl.col("drafts")),
         rate_low=rate_low,
         rate_high=rate_high,

@@ -58,13 +58,14 @@ _NULLABLE = (
     "num_accepted_tokens",
     "num_accepted_tokens_per_pos",
     "num_drafts_per_pos",
+    "num_drafts_accepted_before_pos",
     "num_generated_tokens",
     "draft_seconds",
     "verify_seconds",
     "step_seconds",
     "num_timed_steps",
 )
-_LISTS = ("num_accepted_tokens_per_pos", "num_drafts_per_pos")
+_LISTS = ("num_accepted_tokens_per_pos", "num_drafts_per_pos", "num_drafts_accepted_before_pos")
 _SUMMED = tuple(c for c in _NULLABLE if c not in _LISTS)
 
 
