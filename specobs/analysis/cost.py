@@ -2,7 +2,8 @@
 
 Inputs are windows whose timing columns are sums over ``num_timed_steps`` steps (capture
 rows are one step each; V0 stage-time lines are one step each). Means are sums over sums:
-a bucket with many steps weighs more, as it should.
+a bucket with many steps weighs more, as it should. Steps that are not steady state (warm-up,
+outliers: :func:`steady_state`) are left out of every timing here and of the cost fits.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
     parallel ones whose later positions cost nothing extra.
     """
     keys = [k for k in keys if k != "batch_bucket"]
-    lazy = with_group_columns(windows.lazy()).filter(pl.col("num_timed_steps").fill_null(0) > 0)
+    lazy = with_group_columns(steady_state(windows)).filter(pl.col("num_timed_steps").fill_null(0) > 0)
     steps = pl.col("num_timed_steps")
     both = pl.col("num_generated_tokens").is_not_null() & pl.col("step_seconds").is_not_null()
     out = (
@@ -103,36 +104,52 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
 
 #: A step this many times slower than the median of its configuration is not steady state.
 OUTLIER_FACTOR = 4.0
+#: For a configuration with too few steps to judge, a step this many times slower than the
+#: median of its engine's steps at the same k and batch size (decode or prompt steps apart).
+COARSE_OUTLIER_FACTOR = 10.0
 #: Such a step among an engine's first this many steps is warm-up (compilation, graph capture,
 #: first allocations); later ones are outliers (a pause, another process).
 WARMUP_STEPS = 100
-#: Configurations with fewer timed steps than this keep every step (no median to judge by).
+#: Fewest timed steps a group needs before its median is used to judge its steps.
 MIN_STEPS_TO_JUDGE = 5
 
 
 def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     """Step rows with the timing of unsettled steps removed (set to null; counts kept).
 
-    A step is left out of cost fits when it took more than :data:`OUTLIER_FACTOR` × the
-    median step time of its configuration (labels, k, batch size, tokens scheduled). Column
-    ``unsteady`` says why: ``warm-up`` among an engine's first :data:`WARMUP_STEPS` steps,
-    else ``outlier``; null for kept steps and for rows that are not single steps.
+    A step is left out of timing and cost fits when it took more than :data:`OUTLIER_FACTOR` ×
+    the median step time of its configuration (labels, k, batch size, tokens scheduled), or,
+    where that configuration has fewer than :data:`MIN_STEPS_TO_JUDGE` steps (a prompt of a
+    length seen twice), more than :data:`COARSE_OUTLIER_FACTOR` × the median of the engine's
+    steps at the same k and batch size, decode and prompt steps apart. Column ``unsteady``
+    says why: ``warm-up`` among an engine's first :data:`WARMUP_STEPS` steps, else
+    ``outlier``; null for kept steps and for rows that are not single steps.
     """
     lazy = windows.lazy()
-    config = ["source", "run_id", "engine", "model", "method", "draft_model", "platform", "device",
-              "num_spec_tokens", "batch_size", "num_scheduled_tokens"]  # fmt: skip
     engine = ["source", "run_id", "engine"]
+    coarse = [*engine, "model", "method", "draft_model", "platform", "device", "num_spec_tokens", "batch_size"]
+    config = [*coarse, "num_scheduled_tokens"]
     step = pl.col("step_seconds")
     is_step = (pl.col("counters") == "step") & step.is_not_null()
-    median = pl.when(is_step).then(step).median().over(config)
-    judged = pl.when(is_step).then(step).count().over(config) >= MIN_STEPS_TO_JUDGE
+    timed = pl.when(is_step).then(step)
+
+    def slow(keys: list[str], factor: float) -> tuple[pl.Expr, pl.Expr]:
+        judged = timed.count().over(keys) >= MIN_STEPS_TO_JUDGE
+        return judged & (step > factor * timed.median().over(keys)), judged
+
+    fine_slow, fine_judged = slow(config, OUTLIER_FACTOR)
+    coarse_slow, _ = slow([*coarse, "_decode"], COARSE_OUTLIER_FACTOR)
+    unsettled = is_step & pl.when(fine_judged).then(fine_slow).otherwise(coarse_slow)
     order = pl.when(is_step).then(pl.col("start_ts")).rank("ordinal").over(engine)
-    slow = is_step & judged & (step > OUTLIER_FACTOR * median)
-    unsteady = pl.when(slow).then(pl.when(order <= WARMUP_STEPS).then(pl.lit("warm-up")).otherwise(pl.lit("outlier")))
+    unsteady = pl.when(unsettled).then(
+        pl.when(order <= WARMUP_STEPS).then(pl.lit("warm-up")).otherwise(pl.lit("outlier"))
+    )
     timing = ("draft_seconds", "verify_seconds", "step_seconds", "num_timed_steps")
     return (
-        lazy.with_columns(unsteady=unsteady)
+        lazy.with_columns(_decode=is_decode())
+        .with_columns(unsteady=unsteady)
         .with_columns([pl.when(pl.col("unsteady").is_null()).then(pl.col(c)).alias(c) for c in timing])
+        .drop("_decode")
     )
 
 
