@@ -270,6 +270,7 @@ def by_batch_table(rec: Recommendation) -> pl.DataFrame:
                 "predicted speedup": row["predicted_speedup"],
                 "low": (row.get("interval") or [None, None])[0],
                 "high": (row.get("interval") or [None, None])[1],
+                "basis": row.get("basis"),
                 "steps measured": row["measured_steps"],
             }
             for row in rec.by_batch_size
@@ -281,6 +282,7 @@ def by_batch_table(rec: Recommendation) -> pl.DataFrame:
             "predicted speedup": pl.Float64,
             "low": pl.Float64,
             "high": pl.Float64,
+            "basis": pl.String,
             "steps measured": pl.Int64,
         },
     )
