@@ -354,6 +354,7 @@ class _Candidate:
     intervals: list[list[float] | None]
     interval: list[float] | None
     bases: list[str]  # per bucket: "measured" or "model"
+    beyond: bool = False  # uses a k above the largest measured one (extrapolated acceptance)
 
     @property
     def is_schedule(self) -> bool:
@@ -366,7 +367,7 @@ def _weighted(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 def _candidates(
     fi: int, ks: range, grid: np.ndarray, off: np.ndarray, measured: tuple[np.ndarray, np.ndarray], boot,
-    weights: np.ndarray, margin: float,
+    weights: np.ndarray, margin: float, measured_k: int,
 ):  # fmt: skip
     """Every static k of a fit, and its per-bucket schedule (best k where it beats plain by the
     margin, else off — which costs the k = 0 tax)."""
@@ -388,7 +389,8 @@ def _candidates(
             for bi, k in enumerate(per_bucket)
         ]
         speedup = float(_weighted(speeds, weights))
-        out.append(_Candidate(fi, per_bucket, speeds.tolist(), speedup, intervals, interval, bases))
+        beyond = max(per_bucket) > measured_k
+        out.append(_Candidate(fi, per_bucket, speeds.tolist(), speedup, intervals, interval, bases, beyond))
     return out
 
 
@@ -454,7 +456,8 @@ def recommend(
                         "extrapolated": extrapolated,
                     }
                 )
-        mine = _candidates(fi, ks, grid, off, measured_both, boot, weights, margin) if top >= 1 else []
+        measured_k = fit.acceptance.measured_k
+        mine = _candidates(fi, ks, grid, off, measured_both, boot, weights, margin, measured_k) if top >= 1 else []
         candidates += mine
         if mine:
             best_per_fit[fi] = _bucket_rows(mine[-1], buckets)  # its schedule: the best k per bucket
@@ -518,17 +521,26 @@ UNKNOWN_METHOD = "the input has no method label (vLLM's counters carry none): pa
 
 
 def _choose(candidates: list[_Candidate], margin: float) -> _Candidate | None:
-    """The best candidate beating plain decoding by ``margin``; a schedule must also beat its
-    method's best static k by the margin (a simpler config wins a tie)."""
-    static = [c for c in candidates if not c.is_schedule]
-    best_static = max(static, key=lambda c: c.speedup, default=None)
-    best = best_static
-    for c in candidates:
-        if not c.is_schedule:
-            continue
-        own = max((s.speedup for s in static if s.fit == c.fit), default=1.0)
-        if c.speedup >= own * (1 + margin) and (best is None or c.speedup > best.speedup):
-            best = c
+    """The best candidate beating plain decoding by ``margin``. A schedule must also beat its
+    method's best static k by the margin, and a candidate that needs a k above the measured
+    ones (extrapolated acceptance) must beat the best within the measured range by the margin:
+    a simpler, measured config wins a tie."""
+
+    def best_of(pool: list[_Candidate]) -> _Candidate | None:
+        static = [c for c in pool if not c.is_schedule]
+        best = max(static, key=lambda c: c.speedup, default=None)
+        for c in pool:
+            if not c.is_schedule:
+                continue
+            own = max((s.speedup for s in static if s.fit == c.fit), default=1.0)
+            if c.speedup >= own * (1 + margin) and (best is None or c.speedup > best.speedup):
+                best = c
+        return best
+
+    best = best_of([c for c in candidates if not c.beyond])
+    further = best_of(candidates)
+    if further is not None and (best is None or further.speedup >= best.speedup * (1 + margin)):
+        best = further
     if best is None or best.speedup < 1 + margin:
         return None
     return best
