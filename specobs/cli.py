@@ -283,8 +283,17 @@ def compare(
     output_format: FormatOption = OutputFormat.rich,
     input_format: InputFormatOption = None,
 ) -> None:
-    """Compare two runs: acceptance length, per-position rates, cost and throughput, with a
-    verdict (regression, improvement or no significant change)."""
+    """Compare two runs: configuration, throughput at matched batch sizes, acceptance length and
+    per-position rates, with a verdict.
+
+    The verdict names a configuration difference first (method, draft model, k, schedule). With
+    step timing on both sides it is decided by throughput (generated tokens/s per batch bucket
+    both ran, with a 95% interval from the spread between runs); otherwise by acceptance
+    length, and across a configuration change acceptance alone is never a regression.
+
+    Exit status: 0 compared (improvement, no significant change, configuration changed, or no
+    verdict possible) · 2 bad usage or an unreadable input · 3 regression (B slower than A
+    beyond noise, or without timing and with the same configuration, lower acceptance length)."""
     from specobs.render import tuning as render
     from specobs.tuning.compare import compare as run
 

@@ -10,14 +10,24 @@ acceptance length before and after it,
 where each side's standard error is the ratio-estimator one over its windows. The best split
 is kept when |z| ≥ ``z_threshold`` and the relative change is at least ``min_change``; both
 halves are then searched again. Simple, explainable, and quiet on stationary noise.
+
+Acceptance depends on the configuration by design: a larger k lowers the later positions'
+rates and raises the length, batch size shifts what a drafter sees, workloads differ. A
+series that mixes configurations (a sweep, a batch-size → k schedule, load that moves the
+batch size) steps at every switch, so :func:`detect_changes` looks for regressions within
+one configuration (:data:`CONFIGURATION`) only, and names a step that coincides with a
+switch as a configuration change, with what changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
+
+from specobs.analysis.acceptance import with_group_columns
 
 #: Above this many windows, the series is bucketed in time to at most this many points.
 MAX_POINTS = 2000
@@ -141,3 +151,94 @@ def change_points(
 
     search(0, len(drafts))
     return sorted(found, key=lambda c: c.index)
+
+
+#: Columns that make a configuration: within one, an acceptance step is a real change.
+CONFIGURATION = ("method", "num_spec_tokens", "batch_bucket", "workload")
+
+
+@dataclass(frozen=True)
+class Change:
+    """A detected step in acceptance length, classified.
+
+    ``kind``: ``regression`` / ``improvement`` (within one configuration) or
+    ``configuration_change`` (the step coincides with a switch of method, k, batch bucket or
+    workload; ``changed`` says which, before → after). ``labels`` are the group's values of the
+    requested keys, ``configuration`` the configuration it happened within (or switched to),
+    ``change`` where it is and how large (its own ``kind`` is only the direction).
+    """
+
+    kind: str
+    labels: Mapping[str, Any]
+    configuration: Mapping[str, Any]
+    change: ChangePoint
+    changed: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: the labels, then ``ts``, ``kind``, ``before``, ``after``, ``z``,
+        ``configuration`` and ``changed`` (field → [before, after])."""
+        return {
+            **self.labels,
+            "ts": self.change.ts,
+            "kind": self.kind,
+            "before": round(self.change.before, 4),
+            "after": round(self.change.after, 4),
+            "z": round(self.change.z, 2),
+            "configuration": dict(self.configuration),
+            "changed": {name: list(pair) for name, pair in self.changed.items()},
+        }
+
+
+def _dominant(part: pl.DataFrame, columns: Sequence[str]) -> dict[str, Any]:
+    """The configuration with the most drafts among ``part``'s windows."""
+    drafts = part.group_by(columns, maintain_order=True).agg(pl.col("num_drafts").sum())
+    top = drafts.sort("num_drafts", descending=True, maintain_order=True).row(0, named=True)
+    return {c: top[c] for c in columns}
+
+
+def detect_changes(
+    windows: pl.LazyFrame | pl.DataFrame,
+    keys: Sequence[str] = (),
+    *,
+    min_size: int = 5,
+    z_threshold: float = 4.0,
+    min_change: float = 0.05,
+    max_points: int = MAX_POINTS,
+) -> list[Change]:
+    """Acceptance changes per group of ``keys``, each within one configuration or named as a
+    configuration change; in group order, then time order.
+
+    1. Within a configuration: :func:`change_points` on the series of each group and
+       configuration (:data:`CONFIGURATION` values held fixed) → ``regression``/``improvement``.
+    2. Across configurations: :func:`change_points` on each group's whole series, as a report
+       without configurations would run it; a step whose ``min_size`` windows before and after
+       have different dominant configurations (by drafts) is a ``configuration_change``.
+       Steps with the same configuration on both sides are left to (1), which alone decides
+       whether acceptance changed within it.
+    """
+    config = [c for c in CONFIGURATION if c not in keys]
+    columns = [*keys, *config]
+    series = acceptance_over_time(with_group_columns(windows.lazy()), columns, max_points=max_points)
+    if not series.height:
+        return []
+    found: list[tuple[tuple, float, Change]] = []
+    options = {"min_size": min_size, "z_threshold": z_threshold, "min_change": min_change}
+    for values, part in series.partition_by(columns, as_dict=True, maintain_order=True).items():
+        labelled = dict(zip(columns, values, strict=True))
+        labels = {k: labelled[k] for k in keys}
+        within = {c: labelled[c] for c in CONFIGURATION}
+        for point in change_points(part, **options):
+            found.append((tuple(values[: len(keys)]), point.ts, Change(point.kind, labels, within, point)))
+    groups = series.partition_by(list(keys), as_dict=True, maintain_order=True) if keys else {(): series}
+    for values, part in groups.items():
+        part = part.sort("end_ts", "source_line", nulls_last=True)
+        for point in change_points(part, **options):
+            before = _dominant(part[max(0, point.index - min_size) : point.index], CONFIGURATION)
+            after = _dominant(part[point.index : point.index + min_size], CONFIGURATION)
+            changed = {c: (before[c], after[c]) for c in CONFIGURATION if before[c] != after[c]}
+            if changed:
+                labels = dict(zip(keys, values, strict=True))
+                found.append((tuple(values), point.ts, Change("configuration_change", labels, after, point, changed)))
+    order = {labels: i for i, labels in enumerate(groups)}
+    found.sort(key=lambda item: (order.get(item[0], len(order)), item[1] is None, item[1] or 0.0))
+    return [change for *_, change in found]

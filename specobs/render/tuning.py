@@ -115,15 +115,29 @@ def recommendation_to_json(rec: Recommendation) -> str:
     return json.dumps(rec.to_dict(), indent=2, allow_nan=False)
 
 
+def _config_value(values: Any) -> str:
+    if isinstance(values, dict):
+        return ", ".join(f"{bucket}: {_config_value(ks)}" for bucket, ks in values.items()) or "–"
+    return "/".join(str(v) for v in values) if values else "–"
+
+
 def comparison_to_rich(cmp: Comparison, console: Console, names: tuple[str, str]) -> None:
-    style = {"regression": "bold red", "improvement": "bold green"}.get(cmp.kind, "bold")
-    console.print(Text(cmp.verdict, style=style))
+    style = {"regression": "bold red", "improvement": "bold green", "configuration_changed": "bold yellow"}
+    console.print(Text(cmp.verdict, style=style.get(cmp.kind, "bold")))
     table = Table(show_edge=False)
     table.add_column("")
     table.add_column(f"A: {names[0]}", justify="right")
     table.add_column(f"B: {names[1]}", justify="right")
+    ca, cb = cmp.configuration.get("a") or {}, cmp.configuration.get("b") or {}
+    differing = {d["field"] for d in cmp.configuration.get("differences", [])}
+    for label, key in (("method", "method"), ("draft model", "draft_model"), ("k", "num_spec_tokens")):
+        mark = " *" if key in differing else ""
+        table.add_row(f"{label}{mark}", _config_value(ca.get(key)), _config_value(cb.get(key)))
+    if "schedule" in differing:
+        table.add_row("schedule *", _config_value(ca.get("schedule")), _config_value(cb.get("schedule")))
     for label, key, fmt in (
         ("acceptance length", "mean_acceptance_length", "{:.2f}"),
+        ("  standard error", "mean_acceptance_length_se", "{:.3f}"),
         ("draft acceptance rate", "draft_acceptance_rate", "{:.1%}"),
         ("drafts", "num_drafts", "{:,}"),
     ):
@@ -143,8 +157,32 @@ def comparison_to_rich(cmp: Comparison, console: Console, names: tuple[str, str]
             vb = None if tb.get(key) is None else tb[key] * scale
             table.add_row(label, _fmt(va), _fmt(vb))
     console.print(table)
+    notes = []
+    if differing:
+        notes.append("* configuration differs between A and B")
     if any(p["changed"] for p in cmp.positions):
-        console.print(Text("* per-position rate changed beyond both 95% intervals", style="dim"))
+        notes.append("* per-position rate changed beyond both 95% intervals")
+    for note in notes:
+        console.print(Text(note, style="dim"))
+    tp = cmp.throughput
+    if tp and tp.get("buckets"):
+        by_bucket = Table(title="Throughput at matched batch sizes (steady-state steps)", title_justify="left",
+                          show_edge=False)  # fmt: skip
+        for header in ("batch", "A tokens/s", "B tokens/s", "B/A", "steps A/B", "runs A/B"):
+            by_bucket.add_column(header, justify="left" if header == "batch" else "right")
+        for row in tp["buckets"]:
+            runs = f"{row['runs_a']}/{row['runs_b']}" + ("" if row["tested"] else " (untested)")
+            by_bucket.add_row(
+                row["batch_bucket"] or "–",
+                _fmt(row["tokens_per_second_a"], "{:,.0f}"),
+                _fmt(row["tokens_per_second_b"], "{:,.0f}"),
+                _fmt(row["ratio"], "{:.2f}×"),
+                f"{row['steps_a']:,}/{row['steps_b']:,}",
+                runs,
+            )
+        console.print(by_bucket)
+        combined = _interval(tp.get("ratio"), [tp["low"], tp["high"]] if tp.get("low") is not None else None)
+        console.print(Text(f"B/A combined (steps-weighted): {combined}; {tp['interval']}", style="dim"))
 
 
 def comparison_to_json(cmp: Comparison) -> str:

@@ -1,8 +1,33 @@
-"""Compare two runs: acceptance, per-position rates, cost and throughput, with a verdict.
+"""Compare two runs: configuration, throughput and acceptance, with a verdict.
 
-The verdict on acceptance length uses the two runs' 95% intervals: the change is called a
-regression (or an improvement) when it exceeds 1.96 standard errors of the difference, with
-each run's standard error read off its interval; otherwise the runs agree within noise.
+The verdict answers "is B worse than A?" in this order, so a difference is never called a
+regression for the wrong reason:
+
+1. **Configuration.** Method, draft model, k (``num_spec_tokens``) and schedule (the k used per
+   batch bucket) of each side. When they differ the verdict says so first, and a change in
+   acceptance alone is then a difference between configurations (kind
+   ``configuration_changed``), never a regression: a larger k lowers per-position acceptance
+   by design, and ngram and a draft model accept differently.
+2. **Throughput**, when both sides carry step timing and generated tokens: generated tokens per
+   second of step time (steady-state steps, :func:`specobs.analysis.cost.steady_state`) per
+   batch bucket both sides ran (:func:`specobs.analysis.cost.timing_by_batch`), B/A per
+   bucket, combined as a geometric mean weighted by the bucket's steps on both sides. The 95%
+   interval comes from the spread between *runs*: stretches of consecutive timed rows at one
+   batch bucket and k, cut at pauses over :data:`GAP_SECONDS` and every
+   :data:`BLOCK_SECONDS`. Each bucket's tokens/s is a ratio estimator over its runs; the log
+   ratios' variances add, and the interval uses Student's t with Welch–Satterthwaite degrees
+   of freedom (three rounds per side give wide intervals, as they should). Steps within a run
+   are not independent (one generate call, one batch), so they are not the unit. A bucket
+   needs two runs on each side to be tested. When throughput is tested, it decides the kind:
+   a regression only when the interval lies wholly below 1.
+3. **Acceptance length**, the explanation (or, without timing and with the same
+   configuration, the verdict): a two-sample z test on the standard errors ``summarize``
+   reports (``mean_acceptance_length_se``), never read back off the 95% intervals (clipped at
+   1, so near L = 1 an error read off them is too small), and no smaller than the pooled
+   error of both sides together.
+
+Noise between engine processes (20–40% on a shared machine) is not in the throughput
+interval unless each side spans several processes: the runs of one side share its engine.
 """
 
 from __future__ import annotations
@@ -13,42 +38,320 @@ from typing import Any
 
 import polars as pl
 
-from specobs.analysis.acceptance import summarize
-from specobs.analysis.cost import timing_by_batch
+from specobs.analysis.acceptance import summarize, with_group_columns
+from specobs.analysis.cost import steady_state, timing_by_batch
+from specobs.analysis.intervals import Z95
 
-Z95 = 1.959963984540054
+#: A pause longer than this between consecutive timed rows of one side starts a new run.
+GAP_SECONDS = 1.0
+#: Runs longer than this are cut into blocks of this length (steady serving at one batch size).
+BLOCK_SECONDS = 10.0
+#: Configuration fields that make A and B different setups, in the order the verdict names them.
+_FIELD_NAMES = {"method": "method", "draft_model": "draft model", "num_spec_tokens": "k", "schedule": "schedule"}
+_SIDE_KEYS = ("mean_acceptance_length", "mean_acceptance_length_low", "mean_acceptance_length_high",
+              "mean_acceptance_length_se", "draft_acceptance_rate", "num_drafts", "num_accepted_tokens")  # fmt: skip
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
+    """Run A (before) against run B (after). ``to_dict`` is the JSON contract of ``specobs compare``."""
+
     a: dict[str, Any]
     b: dict[str, Any]
     verdict: str
-    kind: str  # regression, improvement, unchanged, unknown
+    kind: str  # regression, improvement, unchanged, configuration_changed, unknown
     positions: list[dict[str, Any]]
     timing: dict[str, Any]
+    configuration: dict[str, Any]
+    throughput: dict[str, Any] | None
+    acceptance: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        keys = ("mean_acceptance_length", "mean_acceptance_length_low", "mean_acceptance_length_high",
-                "draft_acceptance_rate", "num_drafts", "num_accepted_tokens")  # fmt: skip
         return {
             "verdict": self.verdict,
             "kind": self.kind,
-            "a": {k: self.a.get(k) for k in keys},
-            "b": {k: self.b.get(k) for k in keys},
+            "a": {k: self.a.get(k) for k in _SIDE_KEYS},
+            "b": {k: self.b.get(k) for k in _SIDE_KEYS},
             "positions": self.positions,
             "timing": self.timing,
+            "configuration": self.configuration,
+            "throughput": self.throughput,
+            "acceptance": self.acceptance,
         }
 
 
-def _se(row: dict) -> float | None:
-    low, high = row.get("mean_acceptance_length_low"), row.get("mean_acceptance_length_high")
-    if low is None or high is None:
+# --- configuration --------------------------------------------------------------------------------
+
+
+def configuration(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, Any]:
+    """Methods, draft models and ks a run used (sorted, nulls left out), and its schedule:
+    the ks per batch bucket, in bucket order."""
+    lazy = with_group_columns(windows.lazy())
+    rows = (
+        lazy.group_by("batch_bucket")
+        .agg(
+            low=pl.col("batch_size").min(),
+            method=pl.col("method").drop_nulls().unique(),
+            draft_model=pl.col("draft_model").drop_nulls().unique(),
+            k=pl.col("num_spec_tokens").drop_nulls().unique(),
+        )
+        .sort("low", nulls_last=True)
+        .collect()
+    )
+
+    def union(column: str) -> list:
+        return sorted({v for values in rows[column].to_list() for v in values})
+
+    schedule = {r["batch_bucket"]: sorted(r["k"]) for r in rows.iter_rows(named=True) if r["batch_bucket"] and r["k"]}
+    return {"method": union("method"), "draft_model": union("draft_model"), "num_spec_tokens": union("k"),
+            "schedule": schedule}  # fmt: skip
+
+
+def configuration_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Fields in which A and B are known to differ. A value unknown on one side is no difference
+    (vLLM's counters carry no method label; a plain engine has none either).
+
+    The schedule counts when both sides used the same ks but not at the same batch buckets
+    (a batch-size → k table changed); when the ks differ, that is named instead.
+    """
+    out = []
+    for name in ("method", "draft_model", "num_spec_tokens"):
+        if a[name] and b[name] and a[name] != b[name]:
+            out.append({"field": name, "a": a[name], "b": b[name]})
+    shared = [bucket for bucket in a["schedule"] if bucket in b["schedule"]]
+    same_ks = a["num_spec_tokens"] == b["num_spec_tokens"]
+    if same_ks and any(a["schedule"][bucket] != b["schedule"][bucket] for bucket in shared):
+        out.append({"field": "schedule", "a": a["schedule"], "b": b["schedule"]})
+    return out
+
+
+def _values(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{bucket}: {_values(ks)}" for bucket, ks in value.items())
+    return "/".join(str(v) for v in value) if value else "none"
+
+
+def _describe_differences(differences: list[dict[str, Any]]) -> str:
+    parts = [f"{_FIELD_NAMES[d['field']]} {_values(d['a'])} → {_values(d['b'])}" for d in differences]
+    return "A and B differ in configuration: " + "; ".join(parts) + "."
+
+
+# --- throughput -----------------------------------------------------------------------------------
+
+
+def t_quantile_975(df: float) -> float:
+    """Student's t 97.5% quantile; df rounded down (conservative), Cornish–Fisher from df = 4
+    (within 0.001 of the exact value), exact values below."""
+    exact = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305}
+    nu = max(1, math.floor(df)) if math.isfinite(df) else math.inf
+    if nu in exact:
+        return exact[nu]
+    if math.isinf(nu):
+        return Z95
+    z = Z95
+    terms = (
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    )
+    return z + sum(term / nu ** (i + 1) for i, term in enumerate(terms))
+
+
+def _run_spread(steady: pl.LazyFrame) -> pl.DataFrame:
+    """Per batch bucket: runs, and the variance of Σ generated / Σ step seconds between runs.
+
+    The rows are the ones ``timing_by_batch`` turns into ``generated_tokens_per_second``; the
+    variance is the ratio estimator's, Σ (g_u − T·s_u)² / (n (n − 1) s̄²) over runs u.
+    """
+    both = pl.col("num_generated_tokens").is_not_null() & pl.col("step_seconds").is_not_null()
+    rows = (
+        with_group_columns(steady)
+        .filter((pl.col("num_timed_steps").fill_null(0) > 0) & both)
+        .select(
+            "source",
+            "start_ts",
+            "end_ts",
+            "source_line",
+            "batch_bucket",
+            "num_spec_tokens",
+            "num_generated_tokens",
+            "step_seconds",
+        )
+        .sort("source", "end_ts", "source_line", nulls_last=True)
+    )
+    previous_end = pl.col("end_ts").shift(1).over("source")
+    gap = pl.coalesce("start_ts", "end_ts") - previous_end
+    new_run = (
+        pl.col("batch_bucket").ne_missing(pl.col("batch_bucket").shift(1).over("source"))
+        | pl.col("num_spec_tokens").ne_missing(pl.col("num_spec_tokens").shift(1).over("source"))
+        | (gap.fill_null(0) > GAP_SECONDS)
+    )
+    runs = rows.with_columns(run=new_run.cast(pl.Int64).cum_sum().over("source"))
+    block = ((pl.col("end_ts") - pl.col("end_ts").min().over("source", "run")) // BLOCK_SECONDS).cast(pl.Int64)
+    units = (
+        runs.with_columns(block=block)
+        .group_by("source", "run", "block", "batch_bucket")
+        .agg(g=pl.col("num_generated_tokens").sum().cast(pl.Float64), s=pl.col("step_seconds").sum())
+    )
+    ratio = pl.col("g").sum() / pl.col("s").sum()
+    n = pl.len().cast(pl.Float64)
+    mean_s = pl.col("s").sum() / n
+    variance = ((pl.col("g") - ratio * pl.col("s")) ** 2).sum() / (n * (n - 1) * mean_s * mean_s)
+    return units.group_by("batch_bucket").agg(runs=pl.len(), variance=pl.when(n >= 2).then(variance)).collect()
+
+
+def _timed(windows: pl.LazyFrame | pl.DataFrame) -> bool:
+    """Whether any row carries step timing (log lines of vLLM V1 do not: skip the timing passes)."""
+    return bool(windows.lazy().select((pl.col("num_timed_steps").fill_null(0) > 0).any()).collect().item())
+
+
+def _side_throughput(windows: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """Per batch bucket: steps, tokens/s, mean step seconds (``timing_by_batch``) and the run spread."""
+    steady = steady_state(windows)
+    timed = timing_by_batch(steady, []).filter(pl.col("generated_tokens_per_second").is_not_null())
+    if timed.is_empty():
+        return timed
+    spread = _run_spread(steady)
+    return timed.select("batch_bucket", "timed_steps", "generated_tokens_per_second", "mean_step_seconds").join(
+        spread, on="batch_bucket", how="left", nulls_equal=True, maintain_order="left"
+    )
+
+
+def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.DataFrame) -> dict[str, Any] | None:
+    """B/A generated tokens per second at matched batch buckets, with a 95% interval.
+
+    None when a side has no timed rows. ``ratio``/``low``/``high`` are over the buckets with two
+    or more runs on both sides (``tested``; the point estimate uses every matched bucket when
+    none is); ``direction`` is ``fell``, ``rose``, ``unchanged`` (the interval holds 1) or null
+    (nothing tested).
+    """
+    if not (_timed(a) and _timed(b)):
         return None
-    return (high - low) / (2 * Z95)
+    ta, tb = _side_throughput(a), _side_throughput(b)
+    if ta.is_empty() or tb.is_empty():
+        return None
+    tps_a, tps_b = pl.col("generated_tokens_per_second"), pl.col("generated_tokens_per_second_b")
+    buckets = (
+        ta.join(tb, on="batch_bucket", how="inner", nulls_equal=True, suffix="_b", maintain_order="left")
+        .filter((tps_a > 0) & (tps_b > 0))
+        .select(
+            "batch_bucket",
+            steps_a=pl.col("timed_steps"),
+            steps_b=pl.col("timed_steps_b"),
+            runs_a=pl.col("runs"),
+            runs_b=pl.col("runs_b"),
+            tokens_per_second_a=tps_a,
+            tokens_per_second_b=tps_b,
+            ratio=tps_b / tps_a,
+            step_seconds_ratio=pl.col("mean_step_seconds_b") / pl.col("mean_step_seconds"),
+            tested=(pl.col("runs") >= 2)
+            & (pl.col("runs_b") >= 2)
+            & (pl.col("variance").fill_null(0) > 0)
+            & (pl.col("variance_b").fill_null(0) > 0),
+            # Variances of log tokens/s (delta method).
+            _var_a=pl.col("variance") / tps_a**2,
+            _var_b=pl.col("variance_b") / tps_b**2,
+        )
+    )
+    only_a = ta.join(tb, on="batch_bucket", how="anti", nulls_equal=True)["batch_bucket"].to_list()
+    only_b = tb.join(ta, on="batch_bucket", how="anti", nulls_equal=True)["batch_bucket"].to_list()
+    out: dict[str, Any] = {
+        "basis": "generated tokens per second of step time, steady-state steps, per batch bucket in both",
+        "interval": "95%, Student's t (Welch–Satterthwaite) on the spread between runs",
+        "ratio": None,
+        "low": None,
+        "high": None,
+        "degrees_of_freedom": None,
+        "step_seconds_ratio": None,
+        "direction": None,
+        "buckets": buckets.drop("_var_a", "_var_b").to_dicts(),
+        "buckets_only_in_a": only_a,
+        "buckets_only_in_b": only_b,
+    }
+    tested = buckets.filter(pl.col("tested"))
+    use = tested if tested.height else buckets
+    if use.is_empty():
+        return out
+    w = (pl.col("steps_a") + pl.col("steps_b")) / (pl.col("steps_a") + pl.col("steps_b")).sum()
+    combined = use.select(
+        log_ratio=(w * pl.col("ratio").log()).sum(),
+        step_seconds_ratio=(w * pl.col("step_seconds_ratio").log()).sum().exp(),
+        variance=(w**2 * (pl.col("_var_a") + pl.col("_var_b"))).sum(),
+        welch=(
+            w**4 * (pl.col("_var_a") ** 2 / (pl.col("runs_a") - 1) + pl.col("_var_b") ** 2 / (pl.col("runs_b") - 1))
+        ).sum(),
+    ).row(0, named=True)
+    out["ratio"] = math.exp(combined["log_ratio"])
+    out["step_seconds_ratio"] = combined["step_seconds_ratio"]
+    if tested.height and combined["variance"] > 0:
+        df = combined["variance"] ** 2 / combined["welch"]
+        half = t_quantile_975(df) * math.sqrt(combined["variance"])
+        low, high = math.exp(combined["log_ratio"] - half), math.exp(combined["log_ratio"] + half)
+        direction = "fell" if high < 1 else "rose" if low > 1 else "unchanged"
+        out.update(low=low, high=high, degrees_of_freedom=df, direction=direction)
+    return out
+
+
+# --- acceptance -----------------------------------------------------------------------------------
+
+
+def compare_acceptance(
+    a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.DataFrame
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``(summary A, summary B, test)``: both summaries and the z test of B − A on the length.
+
+    The standard errors are the ones ``summarize`` reports (never read back off the intervals,
+    which are clipped at 1). The difference's error is the larger of √(se_A² + se_B²) and the
+    pooled one, se_AB·√(D_AB·(1/D_A + 1/D_B)) from the summary of both sides together: the
+    spread if nothing changed, which a side with a handful of accepted tokens underestimates
+    on its own. Tested only when both lengths come from counts; ``direction``: ``fell``,
+    ``rose``, ``unchanged`` (|z| ≤ 1.96) or null.
+    """
+    ra = summarize(a, by=()).row(0, named=True)
+    rb = summarize(b, by=()).row(0, named=True)
+    la, lb = ra.get("mean_acceptance_length"), rb.get("mean_acceptance_length")
+    sa, sb = ra.get("mean_acceptance_length_se"), rb.get("mean_acceptance_length_se")
+    test: dict[str, Any] = {"difference": None, "standard_error": None, "z": None, "direction": None}
+    if la is None or lb is None:
+        return ra, rb, test
+    test["difference"] = lb - la
+    counted = ra.get("mean_acceptance_length_basis") == rb.get("mean_acceptance_length_basis") == "counts"
+    if not counted or sa is None or sb is None:
+        return ra, rb, test
+    se = math.hypot(sa, sb)
+    pooled = summarize(pl.concat([a.lazy(), b.lazy()], how="diagonal_relaxed"), by=()).row(0, named=True)
+    da, db, dab = ra["drafts_for_length"], rb["drafts_for_length"], pooled["drafts_for_length"]
+    if pooled.get("mean_acceptance_length_se") is not None:
+        se = max(se, pooled["mean_acceptance_length_se"] * math.sqrt(dab * (1 / da + 1 / db)))
+    # 0 only when every draft on both sides accepted the same number of tokens.
+    z = (lb - la) / se if se > 0 else (0.0 if lb == la else math.copysign(math.inf, lb - la))
+    test.update(standard_error=se, z=z, direction="unchanged" if abs(z) <= Z95 else "fell" if z < 0 else "rose")
+    return ra, rb, test
+
+
+def _positions(ra: dict[str, Any], rb: dict[str, Any]) -> list[dict[str, Any]]:
+    positions = []
+    rates_a = ra.get("acceptance_rate_per_position") or []
+    rates_b = rb.get("acceptance_rate_per_position") or []
+    for i in range(max(len(rates_a), len(rates_b))):
+        row: dict[str, Any] = {"position": i + 1}
+        for name, r in (("a", ra), ("b", rb)):
+            rates = r.get("acceptance_rate_per_position") or []
+            lows = r.get("acceptance_rate_per_position_low") or []
+            highs = r.get("acceptance_rate_per_position_high") or []
+            row[name] = rates[i] if i < len(rates) else None
+            row[f"{name}_interval"] = [lows[i], highs[i]] if i < len(lows) and lows[i] is not None else None
+        ia, ib = row["a_interval"], row["b_interval"]
+        row["changed"] = bool(ia and ib and (ia[1] < ib[0] or ib[1] < ia[0]))
+        positions.append(row)
+    return positions
 
 
 def _overall_timing(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, Any] | None:
+    """Steps-weighted means over every batch bucket (all timed steps: what the report shows)."""
+    if not _timed(windows):
+        return None
     timed = timing_by_batch(windows, [])
     if timed.is_empty():
         return None
@@ -69,37 +372,97 @@ def _overall_timing(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, Any] | No
     }
 
 
+# --- verdict --------------------------------------------------------------------------------------
+
+
+def _acceptance_sentence(la: float, lb: float, test: dict[str, Any]) -> str:
+    direction = test["direction"]
+    if direction in ("fell", "rose"):
+        return f"acceptance length {direction} {la:.2f} → {lb:.2f}, outside the 95% interval"
+    if direction == "unchanged":
+        return f"acceptance length {la:.2f} → {lb:.2f}, within the 95% interval"
+    return f"acceptance length {la:.2f} → {lb:.2f} (no standard error: not tested)"
+
+
+def _throughput_sentence(tp: dict[str, Any]) -> str:
+    buckets = [x["batch_bucket"] for x in tp["buckets"] if x["tested"]] or [x["batch_bucket"] for x in tp["buckets"]]
+    where = f"at matched batch sizes {', '.join(str(x) for x in buckets)}"
+    ratio = tp["ratio"]
+    if tp["direction"] is None:
+        why = "one run per side" if tp["buckets"] else "no batch bucket in both"
+        if ratio is None:
+            return f"throughput not comparable ({why})"
+        return f"throughput B/A {ratio:.2f}× {where} ({why}: no interval, not tested)"
+    interval = f"B/A {ratio:.2f}×, 95% interval {tp['low']:.2f}–{tp['high']:.2f}"
+    change = abs(ratio - 1)
+    if tp["direction"] == "unchanged":
+        return f"throughput within noise {where} ({interval})"
+    return f"throughput {tp['direction']} {change:.0%} {where} ({interval})"
+
+
+def _explanation(la: float | None, lb: float | None, test: dict[str, Any], tp: dict[str, Any]) -> str:
+    """Why throughput moved: tokens per step (acceptance) against time per step."""
+    if la is None or lb is None:
+        return ""
+    steps = tp.get("step_seconds_ratio")
+    timing = ""
+    if steps is not None and abs(steps - 1) >= 0.005:
+        timing = f"; steps took {abs(steps - 1):.0%} {'longer' if steps > 1 else 'less time'}"
+    return f" {_capital(_acceptance_sentence(la, lb, test))}{timing}."
+
+
+def _verdict(
+    differences: list[dict[str, Any]], tp: dict[str, Any] | None, ra: dict[str, Any], rb: dict[str, Any],
+    test: dict[str, Any],
+) -> tuple[str, str]:  # fmt: skip
+    """The sentence and the kind: throughput decides when it moved beyond noise; across a
+    configuration change nothing else makes a regression or an improvement."""
+    la, lb = ra.get("mean_acceptance_length"), rb.get("mean_acceptance_length")
+    lead = _describe_differences(differences) + " " if differences else ""
+    if tp is not None and tp["direction"] is not None:
+        moved = tp["direction"] in ("fell", "rose")
+        kind = {"fell": "regression", "rose": "improvement"}.get(tp["direction"])
+        kind = kind or ("configuration_changed" if differences else "unchanged")
+        label = kind if moved else "no significant change"
+        body = f"{_throughput_sentence(tp)}: {label}."
+        return lead + _capital(body) + _explanation(la, lb, test, tp), kind
+    tail = f" {_capital(_throughput_sentence(tp))}." if tp is not None else ""
+    if la is None or lb is None:
+        return lead + "Acceptance length unknown in one of the runs: no verdict." + tail, "unknown"
+    sentence = _acceptance_sentence(la, lb, test)
+    if differences:
+        if test["direction"] in ("fell", "rose"):
+            note = "a difference between configurations, not a regression"
+        else:
+            note = "no significant difference"
+        without = " (no step timing on both sides to compare throughput)" if tp is None else ""
+        return lead + _capital(f"{sentence}: {note}{without}.") + tail, "configuration_changed"
+    if test["direction"] is None:
+        return _capital(f"{sentence}: no verdict.") + tail, "unknown"
+    kind = {"fell": "regression", "rose": "improvement", "unchanged": "unchanged"}[test["direction"]]
+    label = "no significant change" if kind == "unchanged" else kind
+    return f"{sentence}: {label}" + (f".{tail}" if tail else ""), kind
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def compare(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.DataFrame) -> Comparison:
     """Run A (before) against run B (after)."""
-    ra = summarize(a, by=()).row(0, named=True)
-    rb = summarize(b, by=()).row(0, named=True)
-    la, lb = ra.get("mean_acceptance_length"), rb.get("mean_acceptance_length")
-    if la is None or lb is None:
-        verdict, kind = "acceptance length unknown in one of the runs: no verdict", "unknown"
-    else:
-        sa, sb = _se(ra), _se(rb)
-        threshold = Z95 * math.sqrt((sa or 0) ** 2 + (sb or 0) ** 2) if (sa or sb) else 0.0
-        diff = lb - la
-        if abs(diff) > threshold and threshold > 0:
-            kind = "regression" if diff < 0 else "improvement"
-            direction = "fell" if diff < 0 else "rose"
-            verdict = f"acceptance length {direction} {la:.2f} → {lb:.2f}, outside the 95% interval: {kind}"
-        else:
-            kind = "unchanged"
-            verdict = f"acceptance length {la:.2f} → {lb:.2f}, within the 95% interval: no significant change"
-    positions = []
-    rates_a = ra.get("acceptance_rate_per_position") or []
-    rates_b = rb.get("acceptance_rate_per_position") or []
-    for i in range(max(len(rates_a), len(rates_b))):
-        row: dict[str, Any] = {"position": i + 1}
-        for name, r in (("a", ra), ("b", rb)):
-            rates = r.get("acceptance_rate_per_position") or []
-            lows = r.get("acceptance_rate_per_position_low") or []
-            highs = r.get("acceptance_rate_per_position_high") or []
-            row[name] = rates[i] if i < len(rates) else None
-            row[f"{name}_interval"] = [lows[i], highs[i]] if i < len(lows) and lows[i] is not None else None
-        ia, ib = row["a_interval"], row["b_interval"]
-        row["changed"] = bool(ia and ib and (ia[1] < ib[0] or ib[1] < ia[0]))
-        positions.append(row)
-    timing = {"a": _overall_timing(a), "b": _overall_timing(b)}
-    return Comparison(ra, rb, verdict, kind, positions, timing)
+    ra, rb, test = compare_acceptance(a, b)
+    ca, cb = configuration(a), configuration(b)
+    differences = configuration_differences(ca, cb)
+    tp = compare_throughput(a, b)
+    verdict, kind = _verdict(differences, tp, ra, rb, test)
+    return Comparison(
+        a=ra,
+        b=rb,
+        verdict=verdict,
+        kind=kind,
+        positions=_positions(ra, rb),
+        timing={"a": _overall_timing(a), "b": _overall_timing(b)},
+        configuration={"a": ca, "b": cb, "differences": differences, "changed": bool(differences)},
+        throughput=tp,
+        acceptance=test,
+    )
