@@ -15,7 +15,7 @@ from typing import Any
 
 from specobs.analysis import acceptance
 from specobs.analysis.cost import schedule_tax, timing_by_batch, unsteady_counts
-from specobs.analysis.timeseries import ChangePoint, acceptance_over_time, change_points
+from specobs.analysis.timeseries import Change, detect_changes
 from specobs.errors import Skipped
 from specobs.ingest import Ingested, SourceReport, counted_sources
 from specobs.tuning.recommend import recommend, with_method
@@ -57,14 +57,6 @@ MATERIAL_IID_GAP = 0.05
 
 
 @dataclass
-class GroupChange:
-    """A change point found in one group's acceptance series."""
-
-    labels: dict
-    change: ChangePoint
-
-
-@dataclass
 class Report:
     """Everything ``specobs report`` shows, computed once."""
 
@@ -73,7 +65,7 @@ class Report:
     groups: list[dict]
     sources: list[SourceReport]
     skipped: list[Skipped]
-    changes: list[GroupChange] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)  # analysis.timeseries.detect_changes
     timing: list[dict] = field(default_factory=list)
     recommendation: Any = None  # specobs.tuning.recommend.Recommendation, when speculation ran
     tax: list[dict] = field(default_factory=list)  # analysis.cost.schedule_tax
@@ -108,17 +100,7 @@ class Report:
             "findings": self.findings(),
             "timing": [{k: _clean(v) for k, v in t.items()} for t in self.timing],
             "recommendation": _clean_tree(self.recommendation.to_dict()) if self.recommendation else None,
-            "change_points": [
-                {
-                    **{k: _clean(v) for k, v in c.labels.items()},
-                    "ts": c.change.ts,
-                    "kind": c.change.kind,
-                    "before": round(c.change.before, 4),
-                    "after": round(c.change.after, 4),
-                    "z": round(c.change.z, 2),
-                }
-                for c in self.changes
-            ],
+            "change_points": [_clean_tree(c.to_dict()) for c in self.changes],
             "sources": [
                 {"source": s.name, "format": s.format, "lines": s.lines, "windows": s.windows, "skipped": s.skipped}
                 for s in self.sources
@@ -167,13 +149,7 @@ def build(
     keys = acceptance.group_columns(by)
     summary = overall.to_dicts()[0] if overall.height else {}
     sources = counted_sources(ingested)
-    changes: list[GroupChange] = []
-    series = acceptance_over_time(acceptance.with_group_columns(windows.lazy()), keys)
-    if series.height:
-        parts = series.partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): series}
-        for labels, part in parts.items():
-            for change in change_points(part):
-                changes.append(GroupChange(dict(zip(keys, labels, strict=True)), change))
+    changes = detect_changes(windows, keys)
     by_batch = timing_by_batch(windows, keys).to_dicts() if timing else []
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
     recommendation = recommend(windows, bootstrap=0) if tune and summary.get("num_drafts") else None
@@ -198,7 +174,7 @@ def _when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def explain(row: dict, *, changes: Sequence[GroupChange] = ()) -> list[str]:
+def explain(row: dict, *, changes: Sequence[Change] = ()) -> list[str]:
     """What the numbers mean, in sentences with the numbers in them."""
     out: list[str] = []
     length = row.get("mean_acceptance_length")
@@ -277,12 +253,27 @@ def explain(row: dict, *, changes: Sequence[GroupChange] = ()) -> list[str]:
     for change in changes:
         c = change.change
         where = ", ".join(f"{k}={v}" for k, v in change.labels.items() if v is not None)
-        direction = "fell" if c.kind == "regression" else "rose"
-        out.append(
-            f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}"
-            f"{' (' + where + ')' if where else ''}: {c.kind} (z={c.z:.1f})."
-        )
+        where = f" ({where})" if where else ""
+        direction = "fell" if c.after < c.before else "rose"
+        if change.kind == "configuration_change":
+            switched = ", ".join(f"{_CONFIG_NAMES.get(k, k)} {a} → {b}" for k, (a, b) in change.changed.items())
+            out.append(
+                f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}{where} when "
+                f"{switched}: a configuration change, not a regression."
+            )
+        else:
+            within = ", ".join(
+                f"{_CONFIG_NAMES.get(k, k)} {v}" for k, v in change.configuration.items() if v is not None
+            )
+            out.append(
+                f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}{where}"
+                f"{' within ' + within if within else ''}: {change.kind} (z={c.z:.1f})."
+            )
     return out
+
+
+#: How configuration columns read in sentences.
+_CONFIG_NAMES = {"num_spec_tokens": "k", "batch_bucket": "batch", "method": "method", "workload": "workload"}
 
 
 def explain_costs(tax: Sequence[dict], unsteady: dict[str, int]) -> list[str]:

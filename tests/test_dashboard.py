@@ -95,9 +95,11 @@ def test_overview_shows_the_report_numbers(app):
     assert shown["Drafts"] == f"{summary['num_drafts']:,}"
     assert shown["Accepted tokens"] == f"{summary['num_accepted_tokens']:,}"
     assert shown["Skipped input lines"] == "0"
-    # The same sentences as the report, detected regressions included.
+    # The same sentences as the report, detected changes included: the sweep's planned k and
+    # batch switches are configuration changes, not regressions.
     assert bullets(app) == expected["findings"]
-    assert any("regression" in line for line in bullets(app))
+    assert any("a configuration change, not a regression" in line for line in bullets(app))
+    assert not any(c["kind"] == "regression" for c in expected["change_points"])
     groups = frame_with(app, "acceptance_length")
     by_key = {(g["method"], g["num_spec_tokens"]): g for g in expected["groups"]}
     assert groups.height == len(by_key)
@@ -108,6 +110,7 @@ def test_overview_shows_the_report_numbers(app):
             assert row["acceptance_length"] == pytest.approx(want["mean_acceptance_length"], abs=1e-6)
     changes = frame_with(app, "kind")
     assert changes.height == len(expected["change_points"])
+    assert sorted(changes["kind"].to_list()) == sorted(c["kind"] for c in expected["change_points"])
     specs = chart_specs(app)
     assert len(specs) == 3  # r_i, β_i, acceptance over time
     assert {"draft position i", "share of drafts", "time (UTC)", "acceptance length (tokens)"} <= set().union(

@@ -135,12 +135,12 @@ def over_time_frame(windows: pl.DataFrame, columns: Sequence[str]) -> pl.DataFra
 
 
 def changes_frame(changes: Sequence[Any], columns: Sequence[str]) -> pl.DataFrame:
-    """Detected change points (``specobs.report.GroupChange``) with a ``time`` column."""
+    """Detected changes (``specobs.analysis.timeseries.Change``) with a ``time`` column."""
     records = [
         {
             "group": group_label(c.labels, columns),
             "ts": c.change.ts,
-            "kind": c.change.kind,
+            "kind": c.kind,
             "before": c.change.before,
             "after": c.change.after,
             "z": c.change.z,

@@ -36,13 +36,14 @@ def recommendation_rows(rec: Recommendation) -> list[list[str]]:
             _batch(r),
             "off" if r["num_speculative_tokens"] == 0 else str(r["num_speculative_tokens"]),
             _interval(r["predicted_speedup"], r["interval"]),
+            r.get("basis") or "model",
             str(r["measured_steps"]),
         ]
         for r in rec.by_batch_size
     ]
 
 
-BY_BATCH_HEADERS = ("batch", "k", "predicted speedup [95%]", "steps measured")
+BY_BATCH_HEADERS = ("batch", "k", "speedup [95%]", "basis", "steps measured")
 
 
 def headline(rec: Recommendation) -> str:
