@@ -193,7 +193,7 @@ WRITER = textwrap.dedent(
     i = 0
     while True:
         recorder.record({"ts": float(i), "num_drafts": 2, "num_draft_tokens": 6, "num_accepted_tokens": 3,
-                         "num_accepted_tokens_per_pos": [2, 1, 0], "request_id": "x" * (i % 300)})
+                         "num_accepted_tokens_per_pos": [2, 1, 0], "model": "x" * (i % 300)})
         i += 1
         if i % 200 == 0:
             time.sleep(0.001)
@@ -289,20 +289,30 @@ def test_drafts_per_position_follow_each_request_drafted_length():
     assert [r["num_drafts"] for r in steps] == [3, 2]
     assert steps[0]["num_drafts_per_pos"] == [3, 2, 1]  # drafted 3, 2 and 3 - 2 invalid = 1
     assert steps[0]["num_accepted_tokens_per_pos"] == [2, 1, 0]
+    # Tried at: a (3 drafted, 1 accepted) 0-1, b (2, 2) 0-1, c (1, 0) 0. Position 2 was reached
+    # by a, but after its position 1 was rejected: m_2 = 0 while n_2 = 1.
+    assert steps[0]["num_drafts_accepted_before_pos"] == [3, 2, 0]
     assert steps[1]["num_drafts_per_pos"] == [2, 1, 1, 1, 1]
     assert steps[1]["num_accepted_tokens_per_pos"] == [2, 1, 1, 1, 0]
+    assert steps[1]["num_drafts_accepted_before_pos"] == [2, 1, 1, 1, 1]  # d (5, 4) 0-4, e (1, 1) 0
     per_request = {(r["request_id"], r["num_spec_tokens"]): r for r in sink.rows if r["request_id"] is not None}
     assert per_request["c", 3]["num_drafts_per_pos"] == [1, 0, 0]
     assert per_request["c", 3]["num_accepted_tokens_per_pos"] == [0, 0, 0]
+    assert per_request["c", 3]["num_drafts_accepted_before_pos"] == [1, 0, 0]
+    assert per_request["a", 3]["num_drafts_accepted_before_pos"] == [1, 1, 0]
+    assert per_request["b", 3]["num_drafts_accepted_before_pos"] == [1, 1, 0]
+    assert per_request["d", 1]["num_drafts_accepted_before_pos"] == [1, 1, 1, 1, 1]
+    assert per_request["e", 1]["num_drafts_accepted_before_pos"] == [1]
     assert per_request["d", 1]["num_drafts_per_pos"] == [1, 1, 1, 1, 1]
     assert per_request["d", 1]["num_accepted_tokens_per_pos"] == [1, 1, 1, 1, 0]
     assert per_request["e", 1]["num_drafts_per_pos"] == [1]
     # Summed over requests, the per-request rows give the step rows.
     for step, ids in ((steps[0], "abc"), (steps[1], "de")):
         rows = [r for (rid, _), r in per_request.items() if rid in ids]
-        width = len(step["num_drafts_per_pos"])
-        padded = [r["num_drafts_per_pos"] + [0] * (width - len(r["num_drafts_per_pos"])) for r in rows]
-        assert [sum(col) for col in zip(*padded, strict=True)] == step["num_drafts_per_pos"]
+        for name in ("num_drafts_per_pos", "num_drafts_accepted_before_pos", "num_accepted_tokens_per_pos"):
+            width = len(step[name])
+            padded = [r[name] + [0] * (width - len(r[name])) for r in rows]
+            assert [sum(col) for col in zip(*padded, strict=True)] == step[name]
     assert recorder.hook_errors == 0
     recorder.close()
 
@@ -317,16 +327,88 @@ def test_a_step_without_drafts_has_zero_lists_of_length_k():
     recorder.flush(final=True)
     (step,) = sink.rows
     assert step["num_drafts_per_pos"] == [0, 0, 0] and step["num_accepted_tokens_per_pos"] == [0, 0, 0]
+    assert step["num_drafts_accepted_before_pos"] == [0, 0, 0]
+    recorder.close()
+
+
+def test_trials_per_position_with_mixed_drafted_and_accepted_lengths():
+    """m_i counts drafts with drafted > i and accepted >= i; the a_{i-1} n_i / n_{i-1} estimate is off."""
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.vllm import hooks
+
+    sink = MemorySink()
+    recorder = Recorder([sink])
+    capture = hooks.Capture(CaptureConfig(per_request=True, run_id="u"), recorder=recorder)
+    # (drafted, accepted): p (4, 4) tried at 0-3, q (2, 2) 0-1, r (2, 1) 0-1, s (4, 0) 0, t (1, 0) 0,
+    # u (3, 3) 0-2.
+    pairs = {"p": (4, 4), "q": (2, 2), "r": (2, 1), "s": (4, 0), "t": (1, 0), "u": (3, 3)}
+    _step(capture, [(d, a, None, rid) for rid, (d, a) in pairs.items()], k=4, batch=6)
+    recorder.flush(final=True)
+    (step,) = [r for r in sink.rows if r["request_id"] is None]
+    assert (step["num_drafts"], step["num_draft_tokens"], step["num_accepted_tokens"]) == (6, 16, 10)
+    assert step["num_drafts_per_pos"] == [6, 5, 3, 2]  # n_i: drafted > i
+    assert step["num_accepted_tokens_per_pos"] == [4, 3, 2, 1]  # a_i: accepted > i
+    assert step["num_drafts_accepted_before_pos"] == [6, 4, 2, 1]  # m_i: drafted > i and accepted >= i
+    a, n, m = (step[c] for c in ("num_accepted_tokens_per_pos", "num_drafts_per_pos", "num_drafts_accepted_before_pos"))
+    assert [x / y for x, y in zip(a, m, strict=True)] == [4 / 6, 3 / 4, 1.0, 1.0]
+    # The estimate from a and n alone: β_2 = 2 / (3 * 3 / 5) = 1.11, an impossible rate.
+    assert a[2] / (a[1] * n[2] / n[1]) == pytest.approx(10 / 9)
+    per_request = {r["request_id"]: r["num_drafts_accepted_before_pos"] for r in sink.rows if r["request_id"]}
+    assert per_request == {
+        "p": [1, 1, 1, 1],
+        "q": [1, 1, 0, 0],
+        "r": [1, 1, 0, 0],
+        "s": [1, 0, 0, 0],
+        "t": [1, 0, 0, 0],
+        "u": [1, 1, 1, 0],
+    }
+    assert recorder.hook_errors == 0
     recorder.close()
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_event_files_keep_drafts_per_position(tmp_path, kind):
     sink = JsonlSink(tmp_path, "r") if kind == "jsonl" else ParquetSink(tmp_path, "r")
-    sink.write([row(0, num_drafts_per_pos=[4, 3, 1], num_accepted_tokens_per_pos=[3, 2, 1]), row(1)])
+    sink.write(
+        [
+            row(
+                0,
+                num_drafts_per_pos=[4, 3, 1],
+                num_accepted_tokens_per_pos=[3, 2, 1],
+                num_drafts_accepted_before_pos=[4, 3, 1],
+            ),
+            row(1),
+        ]
+    )
     sink.close()
-    frame = load([str(tmp_path)]).windows.collect().sort("end_ts")
+    result = load([str(tmp_path)])
+    frame = result.windows.collect().sort("end_ts")
+    assert result.skipped == []
     assert frame["num_drafts_per_pos"].to_list() == [[4, 3, 1], None]  # a row without it stays null
+    assert frame["num_drafts_accepted_before_pos"].to_list() == [[4, 3, 1], None]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_captured_rows_round_trip_through_event_files(tmp_path, kind):
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.vllm import hooks
+
+    memory = MemorySink()
+    recorder = Recorder([memory])
+    capture = hooks.Capture(CaptureConfig(run_id="u"), recorder=recorder)
+    _step(capture, [(4, 4, None, "p"), (2, 1, None, "r"), (4, 0, None, "s"), (3, 3, None, "u")], k=4, batch=4)
+    _step(capture, [(5, 2, None, "x")], k=1, batch=4)
+    recorder.flush(final=True)
+    recorder.close()
+    sink = JsonlSink(tmp_path, "u") if kind == "jsonl" else ParquetSink(tmp_path, "u")
+    sink.write(memory.rows)
+    sink.close()
+    result = load([str(tmp_path)])
+    assert result.skipped == []
+    frame = result.windows.collect().sort("end_ts")
+    assert frame["num_drafts_accepted_before_pos"].to_list() == [[4, 3, 2, 1], [1, 1, 1, 0, 0]]
+    assert frame["num_drafts_per_pos"].to_list() == [[4, 4, 3, 2], [1, 1, 1, 1, 1]]
+    assert frame["num_accepted_tokens_per_pos"].to_list() == [[3, 2, 2, 1], [1, 1, 0, 0, 0]]
 
 
 def test_contradictory_per_position_counts_are_skipped_and_reported(tmp_path):
@@ -356,3 +438,76 @@ def test_contradictory_per_position_counts_are_skipped_and_reported(tmp_path):
         (6, "num_drafts_per_pos is not a list of non-negative integers"),
     ]
     assert all(str(s).startswith(f"{path}:") for s in result.skipped)
+
+
+GOOD = row(
+    0, num_drafts_per_pos=[4, 2, 1], num_accepted_tokens_per_pos=[3, 2, 1], num_drafts_accepted_before_pos=[4, 2, 1]
+)
+BEFORE = "num_drafts_accepted_before_pos"
+#: A record that breaks one rule, and the reason the reader gives.
+CONTRADICTIONS = {
+    "a > m": (
+        {**GOOD, BEFORE: [4, 2, 0]},
+        f"num_accepted_tokens_per_pos[2] (1) exceeds {BEFORE}[2] (0)",
+    ),
+    "m > n": ({**GOOD, BEFORE: [4, 2, 2]}, f"{BEFORE}[2] (2) exceeds num_drafts_per_pos[2] (1)"),
+    "m_0 != n_0": ({**GOOD, BEFORE: [3, 2, 1]}, f"{BEFORE}[0] (3) is not num_drafts_per_pos[0] (4)"),
+    "m_i > a_(i-1)": (
+        {**GOOD, "num_drafts_per_pos": [4, 3, 1], "num_accepted_tokens_per_pos": [2, 1, 0], BEFORE: [4, 3, 1]},
+        f"{BEFORE}[1] (3) exceeds num_accepted_tokens_per_pos[0] (2)",
+    ),
+    "m_0 > drafts without n": (
+        {**GOOD, "num_drafts_per_pos": None, BEFORE: [5, 2, 1]},
+        f"{BEFORE}[0] (5) exceeds num_drafts (4)",
+    ),
+    "m rises without n": (
+        {**GOOD, "num_drafts_per_pos": None, "num_accepted_tokens_per_pos": [3, 1, 0], BEFORE: [4, 1, 2]},
+        f"{BEFORE} rises at position 2 (1 then 2)",
+    ),
+    "m negative": ({**GOOD, BEFORE: [4, -1, 0]}, f"{BEFORE} is not a list of non-negative integers"),
+    "m not a list": ({**GOOD, BEFORE: "4,2,1"}, f"{BEFORE} is not a list of non-negative integers"),
+    "m longer than n": ({**GOOD, BEFORE: [4, 2, 1, 1]}, f"{BEFORE}[3] (1) exceeds num_drafts_per_pos[3] (0)"),
+    "n shorter, m_0 missing": (
+        {**GOOD, "num_accepted_tokens_per_pos": [], BEFORE: []},
+        f"{BEFORE}[0] (0) is not num_drafts_per_pos[0] (4)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONTRADICTIONS))
+def test_each_contradiction_of_the_trials_is_caught_alone(tmp_path, case):
+    """One bad record among good ones: the vectorised check must see it, the line check name it."""
+    import json
+
+    bad, why = CONTRADICTIONS[case]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in (GOOD, bad, {**GOOD, "ts": GOOD["ts"] + 2})) + "\n")
+    result = load([str(path)])
+    assert [(s.line, s.why) for s in result.skipped] == [(2, why)]
+    assert all(str(s).startswith(f"{path}:2: ") for s in result.skipped)
+    assert result.windows.collect()["end_ts"].to_list() == [GOOD["ts"], GOOD["ts"] + 2]
+
+
+def test_trials_are_read_and_missing_ones_are_null(tmp_path):
+    import json
+
+    import polars as pl
+
+    from specobs.ingest import events
+
+    lines = [
+        GOOD,
+        {**GOOD, "ts": GOOD["ts"] + 1, BEFORE: None},  # explicitly null
+        row(2, num_drafts_per_pos=[4, 2, 1], num_accepted_tokens_per_pos=[3, 2, 1]),  # no key: older files
+        row(3, num_accepted_tokens_per_pos=[3, 2, 1], num_drafts_accepted_before_pos=[4, 3, 2]),  # no n
+        row(4, num_accepted_tokens_per_pos=[3, 0, 0], num_drafts_accepted_before_pos=[4, 3, 0]),  # β_2 unknown
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    result = load([str(path)])
+    assert result.skipped == []
+    frame = result.windows.collect().sort("source_line")
+    assert frame[BEFORE].to_list() == [[4, 2, 1], None, None, [4, 3, 2], [4, 3, 0]]
+    # Consistent files take the vectorised path (no line-by-line parsing).
+    steps = pl.read_ndjson(path, schema=schema.STEPS)
+    assert not steps.select(events._contradictory().any()).item()

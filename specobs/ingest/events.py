@@ -8,10 +8,13 @@ One JSON object per line (or one Parquet row) per engine step, with the columns 
      "num_draft_tokens": 24, "num_accepted_tokens": 17, "num_accepted_tokens_per_pos": [7, 6, 4],
      "draft_seconds": 0.0021, "verify_seconds": 0.0135, "step_seconds": 0.0172}
 
-``num_drafts_per_pos`` (drafts that reached each position) is optional: files written before
-it existed read as null there. A JSON Lines record whose per-position counts contradict each
-other (a position accepted more often than reached, reached by more drafts than the step
-made, or reached more often than the position before it) is skipped whole and reported.
+``num_drafts_per_pos`` (n_i, drafts that reached each position) and
+``num_drafts_accepted_before_pos`` (m_i, drafts that reached position i with every earlier
+position accepted) are optional: files written before them read as null there. A JSON Lines
+record whose per-position counts contradict each other is skipped whole and reported: a
+position accepted more often than reached or tried (a_i > n_i, a_i > m_i), tried more often
+than reached (m_i > n_i) or than the position before was accepted (m_i > a_{i-1}), reached
+or tried by more drafts than the step made, m_0 other than n_0, or n or m rising with i.
 
 Parquet is read lazily, so a report over 10M steps only touches the columns it needs.
 """
@@ -36,7 +39,7 @@ MAX_CHECKED_POSITIONS = 32
 _INT_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.Int64()}
 _FLOAT_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.Float64()}
 _STRING_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.String()}
-_LIST_COLUMNS = ("num_accepted_tokens_per_pos", "num_drafts_per_pos")
+_LIST_COLUMNS = ("num_accepted_tokens_per_pos", "num_drafts_per_pos", "num_drafts_accepted_before_pos")
 
 
 def looks_like_jsonl(head: bytes) -> bool:
@@ -125,20 +128,58 @@ def _record(line: bytes) -> tuple[dict, str | None]:
 
 
 def _per_position_contradiction(record: dict) -> str | None:
-    """Why the per-position counts of one record cannot be true, or None."""
+    """Why the per-position counts of one record cannot be true, or None.
+
+    Elements past the end of a list count as 0; a null list is not checked.
+    """
     reached = record.get("num_drafts_per_pos")
-    if reached is None:
-        return None
-    for i in range(1, len(reached)):
-        if reached[i] > reached[i - 1]:
-            return f"num_drafts_per_pos rises at position {i} ({reached[i - 1]} then {reached[i]})"
+    accepted = record.get("num_accepted_tokens_per_pos")
+    tried = record.get("num_drafts_accepted_before_pos")
     drafts = record.get("num_drafts")
-    if drafts is not None and reached and reached[0] > drafts:
-        return f"num_drafts_per_pos[0] ({reached[0]}) exceeds num_drafts ({drafts})"
-    for i, accepted in enumerate(record.get("num_accepted_tokens_per_pos") or []):
-        n = reached[i] if i < len(reached) else 0
-        if accepted > n:
-            return f"num_accepted_tokens_per_pos[{i}] ({accepted}) exceeds num_drafts_per_pos[{i}] ({n})"
+    if reached is not None:
+        why = _rises("num_drafts_per_pos", reached) or _exceeds_drafts("num_drafts_per_pos", reached, drafts)
+        if why:
+            return why
+        for i, a in enumerate(accepted or []):
+            n = reached[i] if i < len(reached) else 0
+            if a > n:
+                return f"num_accepted_tokens_per_pos[{i}] ({a}) exceeds num_drafts_per_pos[{i}] ({n})"
+    if tried is None:
+        return None
+    name = "num_drafts_accepted_before_pos"
+    why = _rises(name, tried) or _exceeds_drafts(name, tried, drafts)
+    if why:
+        return why
+    if reached is not None and (tried or reached):
+        m0, n0 = (tried[0] if tried else 0), (reached[0] if reached else 0)
+        if m0 != n0:
+            return f"{name}[0] ({m0}) is not num_drafts_per_pos[0] ({n0})"
+    for i, a in enumerate(accepted or []):
+        m = tried[i] if i < len(tried) else 0
+        if a > m:
+            return f"num_accepted_tokens_per_pos[{i}] ({a}) exceeds {name}[{i}] ({m})"
+    for i, m in enumerate(tried):
+        if reached is not None:
+            n = reached[i] if i < len(reached) else 0
+            if m > n:
+                return f"{name}[{i}] ({m}) exceeds num_drafts_per_pos[{i}] ({n})"
+        if i and accepted is not None:
+            a = accepted[i - 1] if i - 1 < len(accepted) else 0
+            if m > a:
+                return f"{name}[{i}] ({m}) exceeds num_accepted_tokens_per_pos[{i - 1}] ({a})"
+    return None
+
+
+def _rises(name: str, counts: list[int]) -> str | None:
+    for i in range(1, len(counts)):
+        if counts[i] > counts[i - 1]:
+            return f"{name} rises at position {i} ({counts[i - 1]} then {counts[i]})"
+    return None
+
+
+def _exceeds_drafts(name: str, counts: list[int], drafts: int | None) -> str | None:
+    if drafts is not None and counts and counts[0] > drafts:
+        return f"{name}[0] ({counts[0]}) exceeds num_drafts ({drafts})"
     return None
 
 
@@ -149,15 +190,28 @@ def _contradictory() -> pl.Expr:
     line-by-line path.
     """
     reached, accepted = pl.col("num_drafts_per_pos"), pl.col("num_accepted_tokens_per_pos")
-    bad = (reached.list.min() < 0) | (accepted.list.min() < 0)
-    longest = pl.max_horizontal(reached.list.len(), accepted.list.len().fill_null(0))
-    bad = bad | (reached.is_not_null() & (longest > MAX_CHECKED_POSITIONS))
-    bad = bad | (reached.list.first() > pl.col("num_drafts"))
+    tried = pl.col("num_drafts_accepted_before_pos")
+
+    def at(column: pl.Expr, i: int) -> pl.Expr:
+        return column.list.get(i, null_on_oob=True)
+
+    def at_or_0(column: pl.Expr, i: int) -> pl.Expr:
+        return at(column, i).fill_null(0)
+
+    bad = (reached.list.min() < 0) | (accepted.list.min() < 0) | (tried.list.min() < 0)
+    longest = pl.max_horizontal(reached.list.len(), accepted.list.len(), tried.list.len()).fill_null(0)
+    checked = reached.is_not_null() | tried.is_not_null()
+    bad = bad | (checked & (longest > MAX_CHECKED_POSITIONS))
+    bad = bad | (reached.list.first() > pl.col("num_drafts")) | (tried.list.first() > pl.col("num_drafts"))
+    bad = bad | (reached.is_not_null() & tried.is_not_null() & (at_or_0(tried, 0) != at_or_0(reached, 0)))
     for i in range(MAX_CHECKED_POSITIONS):
-        n = reached.list.get(i, null_on_oob=True)
+        n, m = at(reached, i), at(tried, i)
         if i:
-            bad = bad | (n > reached.list.get(i - 1, null_on_oob=True))
-        bad = bad | (reached.is_not_null() & (accepted.list.get(i, null_on_oob=True) > n.fill_null(0)))
+            bad = bad | (n > at(reached, i - 1)) | (m > at(tried, i - 1))
+            bad = bad | (accepted.is_not_null() & (m > at_or_0(accepted, i - 1)))
+        bad = bad | (reached.is_not_null() & (at(accepted, i) > n.fill_null(0)))
+        bad = bad | (tried.is_not_null() & (at(accepted, i) > m.fill_null(0)))
+        bad = bad | (reached.is_not_null() & (m > n.fill_null(0)))
     return bad.fill_null(False)
 
 

@@ -5,7 +5,8 @@ Where the numbers come from (vLLM V1; read against vLLM 0.32, see docs/vllm.md):
 - acceptance: ``Scheduler.make_spec_decoding_stats`` is called once per request that
   verified drafts in the step, with the drafted and accepted counts the scheduler computes
   in ``update_from_output``; the hook sees every call (even with stats logging off) and
-  sums them the way ``SpecDecodingStats.observe_draft`` does;
+  sums them the way ``SpecDecodingStats.observe_draft`` does, plus per position the drafts
+  tried there with every earlier position accepted (``num_drafts_accepted_before_pos``);
 - the row is finished when ``Scheduler.update_from_output`` returns: batch size (requests in
   the step), tokens generated, the step's wall time since ``Scheduler.schedule`` started it;
 - timing: the model runner's ``execute_model`` (target forward that scores the drafts) and
@@ -58,21 +59,17 @@ class _Step:
 
 
 class _Drafts:
-    """Per-step sums of the scheduler's per-request draft observations.
+    """Per-step counts of the scheduler's per-request draft observations.
 
-    Per-position counts are kept as histograms of lengths (``drafted_len[j]``: drafts of
-    exactly j tokens; ``accepted_len`` likewise): one increment per request on the hot path,
-    turned into "reached position i" counts once per step by :func:`_reached`.
+    The hot path (once per request) only counts the pair (drafted, accepted) in
+    ``lengths``; the step's sums and its per-position lists are built from those counts once
+    per step by :func:`_per_position` (a step has a handful of distinct pairs).
     """
 
-    __slots__ = ("accepted", "accepted_len", "drafted", "drafted_len", "drafts", "requests")
+    __slots__ = ("lengths", "requests")
 
     def __init__(self) -> None:
-        self.drafts = 0
-        self.drafted = 0
-        self.accepted = 0
-        self.drafted_len: list[int] = []
-        self.accepted_len: list[int] = []
+        self.lengths: dict[tuple[int, int], int] = {}
         self.requests: list[tuple[str, int, int]] = []
 
 
@@ -80,6 +77,46 @@ def _reached(histogram: list[int], positions: int) -> list[int]:
     """Element i: observations longer than i (a histogram of lengths as suffix sums), ``positions`` long."""
     out = list(itertools.accumulate(reversed(histogram[1:])))[::-1]
     return out + [0] * (positions - len(out))
+
+
+def _trials(drafted: int, accepted: int) -> int:
+    """Positions a draft was tried at: i < drafted with every earlier position accepted (i <= accepted)."""
+    return max(min(accepted + 1, drafted), 0)
+
+
+def _per_position(lengths: dict[tuple[int, int], int], k: int) -> tuple[int, list[int], list[int], list[int]]:
+    """Drafts of one step and, per position, a_i, n_i and m_i.
+
+    ``lengths`` counts drafts by (drafted, accepted) length. Element i of the lists counts
+    drafts accepted past i (a_i), drafted past i (n_i), and drafted past i with positions
+    0..i-1 accepted (m_i, the trials of the conditional rate). The lists are at least k long,
+    longer when a draft made at an earlier, larger k is verified here. Their sums are the
+    step's accepted and drafted tokens.
+    """
+    positions = k
+    for drafted, accepted in lengths:
+        if drafted > positions:
+            positions = drafted
+        if accepted > positions:
+            positions = accepted
+    accepted_len, drafted_len, tried_len = [0] * (positions + 1), [0] * (positions + 1), [0] * (positions + 1)
+    drafts = 0
+    for (drafted, accepted), count in lengths.items():
+        drafts += count
+        accepted_len[accepted] += count
+        if accepted < drafted:  # rejected at position `accepted`: tried up to there
+            drafted_len[drafted] += count
+            tried_len[accepted + 1] += count
+        else:  # all accepted: tried at every drafted position
+            drafted = max(drafted, 0)
+            drafted_len[drafted] += count
+            tried_len[drafted] += count
+    return (
+        drafts,
+        _reached(accepted_len, positions),
+        _reached(drafted_len, positions),
+        _reached(tried_len, positions),
+    )
 
 
 class Capture:
@@ -141,18 +178,10 @@ class Capture:
             return
         if invalid:
             num_draft_tokens -= invalid.get(request_id, 0)
-        drafts.drafts += 1
-        drafts.drafted += num_draft_tokens
-        drafts.accepted += num_accepted
-        # Inlined (this runs once per request per step): count each length once.
-        lengths = drafts.drafted_len
-        if num_draft_tokens >= len(lengths):
-            lengths.extend([0] * (num_draft_tokens + 1 - len(lengths)))
-        lengths[max(num_draft_tokens, 0)] += 1
-        lengths = drafts.accepted_len
-        if num_accepted >= len(lengths):
-            lengths.extend([0] * (num_accepted + 1 - len(lengths)))
-        lengths[num_accepted] += 1
+        # Inlined (this runs once per request per step): one count per (drafted, accepted) pair.
+        lengths = drafts.lengths
+        key = (num_draft_tokens, num_accepted)
+        lengths[key] = lengths.get(key, 0) + 1
         if self.config.per_request and _sampled(request_id, self.config.per_request_sample):
             drafts.requests.append((request_id, num_draft_tokens, num_accepted))
 
@@ -175,7 +204,7 @@ class Capture:
             k = getattr(scheduler, "num_spec_tokens", 0)
         k = int(k or 0)
         # Drafts made at an earlier step's k can be longer than this step's: lists grow to fit.
-        positions = max(k, len(drafts.drafted_len) - 1, len(drafts.accepted_len) - 1)
+        num_drafts, accepted_pos, drafts_pos, tried_pos = _per_position(drafts.lengths, k)
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
         row = {
             "ts": time.time(),
@@ -183,11 +212,12 @@ class Capture:
             "batch_size": len(num_scheduled),
             "num_scheduled_tokens": getattr(scheduler_output, "total_num_scheduled_tokens", None),
             "num_spec_tokens": k,
-            "num_drafts": drafts.drafts,
-            "num_draft_tokens": drafts.drafted,
-            "num_accepted_tokens": drafts.accepted,
-            "num_accepted_tokens_per_pos": _reached(drafts.accepted_len, positions),
-            "num_drafts_per_pos": _reached(drafts.drafted_len, positions),
+            "num_drafts": num_drafts,
+            "num_draft_tokens": sum(drafts_pos),
+            "num_accepted_tokens": sum(accepted_pos),
+            "num_accepted_tokens_per_pos": accepted_pos,
+            "num_drafts_per_pos": drafts_pos,
+            "num_drafts_accepted_before_pos": tried_pos,
             "num_generated_tokens": sum(len(t) for t in sampled) if isinstance(sampled, list) else None,
             "draft_seconds": step.draft or None,
             "verify_seconds": step.verify or None,
@@ -199,6 +229,7 @@ class Capture:
         recorder.record(row)
         for request_id, drafted, accepted in drafts.requests:
             length = max(k, drafted, accepted)
+            tried = _trials(drafted, accepted)
             recorder.record(
                 {
                     "ts": row["ts"],
@@ -211,6 +242,7 @@ class Capture:
                     "num_accepted_tokens": accepted,
                     "num_accepted_tokens_per_pos": [1] * accepted + [0] * (length - accepted),
                     "num_drafts_per_pos": [1] * drafted + [0] * (length - drafted),
+                    "num_drafts_accepted_before_pos": [1] * tried + [0] * (length - tried),
                 }
             )
 

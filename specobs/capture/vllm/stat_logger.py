@@ -3,9 +3,9 @@
 ``StatLogger`` is for code that builds engines itself and does not want the engine patched:
 ``LLMEngine.from_engine_args(args, stat_loggers=[specobs.vllm.StatLogger])``. It writes one
 row per step with vLLM's ``SpecDecodingStats`` (acceptance, drafts per position where vLLM
-counts them, no timing) — unless the hooks are capturing in this process or capture is
-enabled by environment, in which case the engine core already writes complete rows and this
-logger stays quiet (no double counting).
+counts them; no timing, and ``num_drafts_accepted_before_pos`` stays null) — unless the hooks
+are capturing in this process or capture is enabled by environment, in which case the engine
+core already writes complete rows and this logger stays quiet (no double counting).
 
 ``PluginStatLogger`` is what the ``vllm.stat_logger_plugins`` entry point registers for the
 async server: it only records in stats-only mode (``SPECOBS_ENABLE=1 SPECOBS_HOOKS=0``).
@@ -68,6 +68,8 @@ class StatLogger(StatLoggerBase):
                 reached = getattr(stats, "num_draft_tokens_per_pos", None)
                 if reached is not None:
                     row["num_drafts_per_pos"] = list(reached)
+                # num_drafts_accepted_before_pos needs each draft's drafted and accepted length
+                # together, which SpecDecodingStats does not keep: it stays null here.
             if iteration_stats is not None:
                 row["num_generated_tokens"] = getattr(iteration_stats, "num_generation_tokens", None)
             if stats is not None:
