@@ -292,7 +292,7 @@ def explain_costs(tax: Sequence[dict], unsteady: dict[str, int]) -> list[str]:
         parts = [f"{n:,} {why}" for why, n in sorted(unsteady.items())]
         out.append(
             f"Left out of timing and cost fits: {' and '.join(parts)} step(s), each over 4× the median step time "
-            "of its configuration (10× its engine's steps at that k and batch size where the configuration is "
-            "too small to judge): compilation, graph capture and first allocations are not steady state."
+            "of its configuration (10× the time per token of its engine's steps at that k where the configuration "
+            "is too small to judge): compilation, graph capture and first allocations are not steady state."
         )
     return out

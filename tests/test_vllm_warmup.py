@@ -2,9 +2,10 @@
 
 A plain engine and an ngram engine (k = 3) are captured from their first step, the ngram one
 with an empty numba cache, so its proposer compiles during serving (seconds, where a step takes
-milliseconds). The speedups the model predicts from those whole captures must match the speedups
-the settled rounds measured (computed here by hand from the raw step rows) within 10%, and the
-compilation step must be reported as warm-up.
+milliseconds). From those whole captures, the speedups the recommendation uses must equal the
+ones measured without the start-up steps (computed here by hand from the raw step rows), the
+model must fit as if the start-up steps had never been captured, the step times shown by
+batch size must be steady ones, and the compilation step must be reported as warm-up.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from specobs.analysis.cost import unsteady_counts
+from specobs.analysis.cost import timing_by_batch, unsteady_counts
 from specobs.ingest import load
 from specobs.tuning.recommend import recommend
 
@@ -49,19 +50,23 @@ def captured(tmp_path_factory):
     return out, rounds
 
 
-def _settled_tokens_per_second(rows: pl.DataFrame, after: float) -> dict[int, float]:
-    """Decode tokens/s of step time per batch size, rounds after the first only (by hand)."""
+def _without_startup(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rows without the start-up steps: those over 20× the median step of their engine."""
+    return rows.filter(pl.col("step_seconds") <= 20 * pl.col("step_seconds").median())
+
+
+def _tokens_per_second(rows: pl.DataFrame) -> dict[int, float]:
+    """Decode tokens/s of step time per batch size (by hand)."""
     decode = rows.filter(
-        (pl.col("ts") >= after)
-        & (pl.col("num_scheduled_tokens") <= pl.col("batch_size") + pl.col("num_draft_tokens"))
+        (pl.col("num_scheduled_tokens") <= pl.col("batch_size") + pl.col("num_draft_tokens"))
         & pl.col("batch_size").is_in([1, 4])
     )
     sums = decode.group_by("batch_size").agg(pl.col("num_generated_tokens").sum(), pl.col("step_seconds").sum())
     return {r["batch_size"]: r["num_generated_tokens"] / r["step_seconds"] for r in sums.iter_rows(named=True)}
 
 
-def test_predictions_from_whole_captures_match_the_settled_rounds(captured):
-    out, rounds = captured
+def test_start_up_steps_do_not_move_the_answer(captured):
+    out, _ = captured
     raw = {
         which: pl.read_ndjson(next(out.glob(f"*warmup-{which}*.jsonl")), infer_schema_length=None)
         for which in ("plain", "ngram")
@@ -69,16 +74,41 @@ def test_predictions_from_whole_captures_match_the_settled_rounds(captured):
     ngram = raw["ngram"].filter(pl.col("request_id").is_null())
     # The scenario reproduced a start-up: one step far slower than the engine's median.
     assert ngram["step_seconds"].max() > 20 * ngram["step_seconds"].median()
-    windows = load([str(out)]).windows
+    windows = load([str(out)]).windows.collect()
     assert unsteady_counts(windows).get("warm-up", 0) >= 1
 
-    plain = _settled_tokens_per_second(raw["plain"], rounds["plain"]["round_starts"][1])
-    spec = _settled_tokens_per_second(ngram, rounds["ngram"]["round_starts"][1])
-    rec = recommend(windows, bootstrap=0, max_k=3)
-    for batch, bucket in ((1, 1), (4, 4)):
-        measured = spec[batch] / plain[batch]
-        row = next(
+    # Timing by batch size is the steady step time, not lifted by the compilation step.
+    steady = _without_startup(ngram).filter(pl.col("batch_size") == 1)["step_seconds"].mean()
+    timing = timing_by_batch(windows, ["method"]).filter(
+        (pl.col("method") == "ngram") & (pl.col("batch_bucket") == "1")
+    )
+    assert timing["mean_step_seconds"][0] == pytest.approx(steady, rel=0.10)
+
+    # The recommendation's speedups at the measured k equal what the rounds measured once the
+    # start-up steps are dropped (by hand, here). Settled rounds alone are no better truth on
+    # these machines: one plain round ran 70% faster than the three before it, mid-run.
+    plain = _tokens_per_second(_without_startup(raw["plain"]))
+    spec = _tokens_per_second(_without_startup(ngram))
+    whole = recommend(windows, bootstrap=0, max_k=3)
+    # The fit is as if the start-up steps had never been captured (dropped here by hand).
+    giant = pl.col("step_seconds") > 20 * pl.col("step_seconds").median().over("run_id")
+    dropped = recommend(windows.filter(~giant.fill_null(False)), bootstrap=0, max_k=3)
+
+    def row(rec, bucket: int) -> dict:
+        return next(
             p for p in rec.predicted
             if p["method"] == "ngram" and p["num_speculative_tokens"] == 3 and p["batch_size_min"] == bucket
         )  # fmt: skip
-        assert row["speedup"] == pytest.approx(measured, rel=0.10), (batch, row["speedup"], measured)
+
+    for batch in (1, 4):
+        measured = spec[batch] / plain[batch]
+        estimate, model, model_dropped = (
+            row(whole, batch)["estimate"],
+            row(whole, batch)["speedup"],
+            row(dropped, batch)["speedup"],
+        )
+        print(
+            f"batch {batch}: measured {measured:.3f}, estimate {estimate:.3f}, model {model:.3f} / {model_dropped:.3f}"
+        )
+        assert estimate == pytest.approx(measured, rel=0.05)  # steady_state also drops a few >4× outliers
+        assert model == pytest.approx(model_dropped, rel=0.01)

@@ -57,10 +57,11 @@ def main() -> None:
     capture = instrument(llm, sink=JsonlSink(out, run_id), config=CaptureConfig(run_id=run_id))
     params = vllm.SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
     starts = []
-    for round_ in range(ROUNDS):
+    for _ in range(ROUNDS):
         starts.append(time.time())
         for batch in BATCH_SIZES:
-            llm.generate([PROMPTS[(round_ + i) % len(PROMPTS)] for i in range(batch)], params, use_tqdm=False)
+            # The same prompts every round: rounds differ only in when they ran, not in what they drafted.
+            llm.generate([PROMPTS[i % len(PROMPTS)] for i in range(batch)], params, use_tqdm=False)
     capture.recorder.close()
     print("RESULT " + json.dumps({"round_starts": starts}))
     sys.stdout.flush()

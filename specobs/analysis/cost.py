@@ -104,8 +104,8 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
 
 #: A step this many times slower than the median of its configuration is not steady state.
 OUTLIER_FACTOR = 4.0
-#: For a configuration with too few steps to judge, a step this many times slower than the
-#: median of its engine's steps at the same k and batch size (decode or prompt steps apart).
+#: For a configuration with too few steps to judge, a step this many times slower per token
+#: scheduled than the median of its engine's steps at the same k (decode and prompt steps apart).
 COARSE_OUTLIER_FACTOR = 10.0
 #: Such a step among an engine's first this many steps is warm-up (compilation, graph capture,
 #: first allocations); later ones are outliers (a pause, another process).
@@ -119,26 +119,28 @@ def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
 
     A step is left out of timing and cost fits when it took more than :data:`OUTLIER_FACTOR` ×
     the median step time of its configuration (labels, k, batch size, tokens scheduled), or,
-    where that configuration has fewer than :data:`MIN_STEPS_TO_JUDGE` steps (a prompt of a
-    length seen twice), more than :data:`COARSE_OUTLIER_FACTOR` × the median of the engine's
-    steps at the same k and batch size, decode and prompt steps apart. Column ``unsteady``
-    says why: ``warm-up`` among an engine's first :data:`WARMUP_STEPS` steps, else
-    ``outlier``; null for kept steps and for rows that are not single steps.
+    where that configuration has fewer than :data:`MIN_STEPS_TO_JUDGE` steps (a prompt of one
+    length, seen once), more than :data:`COARSE_OUTLIER_FACTOR` × the median time per scheduled
+    token of the engine's steps at the same k, decode and prompt steps apart (a compilation in
+    the first prompt step takes seconds for a few dozen tokens). Column ``unsteady`` says why:
+    ``warm-up`` among an engine's first :data:`WARMUP_STEPS` steps, else ``outlier``; null for
+    kept steps and for rows that are not single steps.
     """
     lazy = windows.lazy()
     engine = ["source", "run_id", "engine"]
-    coarse = [*engine, "model", "method", "draft_model", "platform", "device", "num_spec_tokens", "batch_size"]
-    config = [*coarse, "num_scheduled_tokens"]
+    coarse = [*engine, "model", "method", "draft_model", "platform", "device", "num_spec_tokens"]
+    config = [*coarse, "batch_size", "num_scheduled_tokens"]
     step = pl.col("step_seconds")
     is_step = (pl.col("counters") == "step") & step.is_not_null()
-    timed = pl.when(is_step).then(step)
+    per_token = step / pl.col("num_scheduled_tokens").clip(lower_bound=1).fill_null(1)
 
-    def slow(keys: list[str], factor: float) -> tuple[pl.Expr, pl.Expr]:
+    def slow(value: pl.Expr, keys: list[str], factor: float) -> tuple[pl.Expr, pl.Expr]:
+        timed = pl.when(is_step).then(value)
         judged = timed.count().over(keys) >= MIN_STEPS_TO_JUDGE
-        return judged & (step > factor * timed.median().over(keys)), judged
+        return judged & (value > factor * timed.median().over(keys)), judged
 
-    fine_slow, fine_judged = slow(config, OUTLIER_FACTOR)
-    coarse_slow, _ = slow([*coarse, "_decode"], COARSE_OUTLIER_FACTOR)
+    fine_slow, fine_judged = slow(step, config, OUTLIER_FACTOR)
+    coarse_slow, _ = slow(per_token, [*coarse, "_decode"], COARSE_OUTLIER_FACTOR)
     unsettled = is_step & pl.when(fine_judged).then(fine_slow).otherwise(coarse_slow)
     order = pl.when(is_step).then(pl.col("start_ts")).rank("ordinal").over(engine)
     unsteady = pl.when(unsettled).then(
