@@ -82,7 +82,7 @@ def test_start_up_steps_do_not_move_the_answer(captured):
     timing = timing_by_batch(windows, ["method"]).filter(
         (pl.col("method") == "ngram") & (pl.col("batch_bucket") == "1")
     )
-    assert timing["mean_step_seconds"][0] == pytest.approx(steady, rel=0.10)
+    assert timing["mean_step_seconds"][0] == pytest.approx(steady, rel=0.20)  # with the start-up step: ~3×
 
     # The recommendation's speedups at the measured k equal what the rounds measured once the
     # start-up steps are dropped (by hand, here). Settled rounds alone are no better truth on
@@ -110,5 +110,5 @@ def test_start_up_steps_do_not_move_the_answer(captured):
         print(
             f"batch {batch}: measured {measured:.3f}, estimate {estimate:.3f}, model {model:.3f} / {model_dropped:.3f}"
         )
-        assert estimate == pytest.approx(measured, rel=0.05)  # steady_state also drops a few >4× outliers
+        assert estimate == pytest.approx(measured, rel=0.08)  # steady_state also drops a few >4× outliers
         assert model == pytest.approx(model_dropped, rel=0.01)

@@ -42,17 +42,11 @@ def main() -> None:
     spec = None
     if which == "ngram":
         spec = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
-    llm = vllm.LLM(
-        model=str(models / "target"),
-        served_model_name="tiny-llama",
-        speculative_config=spec,
-        dtype="float32",
-        enforce_eager=True,
-        max_model_len=512,
-        max_num_seqs=max(BATCH_SIZES),
-        gpu_memory_utilization=0.3,
-        seed=0,
-    )
+    sys.path.insert(0, str(Path(__file__).parent))
+    from vllm_scenarios import ENGINE_ARGS
+
+    args = {**ENGINE_ARGS, "max_num_seqs": max(BATCH_SIZES)}
+    llm = vllm.LLM(model=str(models / "target"), served_model_name="tiny-llama", speculative_config=spec, **args)
     run_id = f"warmup-{which}"
     capture = instrument(llm, sink=JsonlSink(out, run_id), config=CaptureConfig(run_id=run_id))
     params = vllm.SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
