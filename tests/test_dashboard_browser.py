@@ -135,7 +135,8 @@ def test_every_page_renders_in_chromium(server, browser, tmp_path):
     no_traceback(page)
     shot(page, "cost")
 
-    headline = f"Recommendation: {rec['method']} with k={rec['num_speculative_tokens']}"
+    what = "a batch-size schedule (" if rec["schedule"] else f"k={rec['num_speculative_tokens']}"
+    headline = f"Recommendation: {rec['method']} with {what}"
     open_page(page, "Tuning", shows=headline, charts=2)
     assert rec["speculative_config"] in page.get_by_test_id("stCode").first.inner_text()
     no_traceback(page)
