@@ -164,7 +164,9 @@ def _steps(per_step: list[tuple[int, list[int], list[int] | None]], repeat: int 
                     "num_drafts_per_pos": reached,
                 }
             )
-    return schema.conform(pl.DataFrame(rows, schema_overrides={"num_drafts_per_pos": pl.List(pl.Int64)}), schema.WINDOWS)
+    return schema.conform(
+        pl.DataFrame(rows, schema_overrides={"num_drafts_per_pos": pl.List(pl.Int64)}), schema.WINDOWS
+    )
 
 
 def test_per_position_rates_survive_mixed_k():
