@@ -190,3 +190,24 @@ def test_otlp_values_arrive_at_a_real_receiver(monkeypatch):
         for p in received["specobs.drafts.position"].sum.data_points
     }
     assert reached == {"0": 4 + 4, "1": 4 + 2, "2": 4 + 1}  # ROW has no num_drafts_per_pos: all 4 drafts, k 3
+
+
+def test_predicted_speedup_gauge_uses_the_recommendations_estimates():
+    from pathlib import Path
+
+    from prometheus_client import CollectorRegistry
+
+    from specobs.exporters.prometheus import PrometheusMetrics
+    from specobs.ingest import load
+    from specobs.tuning.recommend import recommend
+
+    sweep = Path(__file__).resolve().parents[1] / "examples" / "data" / "vllm-cpu-sweep"
+    rec = recommend(load([str(sweep)]).windows, bootstrap=0)
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry=registry)
+    metrics.set_recommendation(rec, "tiny-llama", {"ngram": 6})
+    rows = [p for p in rec.predicted if p["method"] == "ngram" and p["num_speculative_tokens"] == 6]
+    value = registry.get_sample_value("specobs_predicted_speedup", {"model_name": "tiny-llama", "method": "ngram"})
+    assert value == pytest.approx(sum(p["estimate"] for p in rows) / len(rows))
+    # k=6 was measured slower than the model says (0.90–1.11× where the plain engine ran).
+    assert value < sum(p["speedup"] for p in rows) / len(rows)

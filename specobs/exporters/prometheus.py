@@ -241,15 +241,16 @@ class PrometheusMetrics:
     def set_recommendation(self, recommendation: Any, model: str | None, running: dict[str, int]) -> None:
         """Gauges from a ``specobs.tuning.recommend.Recommendation``.
 
-        ``specobs_predicted_speedup`` is the predicted speedup of what runs now (each method at
-        the k it runs with, ``running``: method → k), averaged over the batch buckets seen; below 1
+        ``specobs_predicted_speedup`` is the speedup of what runs now (each method at the k it runs
+        with, ``running``: method → k; measured where the input measured it, else the model's, as
+        the recommendation uses them), averaged over the batch buckets seen; below 1
         it says speculation, as configured, costs throughput. ``specobs_recommended_num_speculative_tokens``
         is the recommended k per bucket (0 = off).
         """
         for method, k in running.items():
             rows = [p for p in recommendation.predicted if p["method"] == method and p["num_speculative_tokens"] == k]
             if rows:
-                speedup = sum(p["speedup"] for p in rows) / len(rows)
+                speedup = sum(p.get("estimate", p["speedup"]) for p in rows) / len(rows)
                 self.predicted_speedup.labels(model or "", method).set(speedup)
         for row in recommendation.by_batch_size:
             bucket = batch_size_bucket(row["batch_size_min"])
