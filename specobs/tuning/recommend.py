@@ -355,6 +355,7 @@ class _Candidate:
     interval: list[float] | None
     bases: list[str]  # per bucket: "measured" or "model"
     beyond: bool = False  # uses a k above the largest measured one (extrapolated acceptance)
+    best: list[tuple[int, float]] = field(default_factory=list)  # per bucket: the best k ≥ 1, its speedup
 
     @property
     def is_schedule(self) -> bool:
@@ -372,8 +373,9 @@ def _candidates(
     """Every static k of a fit, and its per-bucket schedule (best k where it beats plain by the
     margin, else off — which costs the k = 0 tax)."""
     out = []
-    choice = [max(range(1, len(ks)), key=lambda k, bi=bi: grid[k, bi]) for bi in range(grid.shape[1])]
-    choice = [k if grid[k, bi] >= 1 + margin else 0 for bi, k in enumerate(choice)]
+    top = [max(range(1, len(ks)), key=lambda k, bi=bi: grid[k, bi]) for bi in range(grid.shape[1])]
+    best = [(k, float(grid[k, bi])) for bi, k in enumerate(top)]
+    choice = [k if grid[k, bi] >= 1 + margin else 0 for bi, k in enumerate(top)]
     options = [[k] * grid.shape[1] for k in range(1, len(ks))] + [choice]
     for per_bucket in options:
         speeds = np.array([grid[k, bi] if k else off[bi] for bi, k in enumerate(per_bucket)])
@@ -390,7 +392,7 @@ def _candidates(
         ]
         speedup = float(_weighted(speeds, weights))
         beyond = max(per_bucket) > measured_k
-        out.append(_Candidate(fi, per_bucket, speeds.tolist(), speedup, intervals, interval, bases, beyond))
+        out.append(_Candidate(fi, per_bucket, speeds.tolist(), speedup, intervals, interval, bases, beyond, best))
     return out
 
 
@@ -466,7 +468,7 @@ def recommend(
     if chosen is None:
         fit = fits[max(best_per_fit, key=lambda fi: max(r["speedup"] for r in best_per_fit[fi]), default=0)]
         rows = [
-            {"k": 0, "speedup": 1.0, "interval": None, "bucket": b, "best": best}
+            {"k": 0, "speedup": 1.0, "interval": None, "bucket": b, "best": best, "basis": "plain decoding"}
             for b, best in zip(buckets, best_per_fit.get(fits.index(fit), [None] * len(buckets)), strict=True)
         ]
         recommended = {
@@ -548,9 +550,9 @@ def _choose(candidates: list[_Candidate], margin: float) -> _Candidate | None:
 
 def _bucket_rows(candidate: _Candidate, buckets: list[Bucket]) -> list[dict[str, Any]]:
     return [
-        {"k": k, "speedup": v, "interval": iv, "bucket": b, "basis": basis}
-        for k, v, iv, b, basis in zip(
-            candidate.ks, candidate.speedups, candidate.intervals, buckets, candidate.bases, strict=True
+        {"k": k, "speedup": v, "interval": iv, "bucket": b, "basis": basis, "best_k": best[0], "best_speedup": best[1]}
+        for k, v, iv, b, basis, best in zip(
+            candidate.ks, candidate.speedups, candidate.intervals, buckets, candidate.bases, candidate.best, strict=True
         )
     ]
 
@@ -612,16 +614,19 @@ def _explain(fit: MethodFit, t: dict[str, Any]) -> str:
     name = fit.method or "speculation"
     acc = fit.acceptance_for(b.batch)
     if t["k"] == 0:
-        best = t.get("best")
-        k = best["k"] if best and best["k"] else max(min(acc.measured_k, 16), 1)
+        best = t.get("best") or t  # off overall: the best fit's schedule row; in a schedule: this row
+        k = best.get("best_k") or max(min(acc.measured_k, 16), 1)
+        speedup = best.get("best_speedup")
         tokens = acc.tokens_per_request_step(k)
         if fit.cost is not None:
             spec = fit.cost.spec_step_seconds(k, b.batch, acc)
             plain = fit.cost.base_step_seconds(b.batch)
             off = fit.cost.off_step_seconds(b.batch)
+            speedup = speedup if speedup is not None else _speedup(fit, k, b.batch)[0]
             text = (
-                f"At {where}, a {name} step with k={k} costs {spec / plain:.2f}× a plain step and yields only "
-                f"{tokens:.2f} tokens ({_speedup(fit, k, b.batch)[0]:.2f}× plain decoding): switch speculation off here"
+                f"At {where}, the best {name} k ({k}) reaches only {speedup:.2f}× plain decoding (model: "
+                f"{tokens:.2f} tokens per step for a step {spec / plain:.2f}× as long as a plain one): switch "
+                "speculation off here"
             )
             if "best" not in t:  # off through the schedule: the engine still pays for its drafter
                 text += f"; its k=0 steps still cost {off / plain:.2f}× a plain step (the schedule's k=0 tax)"
