@@ -55,10 +55,10 @@ def test_markdown_and_rich_outputs(write):
     assert "| acceptance length [95%] |" in text.replace(
         "acceptance length [95%] | accept rate", "acceptance length [95%] |"
     )
-    assert "3.46" in text and "Each verification step yields 3.46 tokens" in text
+    assert "3.46" in text and "Each draft yields 3.46 tokens" in text
     rich = run_cli("report", str(path))
     assert rich.returncode == 0 and "What this means" not in rich.stderr.decode()
-    assert "Each verification step yields 3.46 tokens" in rich.stdout.decode()
+    assert "Each draft yields 3.46 tokens" in rich.stdout.decode()
 
 
 def test_by_option_groups(write):

@@ -259,3 +259,57 @@ def test_interval_sources_with_short_drafts_get_a_bias_finding():
     # A draft model's drafts are always k long: no such finding.
     data = report_json(str(DATA / "vllm-cpu-draft-k3.log"))
     assert not any("underestimated" in f for f in data["findings"])
+
+
+def _sim_windows(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    return steps_to_windows(pl.concat(frames).lazy(), "sim", "events-jsonl").collect()
+
+
+def test_a_drafter_that_never_pays_is_off_without_a_config_even_when_its_k0_steps_look_fast():
+    # The plain engine's process runs slower than the speculative engine's own k=0 steps
+    # (separate processes differ): "off everywhere" must still be no speculative config at all.
+    slow = sim.MethodSpec("draft_model", tuple(sim.profile("iid", 0.1)), (0.0, 0.0, 0.01, 0.0001))
+    plain_engine = sim.Scenario(methods=(slow,), overhead_plain=(0.0025, 0.00002), seed=1)
+    spec_engine = sim.Scenario(methods=(slow,), overhead_plain=(0.0008, 0.00002), seed=2)
+    batches = [1, 4, 16]
+    off = sim.simulate_run(spec_engine, None, 0, batches, 100, start_ts=1.7646e9)
+    frames = [
+        sim.simulate_run(plain_engine, None, 0, batches, 100),
+        off.with_columns(method=pl.lit("draft_model"), run_id=pl.lit("spec-off")),
+        *[
+            sim.simulate_run(spec_engine, "draft_model", k, batches, 100, start_ts=1.7647e9 + k * 1e4).with_columns(
+                run_id=pl.lit("spec-on")
+            )
+            for k in (2, 4)
+        ],
+    ]
+    windows = _sim_windows(frames)
+    rec = recommend(windows, bootstrap=0)
+    assert rec.recommended["speculative_config"] is None and rec.recommended["predicted_speedup"] == 1.0
+    assert all(row["num_speculative_tokens"] == 0 for row in rec.by_batch_size)
+    from specobs.analysis.cost import schedule_tax
+    from specobs.report import explain_costs
+
+    (sentence,) = explain_costs(schedule_tax(windows), {})
+    assert "no measurable k=0 tax" in sentence and "+-" not in sentence
+
+
+def test_a_small_batch_drain_is_not_called_unsteady():
+    # 400 steps at batch 48, then a few steps at each smaller batch as requests finish: cheap
+    # per step, costly per token, and steady.
+    from specobs.analysis.cost import unsteady_counts
+
+    scenario = sim.Scenario(methods=(sim.PROFILES["ngram"],), noise=0.05)
+    busy = sim.simulate_run(scenario, None, 0, [48], 400)
+    drain = sim.simulate_run(scenario, None, 0, [12, 6, 3, 2, 1], 3, start_ts=1.7646e9)
+    assert unsteady_counts(_sim_windows([busy, drain])) == {}
+
+
+def test_the_baseline_label_is_the_chosen_methods():
+    # A timed sweep beside an untimed log: whichever wins, its own baseline is named.
+    windows = load([str(SWEEP), str(DATA / "vllm-cpu-eagle-k3.log")]).windows
+    rec = recommend(windows, bootstrap=0)
+    if rec.recommended["method"] == "eagle":
+        assert rec.recommended["baseline"].startswith("estimated: no step timing")
+    else:
+        assert rec.recommended["baseline"] == "plain engine"

@@ -121,8 +121,9 @@ def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     the median step time of its configuration (labels, k, batch size, tokens scheduled), or,
     where that configuration has fewer than :data:`MIN_STEPS_TO_JUDGE` steps (a prompt of one
     length, seen once), more than :data:`COARSE_OUTLIER_FACTOR` × the median time per scheduled
-    token of the engine's steps at the same k, decode and prompt steps apart (a compilation in
-    the first prompt step takes seconds for a few dozen tokens). Column ``unsteady`` says why:
+    token of the engine's steps at the same k, decode and prompt steps apart, and more than
+    :data:`OUTLIER_FACTOR` × their median step time (a compilation in the first prompt step
+    takes seconds for a few dozen tokens; a lone small-batch step is cheap per step). Column ``unsteady`` says why:
     ``warm-up`` among an engine's first :data:`WARMUP_STEPS` steps, else ``outlier``; null for
     kept steps and for rows that are not single steps.
     """
@@ -140,7 +141,12 @@ def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
         return judged & (value > factor * timed.median().over(keys)), judged
 
     fine_slow, fine_judged = slow(step, config, OUTLIER_FACTOR)
-    coarse_slow, _ = slow(per_token, [*coarse, "_decode"], COARSE_OUTLIER_FACTOR)
+    # Per token alone would call a lone step at a small batch slow (its fixed cost is shared
+    # by few tokens): it must also be slow in absolute terms against the same steps.
+    coarse_slow = (
+        slow(per_token, [*coarse, "_decode"], COARSE_OUTLIER_FACTOR)[0]
+        & slow(step, [*coarse, "_decode"], OUTLIER_FACTOR)[0]
+    )
     unsettled = is_step & pl.when(fine_judged).then(fine_slow).otherwise(coarse_slow)
     order = pl.when(is_step).then(pl.col("start_ts")).rank("ordinal").over(engine)
     unsteady = pl.when(unsettled).then(

@@ -207,7 +207,8 @@ def _method_label(method: str | None, draft_model: str | None = None) -> str:
 
 
 def predicted_frame(rec: Recommendation) -> pl.DataFrame:
-    """``rec.predicted`` with a method label, a batch bucket label and interval bounds."""
+    """``rec.predicted`` with a method label, a batch bucket label and interval bounds; the
+    speedup is the recommendation's estimate (measured where measured), as its interval is."""
     records = []
     for p in rec.predicted:
         interval = p.get("interval") or [None, None]
@@ -218,7 +219,7 @@ def predicted_frame(rec: Recommendation) -> pl.DataFrame:
                 "batch": bucket_label(p["batch_size_min"], p["batch_size_max"]),
                 "batch_min": p["batch_size_min"],
                 "batch_size": p["batch_size"],
-                "speedup": p["speedup"],
+                "speedup": p.get("estimate", p["speedup"]),
                 "low": interval[0],
                 "high": interval[1],
                 "tokens_per_second": p["tokens_per_second"],
@@ -271,7 +272,7 @@ def by_batch_table(rec: Recommendation) -> pl.DataFrame:
                 "low": (row.get("interval") or [None, None])[0],
                 "high": (row.get("interval") or [None, None])[1],
                 "basis": row.get("basis"),
-                "steps measured": row["measured_steps"],
+                "traffic steps": row["measured_steps"],
             }
             for row in rec.by_batch_size
         ],
@@ -283,7 +284,7 @@ def by_batch_table(rec: Recommendation) -> pl.DataFrame:
             "low": pl.Float64,
             "high": pl.Float64,
             "basis": pl.String,
-            "steps measured": pl.Int64,
+            "traffic steps": pl.Int64,
         },
     )
 

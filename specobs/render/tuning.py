@@ -43,7 +43,7 @@ def recommendation_rows(rec: Recommendation) -> list[list[str]]:
     ]
 
 
-BY_BATCH_HEADERS = ("batch", "k", "speedup [95%]", "basis", "steps measured")
+BY_BATCH_HEADERS = ("batch", "k", "speedup [95%]", "basis", "traffic steps")
 
 
 def headline(rec: Recommendation) -> str:
@@ -51,9 +51,10 @@ def headline(rec: Recommendation) -> str:
     r = rec.recommended
     estimated = ""
     if r.get("baseline") not in (None, "plain engine"):
-        estimated = " (no plain engine in the input: baseline estimated)"
+        estimated = "no plain engine in the input: baseline estimated"
     if not r["num_speculative_tokens"]:
-        return "Recommendation: run without speculative decoding (no speculative config)." + estimated
+        note = f"; {estimated}" if estimated else ""
+        return f"Recommendation: run without speculative decoding (no speculative config{note})."
     name = r["method"] or "speculative decoding"
     if r.get("schedule"):
         ranges = ", ".join(
@@ -64,7 +65,7 @@ def headline(rec: Recommendation) -> str:
     else:
         what = f"{name} with k={r['num_speculative_tokens']}"
     text = f"Recommendation: {what}, predicted {_interval(r['predicted_speedup'], r['interval'])} plain decoding"
-    text += " on this traffic" + estimated + "."
+    text += " on this traffic" + (f" ({estimated})" if estimated else "") + "."
     if not r["method"]:
         text += " The input has no method label (vLLM's counters carry none): pass --method to get a ready config."
     return text
@@ -75,7 +76,7 @@ def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
     if rec.recommended.get("speculative_config"):
         console.print(Text("--speculative-config '" + rec.recommended["speculative_config"] + "'"))
     method = rec.by_batch_size[0]["method"] if rec.by_batch_size else None
-    table = Table(title=f"By batch size ({method})", title_justify="left", show_edge=False)
+    table = Table(title=f"By batch size ({method or 'unknown method'})", title_justify="left", show_edge=False)
     for header in BY_BATCH_HEADERS:
         table.add_column(header, justify="left" if header == "batch" else "right")
     for cells in recommendation_rows(rec):

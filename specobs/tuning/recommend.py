@@ -247,9 +247,10 @@ def _decode_sums(frame: pl.DataFrame | None) -> dict[tuple[int, int], tuple[floa
     return {(int(r[0] or 0), int(r[1])): (float(r[2]), float(r[3]), int(r[4])) for r in rows.iter_rows()}
 
 
-def _measured(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndarray, np.ndarray]:
+def _measured(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndarray, ...]:
     """Measured speedups [k, bucket] and of the k = 0 steps per bucket (NaN where a configuration
-    has fewer than :data:`MIN_MEASURED_STEPS` timed decode steps in the bucket).
+    has fewer than :data:`MIN_MEASURED_STEPS` timed decode steps in the bucket), and for each the
+    share of its steps whose plain-decoding time had to come from the model.
 
     Generated tokens over step seconds of the configuration's steps, against plain decoding
     at the same batch sizes: the plain engine's measured step time where it ran that batch
@@ -257,31 +258,34 @@ def _measured(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndar
     """
     grid = np.full((len(ks), len(buckets)), np.nan)
     off = np.full(len(buckets), np.nan)
+    grid_modelled, off_modelled = np.zeros_like(grid), np.zeros_like(off)
     if fit.cost is None:
-        return grid, off
+        return grid, off, grid_modelled, off_modelled
     plain = {}
     for (_, b), (_, seconds, steps) in _decode_sums(fit.base_steps).items():
         if steps >= MIN_MEASURED_STEPS:
             plain[b] = seconds / steps
     spec, own_off = _decode_sums(fit.spec_steps), _decode_sums(fit.off_steps)
 
-    def speedup(sums: dict, k: int, bucket: Bucket) -> float:
+    def speedup(sums: dict, k: int, bucket: Bucket) -> tuple[float, float]:
         inside = [(b, v) for (kk, b), v in sums.items() if kk == k and bucket.low <= b <= bucket.high]
         steps = sum(v[2] for _, v in inside)
         if steps < MIN_MEASURED_STEPS:
-            return np.nan
+            return np.nan, 0.0
         generated, seconds = sum(v[0] for _, v in inside), sum(v[1] for _, v in inside)
         plain_seconds = sum(v[2] * plain.get(b, fit.cost.base_step_seconds(b)) for b, v in inside)
         plain_tokens = sum(v[2] * b for b, v in inside)
-        return (generated / seconds) / (plain_tokens / plain_seconds) if seconds and plain_tokens else np.nan
+        modelled = sum(v[2] for b, v in inside if b not in plain) / steps
+        value = (generated / seconds) / (plain_tokens / plain_seconds) if seconds and plain_tokens else np.nan
+        return value, modelled
 
     for bi, bucket in enumerate(buckets):
         for k in ks:
             if k:
-                grid[k, bi] = speedup(spec, k, bucket)
-        off[bi] = speedup(own_off, 0, bucket)
+                grid[k, bi], grid_modelled[k, bi] = speedup(spec, k, bucket)
+        off[bi], off_modelled[bi] = speedup(own_off, 0, bucket)
     grid[0, :] = 1.0
-    return grid, off
+    return grid, off, grid_modelled, off_modelled
 
 
 def _evaluate(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndarray, np.ndarray]:
@@ -291,7 +295,7 @@ def _evaluate(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndar
     unmeasured k is compared with measured ones on the same footing."""
     model = np.array([[_speedup(fit, k, b.batch)[0] for b in buckets] for k in ks])
     model_off = np.array([_off_speedup(fit, b.batch) for b in buckets])
-    measured, measured_off = _measured(fit, ks, buckets)
+    measured, measured_off, *_ = _measured(fit, ks, buckets)
     grid = model.copy()
     for bi in range(len(buckets)):
         known = [k for k in ks if k and not np.isnan(measured[k, bi])]
@@ -335,7 +339,15 @@ def _bootstrap(fit: MethodFit, ks: range, buckets: list[Bucket], reps: int, seed
         off = fit.off_steps[off_draws[r]] if fit.off_steps is not None else None
         cost = fit_cost(spec, base, fit.method, off) if fit.cost is not None else None
         trial = MethodFit(
-            fit.labels, acc, cost, spec, base, fit.batch_counts, fit.cost_ratio, by_batch.get((r,), {}), off
+            fit.labels,
+            acc,
+            cost,
+            spec,
+            base,
+            fit.batch_counts,
+            fit.cost_ratio,
+            by_batch.get((r,), {}) if fit.by_batch else {},
+            off,
         )
         grid, off_speed = _evaluate(trial, ks, buckets)
         grids.append(grid)
@@ -362,6 +374,15 @@ class _Candidate:
         return len(set(self.ks)) > 1
 
 
+def _basis(measured: tuple[np.ndarray, ...], k: int, bi: int) -> str:
+    """``measured``, ``measured, plain modelled`` (the plain engine did not run most of those
+    batch sizes) or ``model``, for k (0: the k = 0 steps) in bucket ``bi``."""
+    value, modelled = (measured[0][k, bi], measured[2][k, bi]) if k else (measured[1][bi], measured[3][bi])
+    if np.isnan(value):
+        return "model"
+    return "measured, plain modelled" if modelled >= 0.5 else "measured"
+
+
 def _weighted(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return (values * weights).sum(axis=-1) / weights.sum()
 
@@ -370,26 +391,39 @@ def _candidates(
     fi: int, ks: range, grid: np.ndarray, off: np.ndarray, measured: tuple[np.ndarray, np.ndarray], boot,
     weights: np.ndarray, margin: float, measured_k: int,
 ):  # fmt: skip
-    """Every static k of a fit, and its per-bucket schedule (best k where it beats plain by the
-    margin, else off — which costs the k = 0 tax)."""
+    """Every static k of a fit, and its per-bucket schedules (within the measured k, and over
+    every k): in each bucket the best k, or off where off — which costs the k = 0 tax, never
+    taken as better than plain decoding — beats it by the margin. A schedule that is off
+    everywhere is not a candidate: "no speculative config" is, and pays no tax."""
     out = []
-    top = [max(range(1, len(ks)), key=lambda k, bi=bi: grid[k, bi]) for bi in range(grid.shape[1])]
+    off = np.minimum(off, 1.0)  # a k=0 step does more than a plain one: faster is process noise
+    buckets = range(grid.shape[1])
+
+    def best_ks(limit: int) -> list[int]:
+        allowed = range(1, min(limit, len(ks) - 1) + 1)
+        return [max(allowed, key=lambda k, bi=bi: grid[k, bi]) for bi in buckets]
+
+    top = best_ks(len(ks) - 1)
     best = [(k, float(grid[k, bi])) for bi, k in enumerate(top)]
-    choice = [k if grid[k, bi] >= 1 + margin else 0 for bi, k in enumerate(top)]
-    options = [[k] * grid.shape[1] for k in range(1, len(ks))] + [choice]
+    options = [[k] * grid.shape[1] for k in range(1, len(ks))]
+    for limit in (measured_k, len(ks) - 1):
+        if limit < 1:
+            continue
+        pick = zip(buckets, best_ks(limit), strict=True)
+        choice = [k if grid[k, bi] >= off[bi] * (1 + margin) else 0 for bi, k in pick]
+        if any(choice) and choice not in options:
+            options.append(choice)
     for per_bucket in options:
         speeds = np.array([grid[k, bi] if k else off[bi] for bi, k in enumerate(per_bucket)])
         intervals: list[list[float] | None] = [None] * len(per_bucket)
         interval = None
         if boot is not None:
             bgrid, boff = boot
+            boff = np.minimum(boff, 1.0)
             draws = np.stack([bgrid[:, k, bi] if k else boff[:, bi] for bi, k in enumerate(per_bucket)], axis=1)
             intervals = [[float(v) for v in np.percentile(draws[:, bi], [2.5, 97.5])] for bi in range(draws.shape[1])]
             interval = [float(v) for v in np.percentile(_weighted(draws, weights), [2.5, 97.5])]
-        bases = [
-            "model" if np.isnan(measured[0][k, bi] if k else measured[1][bi]) else "measured"
-            for bi, k in enumerate(per_bucket)
-        ]
+        bases = [_basis(measured, k, bi) for bi, k in enumerate(per_bucket)]
         speedup = float(_weighted(speeds, weights))
         beyond = max(per_bucket) > measured_k
         out.append(_Candidate(fi, per_bucket, speeds.tolist(), speedup, intervals, interval, bases, beyond, best))
@@ -418,8 +452,10 @@ def recommend(
         return None
     buckets = buckets_for(fits)
     timed = all(f.cost is not None for f in fits)
-    if not timed:
+    if not timed:  # one bucket over all traffic, evaluated on the acceptance of all of it
         buckets = [Bucket(1, max(b.high for b in buckets), buckets[0].batch, sum(b.steps for b in buckets))]
+        for fit in fits:
+            fit.by_batch = {}
     if not sum(b.steps for b in buckets):  # no batch sizes observed: every bucket counts once
         for b in buckets:
             b.steps = 1
@@ -453,7 +489,7 @@ def recommend(
                         "speedup": model_speedup,
                         "measured_speedup": None if np.isnan(measured[k, bi]) or not k else float(measured[k, bi]),
                         "estimate": float(grid[k, bi]),
-                        "basis": "measured" if k and not np.isnan(measured[k, bi]) else "model",
+                        "basis": _basis(measured_both, k, bi) if k else "plain decoding",
                         "interval": interval,
                         "extrapolated": extrapolated,
                     }
@@ -461,8 +497,11 @@ def recommend(
         measured_k = fit.acceptance.measured_k
         mine = _candidates(fi, ks, grid, off, measured_both, boot, weights, margin, measured_k) if top >= 1 else []
         candidates += mine
-        if mine:
-            best_per_fit[fi] = _bucket_rows(mine[-1], buckets)  # its schedule: the best k per bucket
+        if mine:  # per bucket: its best k and that k's speedup (for the comparison and the explanations)
+            best_per_fit[fi] = [
+                {"k": k, "speedup": v, "best_k": k, "best_speedup": v, "bucket": b}
+                for (k, v), b in zip(mine[0].best, buckets, strict=True)
+            ]
         assumptions.extend(_assumptions(fit))
     chosen = _choose(candidates, margin)
     if chosen is None:
@@ -493,7 +532,7 @@ def recommend(
             "interval": chosen.interval,
             "speculative_config": _speculative_config(fit, max(chosen.ks), schedule),
         }
-    recommended["baseline"] = _baseline(fits)
+    recommended["baseline"] = _baseline(fits if chosen is None else [fit])
     if recommended["method"] is None and chosen is not None:
         assumptions.append(UNKNOWN_METHOD)
     by_batch = [
@@ -559,12 +598,14 @@ def _bucket_rows(candidate: _Candidate, buckets: list[Bucket]) -> list[dict[str,
 
 def _baseline(fits: list[MethodFit]) -> str:
     """What the speedups are against: a measured plain engine, or an estimate (and which)."""
-    kinds = {f.cost.baseline for f in fits if f.cost is not None}
-    if not kinds:
-        return "estimated: no step timing in the input (per-position Leviathan formula)"
+    kinds = {f.cost.baseline if f.cost is not None else LEVIATHAN_BASELINE for f in fits}
     if kinds == {BASELINE_PLAIN}:
         return BASELINE_PLAIN
     return next(k for k in sorted(kinds) if k != BASELINE_PLAIN)
+
+
+#: The baseline of a method whose input has no step timing.
+LEVIATHAN_BASELINE = "estimated: no step timing in the input (per-position Leviathan formula)"
 
 
 def _speculative_config(fit: MethodFit, k: int, schedule: list[list[int]] | None) -> str | None:
@@ -623,26 +664,39 @@ def _explain(fit: MethodFit, t: dict[str, Any]) -> str:
             plain = fit.cost.base_step_seconds(b.batch)
             off = fit.cost.off_step_seconds(b.batch)
             speedup = speedup if speedup is not None else _speedup(fit, k, b.batch)[0]
-            text = (
-                f"At {where}, the best {name} k ({k}) reaches only {speedup:.2f}× plain decoding (model: "
-                f"{tokens:.2f} tokens per step for a step {spec / plain:.2f}× as long as a plain one): switch "
-                "speculation off here"
-            )
-            if "best" not in t:  # off through the schedule: the engine still pays for its drafter
-                text += f"; its k=0 steps still cost {off / plain:.2f}× a plain step (the schedule's k=0 tax)"
+            model = f"model: {tokens:.2f} tokens per step for a step {spec / plain:.2f}× as long as a plain one"
+            if speedup > 1:  # it would pay here, but not enough over all traffic (or not over its k=0 steps)
+                text = (
+                    f"At {where}, the best {name} k ({k}) reaches {speedup:.2f}× plain decoding ({model}), too "
+                    "little to pay for speculation over the whole traffic"
+                )
+            else:
+                text = (
+                    f"At {where}, the best {name} k ({k}) reaches only {speedup:.2f}× plain decoding ({model}): "
+                    "switch speculation off here"
+                )
+            if "best" not in t and off > plain:  # off through the schedule: the engine still pays for its drafter
+                measured = fit.cost.off is not None
+                text += (
+                    f"; its k=0 steps {'still cost' if measured else 'are estimated at'} {off / plain:.2f}× a plain "
+                    "step (the schedule's k=0 tax)"
+                )
             return text + "."
         return f"At {where}, {name} does not pay: {tokens:.2f} tokens per step do not cover the drafting cost."
     tokens = acc.tokens_per_request_step(t["k"])
     interval = t.get("interval")
     ci = f" ({interval[0]:.2f}–{interval[1]:.2f})" if interval else ""
-    verb = "measured at" if t.get("basis") == "measured" else "predicted"
+    verb = "measured at" if t.get("basis", "").startswith("measured") else "predicted"
     text = f"At {where}, {name} with k={t['k']} is {verb} {t['speedup']:.2f}×{ci} plain decoding"
     model = f"{tokens:.2f} tokens per step"
     if fit.cost is not None:
         spec = fit.cost.spec_step_seconds(t["k"], b.batch, acc)
         plain = fit.cost.base_step_seconds(b.batch)
         model += f" for a step {spec / plain:.2f}× as long as a plain one"
-    text += f" (model: {model})" if t.get("basis") == "measured" else f": {model}"
+    if t.get("basis") == "measured, plain modelled":
+        text += f" (plain decoding at these batch sizes from the model; model: {model})"
+    else:
+        text += f" (model: {model})" if t.get("basis") == "measured" else f": {model}"
     if t["k"] > acc.measured_k:
         text += f" (k beyond the measured {acc.measured_k}: extrapolated)"
     return text + "."
