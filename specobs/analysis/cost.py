@@ -22,6 +22,26 @@ def is_decode() -> pl.Expr:
     return pl.col("num_scheduled_tokens").is_null() | (pl.col("num_scheduled_tokens") <= expected)
 
 
+def decode_sums(frame: pl.LazyFrame | pl.DataFrame, keys: Sequence[str | pl.Expr]) -> pl.LazyFrame:
+    """Per ``keys``: generated tokens (``num_generated_tokens``), step seconds (``step_seconds``)
+    and steps (``steps``) of timed decode steps with a batch size — the one place decode
+    throughput (generated / step seconds) is summed, for rows, windows and tuning cells alike."""
+    lazy = frame.lazy()
+    # Tuning cells carry ``decode`` from their rows (their draft tokens are sums over rows).
+    decode = pl.col("decode") if "decode" in lazy.collect_schema().names() else is_decode()
+    timed = pl.col("step_seconds").is_not_null() & pl.col("batch_size").is_not_null()
+    timed = timed & pl.col("num_generated_tokens").is_not_null() & decode
+    return (
+        lazy.filter(timed)
+        .group_by(*keys)
+        .agg(
+            pl.col("num_generated_tokens").sum(),
+            pl.col("step_seconds").sum(),
+            steps=pl.coalesce("num_timed_steps", pl.lit(1, pl.Int64)).sum(),
+        )
+    )
+
+
 def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
     """Per group and batch bucket: timed steps, mean draft/verify/step/other seconds, draft share of
     step time, cost ratio, rejected-draft share, and generated tokens per second of step time
@@ -179,10 +199,8 @@ def schedule_tax(windows: pl.LazyFrame | pl.DataFrame) -> list[dict]:
     """
     keys = ["model", "platform", "device"]
     k0 = (
-        steady_state(windows)
-        .filter((pl.col("num_spec_tokens") == 0) & pl.col("step_seconds").is_not_null() & is_decode())
-        .group_by(*keys, "method", "batch_size")
-        .agg(seconds=pl.col("step_seconds").sum(), steps=pl.col("num_timed_steps").sum())
+        decode_sums(steady_state(windows).filter(pl.col("num_spec_tokens") == 0), [*keys, "method", "batch_size"])
+        .rename({"step_seconds": "seconds"})
         .collect()
     )
     plain = k0.filter(pl.col("method").is_null()).select(*keys, "batch_size", plain=pl.col("seconds") / pl.col("steps"))

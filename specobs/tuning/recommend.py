@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from specobs.analysis.cost import steady_state
+from specobs.analysis.cost import decode_sums, steady_state
 from specobs.tuning import leviathan
 from specobs.tuning.model import (
     BASELINE_PLAIN,
@@ -235,15 +235,7 @@ def _decode_sums(frame: pl.DataFrame | None) -> dict[tuple[int, int], tuple[floa
     """(k, batch size) → (generated tokens, step seconds, steps) over timed decode cells."""
     if frame is None:
         return {}
-    timed = frame.filter(
-        pl.col("decode")
-        & pl.col("step_seconds").is_not_null()
-        & pl.col("num_generated_tokens").is_not_null()
-        & pl.col("batch_size").is_not_null()
-    )
-    rows = timed.group_by("num_spec_tokens", "batch_size").agg(
-        pl.col("num_generated_tokens").sum(), pl.col("step_seconds").sum(), pl.col("num_rows").sum()
-    )
+    rows = decode_sums(frame, ["num_spec_tokens", "batch_size"]).collect()
     return {(int(r[0] or 0), int(r[1])): (float(r[2]), float(r[3]), int(r[4])) for r in rows.iter_rows()}
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from specobs.analysis.acceptance import batch_bucket
-from specobs.analysis.cost import is_decode
+from specobs.analysis.cost import decode_sums
 from specobs.tuning.model import predict
 from specobs.tuning.recommend import fit_methods
 
@@ -40,10 +40,8 @@ def measured_throughput(steps: pl.DataFrame, *, by_bucket: bool = False) -> pl.D
     With ``by_bucket``, per power-of-two batch bucket (``batch_bucket``, as the recommendation's
     buckets) instead of per batch size.
     """
-    timed = pl.col("step_seconds").is_not_null() & pl.col("batch_size").is_not_null()
-    decode = steps.lazy().filter(timed & is_decode())
     sums = [pl.col("num_generated_tokens").sum(), pl.col("step_seconds").sum()]
-    out = decode.group_by("method", pl.col("num_spec_tokens").alias("k"), "batch_size").agg(*sums, steps=pl.len())
+    out = decode_sums(steps, ["method", pl.col("num_spec_tokens").alias("k"), "batch_size"])
     if by_bucket:  # buckets from the few batch sizes, not from every step
         out = out.group_by("method", "k", batch_bucket(pl.col("batch_size")).alias("batch_bucket")).agg(
             *sums, pl.col("steps").sum(), batch_size_min=pl.col("batch_size").min()
