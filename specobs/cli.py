@@ -14,7 +14,15 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 
 from specobs import __version__
 from specobs.analysis.acceptance import DEFAULT_BY, GROUP_KEYS, group_columns
-from specobs.errors import SpecobsError
+from specobs.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NOTHING_FOUND,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_USAGE,
+    SpecobsError,
+)
 from specobs.ingest import FORMATS, load
 from specobs.ingest.source import Source
 
@@ -86,7 +94,7 @@ def user_errors(command):
             return command(*args, **kwargs)
         except SpecobsError as exc:
             say(str(exc))
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_USAGE) from None
 
     return wrapper
 
@@ -165,7 +173,7 @@ def report(
 
     if not paths and not prometheus:
         err.print(WHAT_REPORT_READS, end="")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_USAGE)
     groups = [b.strip() for b in by.split(",") if b.strip()]
     try:
         group_columns(groups)
@@ -179,7 +187,7 @@ def report(
         for skipped in ingested.skipped[:5]:
             say(f"skipped {skipped}")
         say(f"{names}: no speculative decoding metrics found")
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_NOTHING_FOUND)
     if output_format is not OutputFormat.rich:  # the rich report lists them itself
         for skipped in ingested.skipped[:5]:
             say(f"skipped {skipped}")
@@ -262,7 +270,7 @@ def recommend(
     )
     if result is None:
         say(f"{', '.join(paths or [prometheus or ''])}: no speculative decoding to tune (no drafts in the input)")
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_NOTHING_FOUND)
     if output_format is OutputFormat.json:
         sys.stdout.write(render.recommendation_to_json(result) + "\n")
     elif output_format is OutputFormat.markdown:
@@ -303,7 +311,7 @@ def compare(
     else:
         render.comparison_to_rich(result, Console(), (a, b))
     if result.kind == "regression":
-        raise typer.Exit(3)  # scripts (CI after an upgrade) can gate on a regression
+        raise typer.Exit(EXIT_REGRESSION)  # scripts (CI after an upgrade) can gate on a regression
 
 
 @app.command(
@@ -451,15 +459,15 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
-        sys.exit(0)
+        sys.exit(EXIT_OK)
     except Exception as exc:  # a bug in specobs, not bad input: say so in one line
         if os.environ.get("SPECOBS_DEBUG"):
             raise
         first = str(exc).splitlines()[0] if str(exc) else ""
         say(f"internal error: {type(exc).__name__}: {first} (set SPECOBS_DEBUG=1 for the traceback)")
-        sys.exit(70)
+        sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: Exit statuses of the ``specobs`` command: the one table the CLI uses and docs/cli.md shows.
+EXIT_OK = 0
+EXIT_NOTHING_FOUND = 1
+EXIT_USAGE = 2
+EXIT_REGRESSION = 3
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "done (compare: improvement, no significant change, configuration changed or no verdict possible)",
+    EXIT_NOTHING_FOUND: "the inputs were read but hold no speculative decoding (nothing to report or tune)",
+    EXIT_USAGE: "bad usage or an input that cannot be read at all (one line on stderr names it)",
+    EXIT_REGRESSION: "compare only: B is slower than A beyond noise (or, without timing and with the same "
+    "configuration, has a lower acceptance length)",
+    EXIT_INTERNAL: "internal error: a bug in specobs, not bad input (SPECOBS_DEBUG=1 prints the traceback)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
 
 class SpecobsError(Exception):
     """An error meant for the user: printed as one line, never as a traceback."""
