@@ -11,7 +11,12 @@ See ``docs/schema.md`` for the full contract.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import polars as pl
+
+#: An eager or a lazy frame: :func:`conform` returns the kind it was given.
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 
 #: Labels that identify what was measured. Shared by steps and windows.
 LABELS: dict[str, pl.DataType] = {
@@ -115,7 +120,7 @@ def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
-def conform(frame: pl.DataFrame | pl.LazyFrame, schema: dict[str, pl.DataType]):
+def conform(frame: Frame, schema: dict[str, pl.DataType]) -> Frame:
     """Select and cast ``frame`` to ``schema``: missing columns become null, extras are dropped.
 
     Works on eager and lazy frames alike, so a Parquet scan stays lazy.

@@ -181,6 +181,15 @@ def test_jsonl_bad_records_are_skipped_and_named(write):
     assert "num_drafts is not an integer" in result.skipped[1].why
 
 
+def test_jsonl_record_that_is_not_utf8_is_skipped_and_named(write):
+    # json.loads raises UnicodeDecodeError (which has no .msg) before it parses anything.
+    steps = [json.dumps(s).encode() for s in _steps(2)]
+    path = write("events.jsonl", b"\n".join([steps[0], b'{"ts": 1, "model": "\xff"}', steps[1]]) + b"\n")
+    result = load([str(path)])
+    assert result.windows.collect().height == 2
+    assert [(s.line, s.why) for s in result.skipped] == [(2, "not valid UTF-8 (invalid start byte)")]
+
+
 def test_parquet_without_steps_columns_is_rejected(tmp_path):
     from specobs.errors import InputError
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import polars as pl
 
@@ -84,7 +85,7 @@ def read_jsonl(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
             return frame.lazy(), []
     except Exception:
         pass  # the line-by-line path below names the bad lines
-    records: list[dict] = []
+    records: list[dict[str, Any]] = []
     skipped: list[Skipped] = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         line = raw.strip()
@@ -99,14 +100,16 @@ def read_jsonl(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
     return frame.lazy(), skipped
 
 
-def _record(line: bytes) -> tuple[dict, str | None]:
+def _record(line: bytes) -> tuple[dict[str, Any], str | None]:
     try:
         record = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return {}, f"not valid JSON ({exc.msg})"
+    except UnicodeDecodeError as exc:  # json.loads decodes bytes first; it has no .msg
+        return {}, f"not valid UTF-8 ({exc.reason})"
     if not isinstance(record, dict):
         return {}, "not a JSON object"
-    out = {}
+    out: dict[str, Any] = {}
     for name in schema.STEPS:
         value = record.get(name)
         if value is None:
@@ -127,7 +130,7 @@ def _record(line: bytes) -> tuple[dict, str | None]:
     return ({}, why) if why else (out, None)
 
 
-def _per_position_contradiction(record: dict) -> str | None:
+def _per_position_contradiction(record: dict[str, Any]) -> str | None:
     """Why the per-position counts of one record cannot be true, or None.
 
     Elements past the end of a list count as 0; a null list is not checked.
