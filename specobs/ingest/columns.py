@@ -69,7 +69,8 @@ def with_vllm_timestamp(lines: pl.DataFrame, *, year: int, reference: float | No
 
     guess = lines.select(at(pl.lit(year))).to_series()
     rolled = ((guess - guess.forward_fill().shift(1)) < -183 * 86400).fill_null(False).cum_sum()
-    shift = -1 if reference is not None and (guess.max() or 0) > reference + 2 * 86400 else 0
+    latest = guess.max()  # a float, or None when no line has a time
+    shift = -1 if reference is not None and isinstance(latest, float) and latest > reference + 2 * 86400 else 0
     if rolled.max() or shift:
         years = pl.lit(rolled, pl.Int64) + year + shift
         guess = lines.select(at(years)).to_series()

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from typing import Any
+from typing import Any, TypedDict
 
 import polars as pl
 
@@ -54,6 +54,19 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
+class Series(TypedDict):
+    """One series of a ``query_range`` result: its labels and its ``[unix_time, "value"]`` samples."""
+
+    metric: dict[str, str]
+    values: list[list[float | str]]
+
+
+#: A counter window: the labels instance, job, model_name, engine, method; then its end time.
+_CounterKey = tuple[str, str, str | None, str | None, str | None, float]
+#: A timing window: the labels model_name, engine, method, batch_size_bucket; then its end time.
+_TimingKey = tuple[str | None, str | None, str | None, str | None, float]
+
+
 class PrometheusAPI:
     """A small client for ``/api/v1/query_range``."""
 
@@ -61,7 +74,7 @@ class PrometheusAPI:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def query_range(self, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    def query_range(self, query: str, start: float, end: float, step: float) -> list[Series]:
         params = urllib.parse.urlencode({"query": query, "start": start, "end": end, "step": step})
         try:
             with urllib.request.urlopen(f"{self.url}/api/v1/query_range?{params}", timeout=self.timeout) as r:
@@ -73,7 +86,8 @@ class PrometheusAPI:
             raise InputError(self.url, f"cannot reach Prometheus ({getattr(exc, 'reason', exc)})") from None
         if body.get("status") != "success":
             raise InputError(self.url, f"Prometheus error: {body.get('error', body)}")
-        return body["data"]["result"]
+        result: list[Series] = body["data"]["result"]
+        return result
 
 
 def _selector(metric: str, match: str) -> str:
@@ -81,7 +95,7 @@ def _selector(metric: str, match: str) -> str:
     return f"{metric}{{{inner}}}" if inner else metric
 
 
-def _diffs(values: list[list[Any]]) -> list[tuple[float, float, float]]:
+def _diffs(values: list[list[float | str]]) -> list[tuple[float, float, float]]:
     """``(start, end, increase)`` between consecutive samples; a fall is a restart."""
     out = []
     points = [(float(t), float(v)) for t, v in values]
@@ -101,7 +115,7 @@ def load(url: str, *, since: str = "6h", step: str | None = None, match: str = "
     probe = api.query_range(_selector(VLLM["num_drafts"], match), start, end, step_seconds)
     if not probe:
         counters = SPECOBS
-    windows: dict[tuple, dict[str, Any]] = defaultdict(dict)
+    windows: dict[_CounterKey, dict[str, Any]] = defaultdict(dict)
     for column, metric in counters.items():
         results = (
             probe
@@ -146,9 +160,11 @@ def load(url: str, *, since: str = "6h", step: str | None = None, match: str = "
     return frame
 
 
-def _timing_windows(api: PrometheusAPI, match: str, start: float, end: float, step: float, source: str) -> list:
+def _timing_windows(
+    api: PrometheusAPI, match: str, start: float, end: float, step: float, source: str
+) -> list[dict[str, Any]]:
     """Timed windows per batch bucket from specobs' histograms (sums and counts)."""
-    buckets: dict[tuple, dict[str, Any]] = defaultdict(dict)
+    buckets: dict[_TimingKey, dict[str, Any]] = defaultdict(dict)
     for column, metric in TIMINGS.items():
         for part in ("sum", "count"):
             for series in api.query_range(_selector(f"{metric}_{part}", match), start, end, step):

@@ -44,9 +44,9 @@ _GAUGES = {"draft_acceptance_rate": "v0_rate", "efficiency": "v0_efficiency"}
 def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
     """Windows from the ``vllm:spec_decode*`` lines ``scan.find_lines`` found."""
     skipped: list[Skipped] = []
-    rows: list[dict] = []
+    rows: list[dict[str, object]] = []
     scrape = 0
-    seen: set[tuple] = set()
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     scrape_line: dict[int, int] = {}
     for line_no, text in found.frame.select("line", "text").iter_rows():
         text = text.strip()
@@ -74,10 +74,12 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
                     skipped.append(Skipped(source, line_no, "per-position sample without a numeric 'position' label"))
                     continue
                 column = f"pos_{int(position)}"
+            elif name in _COUNTERS:
+                column = _COUNTERS[name]
+            elif name in _GAUGES:
+                column = _GAUGES[name]
             else:
-                column = _COUNTERS.get(name) or _GAUGES.get(name)
-                if column is None:
-                    continue
+                continue
             engine = sample.labels.get("engine")
             rows.append(
                 {

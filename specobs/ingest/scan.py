@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import polars as pl
 
@@ -31,16 +32,6 @@ MAX_LINE_BYTES = 64 * 1024
 GZIP_PIECE_BYTES = 64 * 1024
 FRAME_SCHEMA = {"line": pl.Int64, "text": pl.String, "needle": pl.Int8}
 ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
-# One field per line: no quoting, and a separator (NUL) that text logs do not contain.
-_CSV_OPTIONS = {
-    "has_header": False,
-    "separator": "\x00",
-    "quote_char": None,
-    "new_columns": ["text"],
-    "schema": {"text": pl.String},
-    "truncate_ragged_lines": True,
-    "encoding": "utf8-lossy",
-}
 
 Progress = Callable[[int], None]
 #: Named expressions on ``text`` per needle index (None: for every line found).
@@ -78,7 +69,7 @@ def find_lines(
     """
     found = FoundLines()
     if src.path is not None and not src.compressed:
-        lines = pl.scan_csv(src.path, **_CSV_OPTIONS)
+        lines = _scan_lines(src.path)
     else:
         data, error = _read_all(src)
         if error is not None:
@@ -87,7 +78,7 @@ def find_lines(
             )
         if not data:
             return found
-        lines = pl.scan_csv(io.BytesIO(data), **_CSV_OPTIONS)
+        lines = _scan_lines(io.BytesIO(data))
     text = pl.col("text")
     query = (
         lines.with_row_index("line", offset=1)
@@ -121,6 +112,23 @@ def find_lines(
     pieces.append(every.filter(~pl.col("needle").is_in(specific)))
     found.frame = pl.concat(pl.collect_all(pieces), how="diagonal_relaxed").sort("line")
     return found
+
+
+def _scan_lines(data: Path | io.BytesIO) -> pl.LazyFrame:
+    """The lines of ``data`` as one ``text`` column.
+
+    One field per line: no quoting, and a separator (NUL) that text logs do not contain.
+    """
+    return pl.scan_csv(
+        data,
+        has_header=False,
+        separator="\x00",
+        quote_char=None,
+        new_columns=["text"],
+        schema={"text": pl.String},
+        truncate_ragged_lines=True,
+        encoding="utf8-lossy",
+    )
 
 
 def _read_all(src: Source) -> tuple[bytes, Exception | None]:

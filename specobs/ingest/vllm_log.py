@@ -110,12 +110,13 @@ def scan_fields(head: bytes) -> Fields:
     }
 
 
-_LINE_COLUMNS = {
-    "process_name": pl.String, "pid": pl.String, "stamp": pl.String, "full_ts": pl.Float64, "service": pl.String,
-    "accepted": pl.Int64, "drafted": pl.Int64, "mal": pl.Float64, "per_pos_rates": pl.List(pl.Float64),
-    "accepted_throughput": pl.Float64, "legacy_v0": pl.Boolean, "k": pl.Int64, "emitted": pl.Int64,
-    "stats_engine": pl.Int64, "stats_aggregated": pl.Boolean, "stats_batch": pl.Int64,
-    "proposal_per_token": pl.Float64, "scoring": pl.Float64, "verification": pl.Float64,
+_LINE_COLUMNS: dict[str, pl.DataType] = {
+    "process_name": pl.String(), "pid": pl.String(), "stamp": pl.String(), "full_ts": pl.Float64(),
+    "service": pl.String(), "accepted": pl.Int64(), "drafted": pl.Int64(), "mal": pl.Float64(),
+    "per_pos_rates": pl.List(pl.Float64), "accepted_throughput": pl.Float64(), "legacy_v0": pl.Boolean(),
+    "k": pl.Int64(), "emitted": pl.Int64(), "stats_engine": pl.Int64(), "stats_aggregated": pl.Boolean(),
+    "stats_batch": pl.Int64(), "proposal_per_token": pl.Float64(), "scoring": pl.Float64(),
+    "verification": pl.Float64(),
 }  # fmt: skip
 
 
