@@ -1,20 +1,9 @@
 """Capture settings from the environment (read once, when capture starts).
 
-| variable | default | meaning |
-|---|---|---|
-| ``SPECOBS_ENABLE`` | off | ``1``/``true``/``yes`` turns capture on in every vLLM process |
-| ``SPECOBS_DIR`` | ``./specobs-events`` | folder for event files |
-| ``SPECOBS_FORMAT`` | ``jsonl`` | ``jsonl`` or ``parquet`` |
-| ``SPECOBS_RUN_ID`` | time + random | labels every row of this serving run |
-| ``SPECOBS_WORKLOAD`` | unset | a label for the traffic (chat, code, …) |
-| ``SPECOBS_PER_REQUEST`` | off | also write one row per request per step (request id, drafted, accepted) |
-| ``SPECOBS_PER_REQUEST_SAMPLE`` | ``1.0`` | share of requests that get per-request rows (chosen by request id) |
-| ``SPECOBS_QUEUE_SIZE`` | ``65536`` | rows held before new ones are dropped (and counted) |
-| ``SPECOBS_ROTATE_MB`` | ``64`` | JSONL file size before rotating |
-| ``SPECOBS_ROTATE_SECONDS`` | ``3600`` | JSONL file age before rotating |
-| ``SPECOBS_PARQUET_SECONDS`` | ``60`` | seconds per Parquet part |
-| ``SPECOBS_PROMETHEUS`` | unset | ``host:port``: serve specobs metrics from the engine-core process (port + DP rank) |
-| ``SPECOBS_OTEL`` | ``1`` | ``0`` keeps OpenTelemetry export off even when ``OTEL_EXPORTER_OTLP_*`` is set |
+Every variable specobs reads is an :class:`EnvironmentVariable` constant below (the OTLP ones
+in :mod:`specobs.exporters.otel`), and code reads them only through those constants. The table
+of names, defaults and meanings is generated from them into docs/vllm.md
+(``python docs/generate.py``); it is not repeated here.
 """
 
 from __future__ import annotations
@@ -22,62 +11,176 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-_TRUE = {"1", "true", "yes", "on"}
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in _TRUE
+@dataclass(frozen=True)
+class EnvironmentVariable:
+    """One environment variable: its name, the value used when it is unset, what it does.
+
+    ``default`` is the value code falls back to (None: unset, or computed when needed, which
+    ``shown_default`` then describes for the docs). Read it with :meth:`text`, :meth:`flag` or
+    :meth:`number`, never with ``os.environ`` and the name spelt out again.
+    """
+
+    name: str
+    default: str | None
+    meaning: str
+    shown_default: str | None = None
+
+    def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The value as set; None when unset or empty."""
+        value = (os.environ if environ is None else environ).get(self.name)
+        return value if value else None
+
+    def text(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The value as set, else the default."""
+        value = self.raw(environ)
+        return value if value is not None else self.default
+
+    def flag(self, environ: Mapping[str, str] | None = None) -> bool:
+        """``1``/``true``/``yes``/``on`` → True, ``0``/``false``/``no``/``off`` → False (any case);
+        anything else, or unset, → the default's answer."""
+        for value in (self.raw(environ), self.default):
+            word = (value or "").strip().lower()
+            if word in _TRUE or word in _FALSE:
+                return word in _TRUE
+        return False
+
+    def number(self, environ: Mapping[str, str] | None = None) -> float:
+        """The value as a number; the default when unset or not a number."""
+        for value in (self.raw(environ), self.default):
+            try:
+                return float((value or "").strip())
+            except ValueError:
+                continue
+        raise ValueError(f"{self.name}: no numeric default")
 
 
-def _number(name: str, default: float) -> float:
-    value = os.environ.get(name, "").strip()
-    try:
-        return float(value) if value else default
-    except ValueError:
-        return default
+SPECOBS_ENABLE = EnvironmentVariable(
+    "SPECOBS_ENABLE", "0", "`1` (or `true`, `yes`, `on`) turns capture on in every vLLM process"
+)
+SPECOBS_DIR = EnvironmentVariable(
+    "SPECOBS_DIR",
+    "specobs-events",
+    "folder for event files (one file set per process: `specobs-<run>-p<pid>-<n>.jsonl`)",
+    shown_default="`./specobs-events`",
+)
+SPECOBS_FORMAT = EnvironmentVariable(
+    "SPECOBS_FORMAT",
+    "jsonl",
+    "`jsonl` (flushed every second, crash-safe) or `parquet` (a part every `SPECOBS_PARQUET_SECONDS`, "
+    "atomic rename); anything else means `jsonl`",
+)
+SPECOBS_RUN_ID = EnvironmentVariable(
+    "SPECOBS_RUN_ID",
+    None,
+    "labels every row of the run (the front-end passes its id to the engine cores)",
+    shown_default="UTC time + random",
+)
+SPECOBS_WORKLOAD = EnvironmentVariable("SPECOBS_WORKLOAD", None, "a label for the traffic (chat, code, …)")
+SPECOBS_PER_REQUEST = EnvironmentVariable(
+    "SPECOBS_PER_REQUEST",
+    "0",
+    "`1`: also write one row per request per step: `request_id`, drafted, accepted — never prompt text",
+)
+SPECOBS_PER_REQUEST_SAMPLE = EnvironmentVariable(
+    "SPECOBS_PER_REQUEST_SAMPLE", "1.0", "share of requests with per-request rows (stable per request id)"
+)
+SPECOBS_QUEUE_SIZE = EnvironmentVariable(
+    "SPECOBS_QUEUE_SIZE", "65536", "rows held in memory before new ones are dropped and counted"
+)
+SPECOBS_ROTATE_MB = EnvironmentVariable("SPECOBS_ROTATE_MB", "64", "JSONL file size (MB) before rotating")
+SPECOBS_ROTATE_SECONDS = EnvironmentVariable("SPECOBS_ROTATE_SECONDS", "3600", "JSONL file age before rotating")
+SPECOBS_PARQUET_SECONDS = EnvironmentVariable(
+    "SPECOBS_PARQUET_SECONDS", "60", "seconds per Parquet part (and the most a SIGKILL loses in Parquet)"
+)
+SPECOBS_PROMETHEUS = EnvironmentVariable(
+    "SPECOBS_PROMETHEUS",
+    None,
+    "`host:port`: serve specobs metrics from each engine-core process (port + data-parallel rank)",
+)
+SPECOBS_OTEL = EnvironmentVariable(
+    "SPECOBS_OTEL", "1", "`0` keeps OpenTelemetry export off even when `OTEL_EXPORTER_OTLP_*` is set"
+)
+SPECOBS_HOOKS = EnvironmentVariable(
+    "SPECOBS_HOOKS",
+    "1",
+    "`0`: stats-only mode (no engine patching; acceptance per step from vLLM's own stats, no timing)",
+)
+
+#: The capture variables, in the order docs/vllm.md lists them.
+VARIABLES: tuple[EnvironmentVariable, ...] = (
+    SPECOBS_ENABLE,
+    SPECOBS_DIR,
+    SPECOBS_FORMAT,
+    SPECOBS_RUN_ID,
+    SPECOBS_WORKLOAD,
+    SPECOBS_PER_REQUEST,
+    SPECOBS_PER_REQUEST_SAMPLE,
+    SPECOBS_QUEUE_SIZE,
+    SPECOBS_ROTATE_MB,
+    SPECOBS_ROTATE_SECONDS,
+    SPECOBS_PARQUET_SECONDS,
+    SPECOBS_PROMETHEUS,
+    SPECOBS_OTEL,
+    SPECOBS_HOOKS,
+)
+_FORMATS = ("jsonl", "parquet")
+_MB = 1024 * 1024
 
 
 def default_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
+def _default(variable: EnvironmentVariable) -> float:
+    return float(variable.default or 0)
+
+
 @dataclass(frozen=True)
 class CaptureConfig:
     enabled: bool = False
-    directory: str = "specobs-events"
-    format: str = "jsonl"
+    directory: str = str(SPECOBS_DIR.default)
+    format: str = str(SPECOBS_FORMAT.default)
     run_id: str = field(default_factory=default_run_id)
     workload: str | None = None
     per_request: bool = False
-    per_request_sample: float = 1.0
-    queue_size: int = 65536
-    rotate_bytes: int = 64 * 1024 * 1024
-    rotate_seconds: float = 3600.0
-    parquet_seconds: float = 60.0
+    per_request_sample: float = _default(SPECOBS_PER_REQUEST_SAMPLE)
+    queue_size: int = int(_default(SPECOBS_QUEUE_SIZE))
+    rotate_bytes: int = int(_default(SPECOBS_ROTATE_MB) * _MB)
+    rotate_seconds: float = _default(SPECOBS_ROTATE_SECONDS)
+    parquet_seconds: float = _default(SPECOBS_PARQUET_SECONDS)
     prometheus: str | None = None
     otel: bool = True
+    hooks: bool = True  # False: stats-only mode (SPECOBS_HOOKS=0)
 
     @classmethod
-    def from_env(cls) -> CaptureConfig:
-        fmt = os.environ.get("SPECOBS_FORMAT", "jsonl").strip().lower()
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> CaptureConfig:
+        """The settings the environment (``os.environ`` unless given) asks for."""
+        env = os.environ if environ is None else environ
+        fmt = (SPECOBS_FORMAT.text(env) or "").strip().lower()
         return cls(
-            enabled=_flag("SPECOBS_ENABLE"),
-            directory=os.environ.get("SPECOBS_DIR", "specobs-events"),
-            format=fmt if fmt in ("jsonl", "parquet") else "jsonl",
+            enabled=SPECOBS_ENABLE.flag(env),
+            directory=SPECOBS_DIR.text(env) or cls.directory,
+            format=fmt if fmt in _FORMATS else cls.format,
             # The front-end and engine-core processes start apart; a run id set by the user
             # (or inherited from the parent through the environment) keeps them together.
-            run_id=os.environ.get("SPECOBS_RUN_ID") or default_run_id(),
-            workload=os.environ.get("SPECOBS_WORKLOAD") or None,
-            per_request=_flag("SPECOBS_PER_REQUEST"),
-            per_request_sample=min(max(_number("SPECOBS_PER_REQUEST_SAMPLE", 1.0), 0.0), 1.0),
-            queue_size=int(_number("SPECOBS_QUEUE_SIZE", 65536)),
-            rotate_bytes=int(_number("SPECOBS_ROTATE_MB", 64) * 1024 * 1024),
-            rotate_seconds=_number("SPECOBS_ROTATE_SECONDS", 3600.0),
-            parquet_seconds=_number("SPECOBS_PARQUET_SECONDS", 60.0),
-            prometheus=os.environ.get("SPECOBS_PROMETHEUS") or None,
-            otel=os.environ.get("SPECOBS_OTEL", "1").strip().lower() not in ("0", "false", "no", "off"),
+            run_id=SPECOBS_RUN_ID.raw(env) or default_run_id(),
+            workload=SPECOBS_WORKLOAD.raw(env),
+            per_request=SPECOBS_PER_REQUEST.flag(env),
+            per_request_sample=min(max(SPECOBS_PER_REQUEST_SAMPLE.number(env), 0.0), 1.0),
+            queue_size=int(SPECOBS_QUEUE_SIZE.number(env)),
+            rotate_bytes=int(SPECOBS_ROTATE_MB.number(env) * _MB),
+            rotate_seconds=SPECOBS_ROTATE_SECONDS.number(env),
+            parquet_seconds=SPECOBS_PARQUET_SECONDS.number(env),
+            prometheus=SPECOBS_PROMETHEUS.raw(env),
+            otel=SPECOBS_OTEL.flag(env),
+            hooks=SPECOBS_HOOKS.flag(env),
         )
 
     def sinks(self, engine: int = 0, health=None, resource: dict[str, str] | None = None) -> list:

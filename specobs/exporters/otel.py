@@ -1,39 +1,49 @@
 """specobs metrics through OpenTelemetry: the same instruments, exported over OTLP/HTTP.
 
-Enabled by the standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
-``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``, plus ``OTEL_EXPORTER_OTLP_HEADERS`` etc., read by the
-OTLP exporter itself); nothing is set up when neither is set. Instruments:
+Enabled by the standard variables (:data:`OTEL_EXPORTER_OTLP_ENDPOINT` or
+:data:`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, plus ``OTEL_EXPORTER_OTLP_HEADERS`` etc., read by the
+OTLP exporter itself); nothing is set up when neither is set. The instruments (names, kinds,
+units, attributes) and the variables are tabled in docs/exporters.md and docs/vllm.md, generated
+from this module (``python docs/generate.py``).
 
-| name | kind | unit |
-|---|---|---|
-| ``specobs.steps`` | counter | {step} |
-| ``specobs.drafts`` | counter | {draft} |
-| ``specobs.draft_tokens`` | counter | {token} |
-| ``specobs.accepted_tokens`` | counter | {token} |
-| ``specobs.accepted_tokens.position`` | counter (attribute ``position``) | {draft} |
-| ``specobs.drafts.position`` | counter (attribute ``position``): drafts that reached it | {draft} |
-| ``specobs.generated_tokens`` | counter | {token} |
-| ``specobs.draft.duration`` | histogram | s |
-| ``specobs.verify.duration`` | histogram | s |
-| ``specobs.step.duration`` | histogram | s |
-
-Data-point attributes: ``model_name``, ``engine``, ``method`` (and ``batch_size_bucket`` on
-the durations); resource attributes: ``service.name`` = specobs, ``specobs.platform``,
-``specobs.device``, ``specobs.model``.
+Data-point attributes: ``model_name``, ``engine``, ``method`` (``position`` on the per-position
+counters, ``batch_size_bucket`` on the durations); resource attributes: ``service.name`` =
+specobs, ``specobs.platform``, ``specobs.device``, ``specobs.model``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from specobs.capture.config import EnvironmentVariable
 from specobs.exporters.prometheus import MAX_POSITIONS, batch_size_bucket, drafts_per_position
+
+OTEL_EXPORTER_OTLP_ENDPOINT = EnvironmentVariable(
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    None,
+    "OTLP/HTTP base URL (metrics go to `/v1/metrics`); set, with capture on, it turns OpenTelemetry export "
+    "on in the engine-core process (headers and the rest: the standard `OTEL_EXPORTER_OTLP_*` variables)",
+)
+OTEL_EXPORTER_OTLP_METRICS_ENDPOINT = EnvironmentVariable(
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    None,
+    "full URL for metrics only; turns export on like `OTEL_EXPORTER_OTLP_ENDPOINT`",
+)
+OTEL_METRIC_EXPORT_INTERVAL = EnvironmentVariable(
+    "OTEL_METRIC_EXPORT_INTERVAL", "10000", "milliseconds between OTLP exports"
+)
+#: The OpenTelemetry variables specobs reads itself, in the order docs/vllm.md lists them.
+VARIABLES: tuple[EnvironmentVariable, ...] = (
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    OTEL_METRIC_EXPORT_INTERVAL,
+)
 
 
 def otlp_configured() -> bool:
     """Whether the standard OTLP endpoint variables ask for metrics export."""
-    return bool(os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    return bool(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT.raw() or OTEL_EXPORTER_OTLP_ENDPOINT.raw())
 
 
 class OtelMetrics:
@@ -77,7 +87,7 @@ class OtelMetrics:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
 
-        interval = float(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "10000"))
+        interval = OTEL_METRIC_EXPORT_INTERVAL.number()
         reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
         resource = Resource.create({"service.name": "specobs", **(resource_attributes or {})})
         return cls(MeterProvider(resource=resource, metric_readers=[reader]))
