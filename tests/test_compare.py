@@ -110,6 +110,7 @@ def null_pair(rng: np.random.Generator, scenario: int) -> tuple[pl.DataFrame, pl
     return log_windows(rng, 20, 500, beta), log_windows(rng, int(rng.integers(3, 6)), int(rng.integers(10, 40)), beta)
 
 
+@pytest.mark.slow
 def test_null_pairs_near_one_are_called_a_change_at_most_five_percent_of_the_time():
     rng = np.random.default_rng(20261201)
     called, clipped, called_before = 0, 0, 0
@@ -140,6 +141,7 @@ def test_a_real_acceptance_drop_near_one_is_detected():
     assert rose.kind == "improvement"
 
 
+@pytest.mark.slow
 def test_null_pairs_with_timing_keep_the_throughput_false_positive_rate():
     rng = np.random.default_rng(11)
     pairs = 150

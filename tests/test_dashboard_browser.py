@@ -30,11 +30,14 @@ CHARTS_DRAWN = """() => [...document.querySelectorAll('[data-testid="stVegaLiteC
     .filter(chart => chart.querySelector('.marks')).length"""
 
 # CI installs both and sets SPECOBS_REQUIRE_BROWSER=1, so there a missing browser fails instead.
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("SPECOBS_REQUIRE_BROWSER")
-    and (not os.path.exists(CHROMIUM) or importlib.util.find_spec("playwright") is None),
-    reason="needs Debian's chromium and playwright (the dev extra)",
-)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not os.environ.get("SPECOBS_REQUIRE_BROWSER")
+        and (not os.path.exists(CHROMIUM) or importlib.util.find_spec("playwright") is None),
+        reason="needs Debian's chromium and playwright (the dev extra)",
+    ),
+]
 
 
 def free_port() -> int:

