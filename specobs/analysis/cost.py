@@ -9,6 +9,7 @@ outliers: :func:`steady_state`) are left out of every timing here and of the cos
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 
@@ -187,7 +188,7 @@ def unsteady_counts(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, int]:
     return {row["unsteady"]: int(row["len"]) for row in counts.iter_rows(named=True)}
 
 
-def schedule_tax(windows: pl.LazyFrame | pl.DataFrame) -> list[dict]:
+def schedule_tax(windows: pl.LazyFrame | pl.DataFrame) -> list[dict[str, Any]]:
     """What k = 0 steps of a speculative engine cost beyond a plain engine's steps.
 
     A batch-size schedule with k = 0 ranges ("off") still runs the drafter's bookkeeping (and

@@ -141,7 +141,10 @@ def change_points(
         scores = _split_scores(accepted[lo:hi], drafts[lo:hi], min_size)
         if scores.is_empty():
             return
-        best = scores.row(int(scores["z"].abs().arg_max()), named=True)
+        top = scores["z"].abs().arg_max()
+        if top is None:  # not reached: scores holds finite z only
+            return
+        best = scores.row(top, named=True)
         if abs(best["z"]) < z_threshold or abs(best["after"] - best["before"]) < min_change * best["before"]:
             return
         index = lo + best["index"]
@@ -221,18 +224,21 @@ def detect_changes(
     series = acceptance_over_time(with_group_columns(windows.lazy()), columns, max_points=max_points)
     if not series.height:
         return []
-    found: list[tuple[tuple, float, Change]] = []
-    options = {"min_size": min_size, "z_threshold": z_threshold, "min_change": min_change}
+    found: list[tuple[tuple[Any, ...], float | None, Change]] = []
+
+    def steps_in(part: pl.DataFrame) -> list[ChangePoint]:
+        return change_points(part, min_size=min_size, z_threshold=z_threshold, min_change=min_change)
+
     for values, part in series.partition_by(columns, as_dict=True, maintain_order=True).items():
         labelled = dict(zip(columns, values, strict=True))
         labels = {k: labelled[k] for k in keys}
         within = {c: labelled[c] for c in CONFIGURATION}
-        for point in change_points(part, **options):
+        for point in steps_in(part):
             found.append((tuple(values[: len(keys)]), point.ts, Change(point.kind, labels, within, point)))
     groups = series.partition_by(list(keys), as_dict=True, maintain_order=True) if keys else {(): series}
     for values, part in groups.items():
         part = part.sort("end_ts", "source_line", nulls_last=True)
-        for point in change_points(part, **options):
+        for point in steps_in(part):
             before = _dominant(part[max(0, point.index - min_size) : point.index], CONFIGURATION)
             after = _dominant(part[point.index : point.index + min_size], CONFIGURATION)
             changed = {c: (before[c], after[c]) for c in CONFIGURATION if before[c] != after[c]}

@@ -29,14 +29,14 @@ def _color(field: str, title: str) -> alt.Color:
     )
 
 
-def _shape(field: str, title: str, groups: int) -> alt.Shape | alt.value:
+def _shape(field: str, title: str, groups: int) -> alt.Shape | alt.ShapeValue:
     """Point shapes as a second cue once there are more groups than colours."""
     if groups <= len(OKABE_ITO):
-        return alt.value("circle")
+        return alt.ShapeValue("circle")
     return alt.Shape(field, title=title, legend=alt.Legend(orient="bottom", columns=4, symbolLimit=0, labelLimit=200))
 
 
-def positions(frame: pl.DataFrame, curve: str) -> alt.Chart:
+def positions(frame: pl.DataFrame, curve: str) -> alt.LayerChart:
     """One per-position curve (r_i or β_i) per group, with 95% interval bars."""
     data = frame.filter(pl.col("curve") == curve)
     base = alt.Chart(data, title=curve).encode(
@@ -92,7 +92,7 @@ def acceptance_over_time(series: pl.DataFrame, changes: pl.DataFrame) -> alt.Lay
             ],
         )
     )
-    return alt.layer(line, rules).properties(height=HEIGHT)
+    return alt.LayerChart(layer=[line, rules]).properties(height=HEIGHT)  # = alt.layer(), typed
 
 
 def step_time(parts: pl.DataFrame) -> alt.FacetChart:

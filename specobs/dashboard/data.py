@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from specobs.errors import SpecobsError
+from specobs.errors import Skipped, SpecobsError
 from specobs.ingest import SourceReport, add_prometheus, counted_sources, load
 from specobs.ingest.source import expand_paths
 
@@ -25,6 +25,8 @@ BUNDLED_SWEEP = Path(__file__).resolve().parents[2] / "examples" / "data" / "vll
 ARGS_ENV = "SPECOBS_DASHBOARD_ARGS"
 #: Filterable label columns, in the order the sidebar shows them.
 FILTER_COLUMNS = ("model", "method", "engine", "workload", "platform")
+#: A value of a filter column: ``engine`` is an integer, the others are strings.
+LabelValue = str | int
 
 
 @dataclass(frozen=True)
@@ -51,9 +53,13 @@ def default_inputs() -> Inputs:
     return Inputs(paths=(str(BUNDLED_SWEEP),) if BUNDLED_SWEEP.is_dir() else ())
 
 
-def signature(inputs: Inputs) -> tuple:
+#: One input file in a cache key: path, size and modification time (None, None when unreadable).
+FileStamp = tuple[str, int | None, int | None]
+
+
+def signature(inputs: Inputs) -> tuple[tuple[FileStamp, ...], str | None, str, str]:
     """A cache key that changes when any input file changes (size or modification time)."""
-    files = []
+    files: list[FileStamp] = []
     for name, _ in expand_paths(list(inputs.paths)):
         try:
             stat = os.stat(name)
@@ -69,9 +75,9 @@ class Loaded:
 
     windows: pl.DataFrame
     sources: list[SourceReport] = field(default_factory=list)
-    skipped: list = field(default_factory=list)  # specobs.errors.Skipped
+    skipped: list[Skipped] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # "input: why", one per unreadable input
-    options: dict[str, list] = field(default_factory=dict)  # filter_options(windows), read once
+    options: dict[str, list[LabelValue]] = field(default_factory=dict)  # filter_options(windows), read once
     bounds: tuple[float, float] | None = None  # time_bounds(windows)
 
 
@@ -95,14 +101,14 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Lo
 class Filters:
     """The slice every page sees: allowed values per label column, and a time range."""
 
-    values: tuple[tuple[str, tuple], ...] = ()  # (column, allowed values); absent = all
+    values: tuple[tuple[str, tuple[LabelValue, ...]], ...] = ()  # (column, allowed values); absent = all
     time_range: tuple[float, float] | None = None  # unix seconds, on window end times
 
-    def allowed(self, column: str) -> tuple | None:
+    def allowed(self, column: str) -> tuple[LabelValue, ...] | None:
         return dict(self.values).get(column)
 
 
-def filter_options(windows: pl.DataFrame) -> dict[str, list]:
+def filter_options(windows: pl.DataFrame) -> dict[str, list[LabelValue]]:
     """Distinct known values of each filter column (columns with none are left out)."""
     combos = windows.lazy().group_by(FILTER_COLUMNS).len().collect()  # one pass; the combinations are few
     values = {c: combos.get_column(c).drop_nulls().unique().sort().to_list() for c in FILTER_COLUMNS}
@@ -111,8 +117,8 @@ def filter_options(windows: pl.DataFrame) -> dict[str, list]:
 
 def time_bounds(windows: pl.DataFrame) -> tuple[float, float] | None:
     """The earliest and latest window end, or None without timestamps."""
-    ends = windows.get_column("end_ts").drop_nulls()
-    return (float(ends.min()), float(ends.max())) if ends.len() else None
+    low, high = windows.select(pl.col("end_ts").min(), pl.col("end_ts").max()).row(0)
+    return (float(low), float(high)) if low is not None else None
 
 
 def apply_filters(windows: pl.DataFrame, filters: Filters) -> pl.DataFrame:

@@ -114,6 +114,7 @@ class Sidecar:
 
         try:
             frame = pl.DataFrame(list(self.recent), infer_schema_length=None)
+            windows: pl.DataFrame | pl.LazyFrame
             if "end_ts" in frame.columns:
                 windows = schema.conform(frame, schema.WINDOWS)
             else:

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # mypy does not analyse the model stack (see [tool.mypy] in pyproject.toml)
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
 
 SEED = 1234
 RANDOM_SEED = 4321
@@ -53,7 +57,7 @@ LLAMA = dict(
 )
 
 
-def build_tokenizer(out: Path):
+def build_tokenizer(out: Path) -> PreTrainedTokenizerFast:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -69,7 +73,7 @@ def build_tokenizer(out: Path):
     return fast
 
 
-def config(tok, layers: int):
+def config(tok: PreTrainedTokenizerFast, layers: int) -> LlamaConfig:
     from transformers import LlamaConfig
 
     return LlamaConfig(

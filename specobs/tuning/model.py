@@ -24,8 +24,9 @@ and makes a fit on ten million steps cost what one on a few thousand does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -230,19 +231,23 @@ def fit_acceptance(steps: pl.DataFrame) -> Acceptance | None:
     return fit_acceptance_groups(steps, ()).get(())
 
 
-def fit_acceptance_groups(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple, Acceptance]:
+#: The values of a grouping's ``by`` columns, in order (``()`` without grouping).
+GroupKey = tuple[Any, ...]
+
+
+def fit_acceptance_groups(steps: pl.DataFrame, by: Sequence[str]) -> dict[GroupKey, Acceptance]:
     """:func:`fit_acceptance` per value of the columns ``by`` (batch size, a resample's
     number…), keyed by the tuple of values, from one grouped pass; groups with a null key or
     without per-position counts are left out."""
     steps = cells(steps, ())
     q = _drafts_per_request_step(steps, by)
-    q_by_k: dict[tuple, list[tuple[int, float]]] = {}
+    q_by_k: dict[GroupKey, list[tuple[int, float]]] = {}
     for key, value in _drafts_per_request_step(
         steps.filter(pl.col("num_spec_tokens") > 0), [*by, "num_spec_tokens"]
     ).items():
         q_by_k.setdefault(key[:-1], []).append((int(key[-1]), value))
     lengths = _draft_lengths(steps, by)
-    out = {}
+    out: dict[GroupKey, Acceptance] = {}
     for row in acceptance.summarize(steps, by=(), columns=by).iter_rows(named=True):
         key = tuple(row[c] for c in by)
         fitted = None if None in key else _acceptance_from(row, q.get(key, 1.0), lengths.get(key, ()))
@@ -251,7 +256,7 @@ def fit_acceptance_groups(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple,
     return out
 
 
-def _draft_lengths(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple, tuple[tuple[int, float], ...]]:
+def _draft_lengths(steps: pl.DataFrame, by: Sequence[str]) -> dict[GroupKey, tuple[tuple[int, float], ...]]:
     """Draft tokens per draft at each k, per value of ``by``."""
     known = steps.filter(
         (pl.col("num_spec_tokens") > 0) & (pl.col("num_drafts") > 0) & pl.col("num_draft_tokens").is_not_null()
@@ -259,13 +264,13 @@ def _draft_lengths(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple, tuple[
     rows = known.group_by([*by, "num_spec_tokens"]).agg(
         length=pl.col("num_draft_tokens").sum() / pl.col("num_drafts").sum()
     )
-    out: dict[tuple, list[tuple[int, float]]] = {}
+    out: dict[GroupKey, list[tuple[int, float]]] = {}
     for row in rows.iter_rows(named=True):
         out.setdefault(tuple(row[c] for c in by), []).append((int(row["num_spec_tokens"]), float(row["length"])))
     return {key: tuple(sorted(v)) for key, v in out.items()}
 
 
-def _acceptance_from(summary: dict, q: float, lengths: tuple[tuple[int, float], ...]) -> Acceptance | None:
+def _acceptance_from(summary: Mapping[str, Any], q: float, lengths: tuple[tuple[int, float], ...]) -> Acceptance | None:
     accepted = summary.get("num_accepted_tokens_per_pos")
     allowed = summary.get("num_drafts_allowed_per_pos")
     if not accepted or not allowed:
@@ -288,7 +293,7 @@ def _acceptance_from(summary: dict, q: float, lengths: tuple[tuple[int, float], 
     return Acceptance(tuple(rates), beta, beta_low, beta_high, q, lengths)
 
 
-def _drafts_per_request_step(steps: pl.DataFrame, by: Sequence[str]) -> dict[tuple, float]:
+def _drafts_per_request_step(steps: pl.DataFrame, by: Sequence[str]) -> dict[GroupKey, float]:
     """q per value of ``by``: drafts per request per decode step (lookup drafters skip requests
     without a match); groups where it is unknown are left out (the caller's default is 1)."""
     decode = steps.filter(pl.col("decode") & (pl.col("batch_size") > 0))
@@ -448,9 +453,10 @@ def fit_cost(
 ) -> CostModel | None:
     """Fit the cost model from timed speculative steps, the plain engine's steps (``plain``)
     and the same engine's k = 0 steps (``off``), when there are any."""
-    spec = _timed_decode(spec, "verify_seconds")
-    if spec is None:
+    timed_spec = _timed_decode(spec, "verify_seconds")
+    if timed_spec is None:
         return None
+    spec = timed_spec
     plain, off = _timed_decode(plain), _timed_decode(off)
     notes: list[str] = []
     weights = ("num_timed_steps", "num_rows")

@@ -53,7 +53,7 @@ class Scenario:
     model: str = "sim-target"
     platform: str = "sim"
     seed: int = 0
-    extra_labels: dict = field(default_factory=dict)
+    extra_labels: dict[str, str] = field(default_factory=dict)  # "device", "workload"
 
     def verify_seconds(self, tokens: float) -> float:
         a, b, c, knee = self.verify
@@ -97,7 +97,7 @@ def simulate_run(
     seed = scenario.seed + 7919 * k + sum(map(ord, method or "plain"))
     rng = np.random.default_rng(seed)
     spec = scenario.method(method) if method and k else None
-    rows = []
+    rows: list[dict[str, object]] = []
     ts = start_ts
     for batch in batch_sizes:
         for _ in range(steps):
@@ -148,8 +148,10 @@ def simulate_run(
     return pl.DataFrame(rows, schema=schema.STEPS)
 
 
-def _row(scenario, method, k, batch, drafts, drafted, per_pos, draft, verify, step, generated, scheduled, ts,
-         accepted=0):  # fmt: skip
+def _row(
+    scenario: Scenario, method: str | None, k: int, batch: int, drafts: int, drafted: int, per_pos: list[int],
+    draft: float | None, verify: float, step: float, generated: int, scheduled: int, ts: float, accepted: int = 0,
+) -> dict[str, object]:  # fmt: skip
     return {
         "ts": ts,
         "run_id": f"sim-{method or 'plain'}-k{k}",

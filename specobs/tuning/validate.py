@@ -27,11 +27,11 @@ class Validation:
 
     @property
     def median_error(self) -> float:
-        return float(self.points["relative_error"].abs().median())
+        return float(self.points.select(pl.col("relative_error").abs().median()).item())
 
     @property
     def worst_regret(self) -> float:
-        return float(self.choices["regret"].max())
+        return float(self.choices.select(pl.col("regret").max()).item())
 
 
 def measured_throughput(steps: pl.DataFrame, *, by_bucket: bool = False) -> pl.DataFrame:
@@ -67,7 +67,8 @@ def validate(
     # are only a stand-in when there is none (they still pay for the drafter).
     plain = measured.filter(pl.col("k") == 0)
     plain_engine = plain.filter(pl.col("method").is_null()).select("batch_size", plain="measured")
-    points, choices = [], []
+    points: list[dict[str, object]] = []
+    choices: list[dict[str, object]] = []
     for method in sorted(m for m in measured["method"].unique().to_list() if m is not None):
         ks = sorted(measured.filter(pl.col("method") == method)["k"].unique().to_list())
         top = fit_k if fit_k is not None else max(ks)
@@ -75,13 +76,16 @@ def validate(
             ((pl.col("method") == method) & (pl.col("num_spec_tokens") == top)) | (pl.col("num_spec_tokens") == 0)
         )
         fit = fit_methods(subset)[0]
+        cost = fit.cost
+        if cost is None:
+            raise ValueError(f"{method}: no cost model (the k = {top} run has no timed steps)")
         own = plain.filter(pl.col("method") == method).select("batch_size", plain="measured")
         rows = measured.filter((pl.col("method") == method) & (pl.col("k") > 0)).join(
             plain_engine if not plain_engine.is_empty() else own, on="batch_size", how="left"
         )
         for row in rows.iter_rows(named=True):
             acc = fit.acceptance_for(row["batch_size"])
-            predicted = predict(acc, fit.cost, row["k"], row["batch_size"]).tokens_per_second
+            predicted = predict(acc, cost, row["k"], row["batch_size"]).tokens_per_second
             points.append(
                 {
                     "method": method,
@@ -99,7 +103,8 @@ def validate(
             if here["plain"].drop_nulls().len():
                 options[0] = here["plain"].drop_nulls()[0]
             acc = fit.acceptance_for(batch)
-            chosen = max(options, key=lambda k, acc=acc: predict(acc, fit.cost, k, batch).tokens_per_second)
+            expected = {k: predict(acc, cost, k, batch).tokens_per_second for k in options}
+            chosen = max(options, key=expected.__getitem__)
             best = max(options, key=lambda k: options[k])
             choices.append(
                 {
