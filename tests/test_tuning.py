@@ -220,3 +220,19 @@ def test_cells_survive_a_hash_collision(monkeypatch):
     merged = model.cells(rows, LABELS)
     assert merged.equals(expected)
     assert merged.select(*LABELS, "num_spec_tokens", "batch_size").n_unique() > 100
+
+
+def test_validate_says_when_the_fit_run_has_no_timing():
+    from specobs.tuning.validate import validate
+
+    scenario = sim.Scenario(methods=(sim.PROFILES["eagle3"],))
+    untimed = sim.simulate_run(scenario, "eagle3", 4, [1, 4], 40).with_columns(
+        [pl.lit(None, pl.Float64).alias(c) for c in ("draft_seconds", "verify_seconds", "step_seconds")]
+    )
+    steps = pl.concat(
+        [sim.simulate_run(scenario, None, 0, [1, 4], 40), sim.simulate_run(scenario, "eagle3", 2, [1, 4], 40), untimed]
+    )
+    windows = steps_to_windows(steps.lazy(), "sim", "events-jsonl")
+    assert validate(windows).median_error < 0.1  # fitted on k = 2, the largest timed run
+    with pytest.raises(ValueError, match="eagle3: no cost model"):
+        validate(windows, fit_k=4)
