@@ -44,6 +44,7 @@ class Source:
         else:
             raw = open(self.path, "rb", buffering=0)  # noqa: SIM115 - the caller closes it
         if self.compressed:
+            # typeshed types GzipFile as a BufferedIOBase, not a BinaryIO; it reads the same way.
             return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
         return raw
 
