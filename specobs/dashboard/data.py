@@ -117,7 +117,7 @@ def filter_options(windows: pl.DataFrame) -> dict[str, list[LabelValue]]:
 
 def time_bounds(windows: pl.DataFrame) -> tuple[float, float] | None:
     """The earliest and latest window end, or None without timestamps."""
-    low, high = windows.select(pl.col("end_ts").min(), pl.col("end_ts").max()).row(0)
+    low, high = windows.select(low=pl.col("end_ts").min(), high=pl.col("end_ts").max()).row(0)
     return (float(low), float(high)) if low is not None else None
 
 
