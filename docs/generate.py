@@ -1,0 +1,719 @@
+"""The tables in docs/ that come from the code: regenerate them, or check that they are current.
+
+    python docs/generate.py           rewrite every generated table in docs/*.md
+    python docs/generate.py --check   exit 1, listing the tables that differ from the code
+
+A table lives between two marker comments, so the prose around it stays hand-written::
+
+    <!-- generated: env -->
+    | variable | default | meaning |
+    ...
+    <!-- end generated -->
+
+Sources of truth (see :data:`TABLES` for where each table goes):
+
+- environment variables: the :class:`specobs.capture.config.EnvironmentVariable` constants in
+  ``specobs.capture.config.VARIABLES`` and ``specobs.exporters.otel.VARIABLES``; a ``SPECOBS_*``
+  or ``OTEL_*`` name spelt out as a string anywhere in ``specobs/`` must be one of them (or be
+  listed in :data:`UNDOCUMENTED_VARIABLES` with the reason);
+- CLI options: the typer app ``specobs.cli.app``, through click (one table per command; a
+  command without a table in docs/cli.md is an error);
+- exit codes: ``specobs.errors.EXIT_CODES``;
+- Prometheus metrics: every family a fresh registry holds once ``specobs exporter``'s sidecar
+  has read the bundled ngram run (counters, histograms and, after its refit, the tuning gauges);
+  OpenTelemetry instruments: ``OtelMetrics`` on an in-memory reader fed the same rows;
+- JSON keys: the JSON that ``specobs report``, ``recommend`` and ``compare`` print for the
+  bundled sweep (``examples/data/vllm-cpu-sweep``), walked into dotted paths
+  (``recommended.speculative_config``, ``by_batch_size[].basis``). Key names come from the
+  code; their descriptions live here, in :data:`JSON_KEYS` (the results code is being
+  refactored; they may move next to the code that produces each key later). A key without a
+  description, or a description of a key that no longer appears, is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # this checkout's specobs, not an installed one
+
+DOCS = ROOT / "docs"
+SWEEP = ROOT / "examples" / "data" / "vllm-cpu-sweep"
+REGENERATE = "python docs/generate.py"
+MARKER = re.compile(
+    r"(?P<open><!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)", re.S
+)
+
+
+class GenerationError(Exception):
+    """The code and the docs disagree in a way regenerating cannot fix (an undescribed key...)."""
+
+
+def _sweep_file(method: str) -> Path:
+    (path,) = sorted(SWEEP.glob(f"specobs-sweep-{method}-*.jsonl"))
+    return path
+
+
+# --- markdown -------------------------------------------------------------------------------------
+
+
+def cell(value: Any) -> str:
+    """Text safe inside a Markdown table cell."""
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def code(value: Any) -> str:
+    text = str(value)
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
+    header = list(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+# --- environment variables ------------------------------------------------------------------------
+
+#: Names spelt out in specobs/ that are deliberately not in the table, and why.
+UNDOCUMENTED_VARIABLES = {
+    "SPECOBS_DASHBOARD_ARGS": "internal: `specobs dashboard` hands its arguments to the Streamlit process",
+    "SPECOBS_DEBUG": "read by specobs/cli.py (prints the traceback of an internal error, exit 70); to become an "
+    "EnvironmentVariable constant there and join the table",
+}
+_LITERAL_NAME = re.compile(r"""(["'])((?:SPECOBS|OTEL)_[A-Z0-9_]+)\1""")
+
+
+def variables() -> list[Any]:
+    from specobs.capture import config
+    from specobs.exporters import otel
+
+    return [*config.VARIABLES, *otel.VARIABLES]
+
+
+def env_table() -> str:
+    rows = []
+    for var in variables():
+        default = var.shown_default or (code(var.default) if var.default is not None else "unset")
+        rows.append((code(var.name), default, var.meaning))
+    return table(("variable", "default", "meaning"), rows)
+
+
+def undocumented_variables() -> list[str]:
+    """``SPECOBS_*`` / ``OTEL_*`` names written as string literals in specobs/ but not documented."""
+    known = {v.name for v in variables()} | set(UNDOCUMENTED_VARIABLES)
+    problems = []
+    for path in sorted((ROOT / "specobs").rglob("*.py")):
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for match in _LITERAL_NAME.finditer(line):
+                if match.group(2) not in known:
+                    where = f"{path.relative_to(ROOT)}:{lineno}"
+                    problems.append(
+                        f"{where}: {match.group(2)} is read by name but documented nowhere: make it an "
+                        "EnvironmentVariable in a module's VARIABLES (see specobs/capture/config.py)"
+                    )
+    return problems
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _cli():
+    import typer
+
+    from specobs.cli import app
+
+    return typer.main.get_command(app)
+
+
+def _default(param: Any) -> str:
+    value = param.default
+    if getattr(param, "is_flag", False) and param.secondary_opts:
+        return code(param.secondary_opts[0] if not value else param.opts[0])
+    if value is None or (param.nargs == -1 and not value):
+        return "required" if param.required else "—"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    value = getattr(value, "value", value)  # an enum's value
+    return code(repr(value) if value == "" else value)
+
+
+def _option(param: Any) -> str:
+    if param.param_type_name == "argument":
+        name = param.name.upper() + ("…" if param.nargs == -1 else "")
+        return code(name) + " (argument)"
+    names = [code(o) for o in param.opts]
+    if param.secondary_opts:
+        names += [code(o) for o in param.secondary_opts]
+    return ", ".join(names) if not param.secondary_opts else " / ".join(names)
+
+
+def cli_commands_table() -> str:
+    group = _cli()
+    rows = [
+        (code("specobs " + name), (cmd.help or "").strip().split("\n\n")[0]) for name, cmd in group.commands.items()
+    ]
+    return table(("command", "what it does"), rows)
+
+
+def cli_global_table() -> str:
+    params = [p for p in _cli().params if p.name != "help"]
+    return table(("option", "default", "help"), [(_option(p), _default(p), p.help or "") for p in params])
+
+
+def cli_command_table(name: str) -> str:
+    command = _cli().commands[name]
+    rows = [(_option(p), _default(p), getattr(p, "help", None) or "") for p in command.params if p.name != "help"]
+    return table(("option", "default", "help"), rows)
+
+
+def exit_codes_table() -> str:
+    from specobs.errors import EXIT_CODES
+
+    return table(("status", "meaning"), [(code(status), meaning) for status, meaning in sorted(EXIT_CODES.items())])
+
+
+# --- metrics --------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _exporter_families() -> list[Any]:
+    """Every family ``specobs exporter`` serves once it has read the bundled ngram run and refitted."""
+    from prometheus_client import CollectorRegistry
+
+    from specobs.exporters.prometheus import PrometheusMetrics
+    from specobs.exporters.sidecar import Sidecar
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry, health=lambda: {"dropped_events": 0, "hook_errors": 0})
+    sidecar = Sidecar([str(_sweep_file("ngram"))], metrics, tuning_interval=0)
+    try:
+        sidecar.poll_once()
+    finally:
+        sidecar.stop()
+    if sidecar.errors:
+        raise GenerationError(f"the exporter met {sidecar.errors} error(s) reading {_sweep_file('ngram').name}")
+    health = _sidecar_health()
+    if health is not None:
+        registry.register(health(sidecar))
+    return list(registry.collect())
+
+
+def _sidecar_health() -> Any:
+    """The exporter command's own health collector, wherever it lives now (None: not found)."""
+    import importlib
+
+    for module, name in (("specobs.exporters.sidecar", "SidecarHealth"), ("specobs.cli", "_SidecarHealth")):
+        found = getattr(importlib.import_module(module), name, None)
+        if found is not None:
+            return found
+    return None
+
+
+def metrics_table() -> str:
+    rows = []
+    for family in _exporter_families():
+        if not family.samples:
+            raise GenerationError(
+                f"metric family {family.name} has no samples after the exporter read the sweep: its labels are "
+                "unknown (feed it in docs/generate.py's _exporter_families)"
+            )
+        labels: list[str] = []
+        for sample in family.samples:
+            labels += [k for k in sample.labels if k not in labels and k not in ("le", "quantile")]
+        name = family.name + ("_total" if family.type == "counter" else "")
+        rows.append((code(name), family.type, ", ".join(labels) or "—", family.documentation))
+    return table(("metric", "type", "labels", "help"), rows)
+
+
+def otel_table() -> str:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from specobs.exporters.otel import OtelMetrics
+
+    reader = InMemoryMetricReader()
+    metrics = OtelMetrics(MeterProvider(metric_readers=[reader]))
+    with _sweep_file("ngram").open(encoding="utf-8") as lines:
+        for line in list(lines)[:500]:
+            row = json.loads(line)
+            if row.get("request_id") is None:
+                metrics.observe_step(row)
+    data = reader.get_metrics_data()
+    rows: list[tuple[str, ...]] = []
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                kind = type(metric.data).__name__.lower().replace("sum", "counter")
+                attributes: list[str] = []
+                for point in metric.data.data_points:
+                    attributes += [k for k in point.attributes if k not in attributes]
+                rows.append((code(metric.name), kind, code(metric.unit), ", ".join(attributes), metric.description))
+    metrics.shutdown()
+    return table(
+        ("instrument", "kind", "unit", "attributes", "description"), sorted(rows, key=lambda r: r[0].strip("`"))
+    )
+
+
+# --- JSON keys ------------------------------------------------------------------------------------
+
+#: Paths whose values are keyed by data (a method name, a batch bucket): described, not walked.
+OPAQUE = {
+    "report": {"change_points[].changed"},
+    "recommend": {"method_comparison[].speedups"},
+    "compare": {
+        "configuration.a.schedule",
+        "configuration.b.schedule",
+        "configuration.differences[].a",
+        "configuration.differences[].b",
+    },
+}
+#: Objects with the keys of another one: only the first is listed key by key.
+SAME_AS = {
+    "report": {"groups[]": "summary", "details.groups[]": "details.summary"},
+    "recommend": {},
+    "compare": {"b": "a", "timing.b": "timing.a", "configuration.b": "configuration.a"},
+}
+#: Lists whose objects start with the group's labels (which ``--by`` chooses).
+LABELLED = {"groups[]", "details.groups[]", "timing[]", "change_points[]"}
+_LABELS = (
+    "starting with the group's labels (with the default `--by`: {labels}; "
+    "`--by batch` adds `batch_bucket`, `run` adds `run_id`, `k` adds `num_spec_tokens`)"
+)
+
+JSON_KEYS: dict[str, dict[str, str]] = {
+    "report": {
+        "summary": "over all inputs, exactly these keys (null when unknown)",
+        "summary.num_drafts": "drafts verified, `D`",
+        "summary.num_draft_tokens": "draft tokens proposed and verified, `T`",
+        "summary.num_accepted_tokens": "draft tokens accepted, `A`",
+        "summary.mean_acceptance_length": "`1 + A/D` (counts the bonus token)",
+        "summary.draft_acceptance_rate": "`A/T`",
+        "summary.acceptance_rate_per_position": "`r_i = a_i / n_i`, per position",
+        "summary.conditional_acceptance_rate_per_position": "`β_i = a_i / m_i`, per position",
+        "summary.num_accepted_tokens_per_pos": "`a_i`: drafts whose first i+1 tokens were accepted",
+        "summary.num_drafts_per_pos": "`n_i`: drafts that reached position i",
+        "groups[]": "one object per group, " + _LABELS + ", then every `summary` key for the group",
+        "details": "intervals and diagnoses, kept apart so `summary` stays exactly its keys",
+        "details.summary": "over all inputs",
+        "details.summary.num_windows": "windows (steps, log intervals, scrape pairs) read",
+        "details.summary.num_spec_tokens": "largest k seen",
+        "details.summary.mean_acceptance_length_se": "standard error of the mean acceptance length",
+        "details.summary.mean_acceptance_length_low": "95% interval, lower end (clipped at 1)",
+        "details.summary.mean_acceptance_length_high": "95% interval, upper end",
+        "details.summary.mean_acceptance_length_basis": "`counts` (from drafts and accepted tokens) or `reported` "
+        "(the engine's own printed mean)",
+        "details.summary.acceptance_rate_per_position_low": "Wilson 95% interval of `r_i`, lower ends",
+        "details.summary.acceptance_rate_per_position_high": "Wilson 95% interval of `r_i`, upper ends",
+        "details.summary.conditional_acceptance_rate_per_position_low": "Wilson 95% interval of `β_i`, lower ends",
+        "details.summary.conditional_acceptance_rate_per_position_high": "Wilson 95% interval of `β_i`, upper ends",
+        "details.summary.iid_alpha": "`α` with `Σ α^i = Σ r_i` (the implied iid rate)",
+        "details.summary.iid_max_gap": "`max |r_i − α^(i+1)|`",
+        "details.summary.conditional_trend": "`falling`, `rising` or `flat` (see iid diagnosis above)",
+        "details.summary.num_drafts_derived": "true when drafts (and per-position counts) were derived from printed "
+        "rates (vLLM V1 log lines), not counted",
+        "details.summary.start_ts": "unix seconds of the first window",
+        "details.summary.end_ts": "unix seconds of the last window",
+        "details.groups[]": "one object per group (same order as `groups`), "
+        + _LABELS
+        + ", then every `details.summary` key for the group",
+        "findings": "the plain-language sentences of the rich report",
+        "timing[]": "inputs with step timing (capture event files, V0 stage times): one object per group and "
+        "batch bucket, " + _LABELS,
+        "timing[].batch_bucket": "power-of-two batch bucket (`1`, `2-3`, `4-7`, …)",
+        "timing[].timed_steps": "steady-state timed steps in the bucket",
+        "timing[].mean_draft_seconds": "mean proposer time per step",
+        "timing[].mean_verify_seconds": "mean target forward + rejection sampling per step",
+        "timing[].mean_step_seconds": "mean whole-step time",
+        "timing[].mean_other_seconds": "step − draft − verify (scheduling, bookkeeping)",
+        "timing[].draft_share": "draft / step time",
+        "timing[].cost_ratio": "draft seconds per drafted token ÷ verify seconds per step (the `c` of Leviathan)",
+        "timing[].rejected_draft_share": "draft time × rejected share of drafted tokens, over step time",
+        "timing[].generated_tokens_per_second": "generated tokens per second of step time",
+        "recommendation": "the `specobs recommend` object (keys below) with point estimates only (no bootstrap: "
+        "its `interval`s are null); null when nothing drafted. `--method` names the method of rows that carry none",
+        "change_points[]": "changes of acceptance length (`detect_changes`), one object per change, " + _LABELS,
+        "change_points[].ts": "time (unix seconds) of the first window after the change",
+        "change_points[].kind": "`regression` / `improvement` within one configuration, or `configuration_change`",
+        "change_points[].before": "mean acceptance length before",
+        "change_points[].after": "mean acceptance length after",
+        "change_points[].z": "two-sample z statistic of the split",
+        "change_points[].configuration": "the configuration it happened within (or switched to)",
+        "change_points[].configuration.method": "method",
+        "change_points[].configuration.num_spec_tokens": "k",
+        "change_points[].configuration.batch_bucket": "batch bucket",
+        "change_points[].configuration.workload": "workload label",
+        "change_points[].changed": "configuration changes only: field → `[before, after]` (empty otherwise)",
+        "sources[]": "one object per input",
+        "sources[].source": "the input's name",
+        "sources[].format": "the format read (detected, or `--input-format`)",
+        "sources[].lines": "lines read (null where not counted)",
+        "sources[].windows": "windows it gave",
+        "sources[].skipped": "lines skipped",
+        "skipped_lines": "lines skipped over all inputs",
+        "skipped_lines.total": "how many",
+        "skipped_lines.examples[]": "up to 20 of them",
+        "skipped_lines.examples[].source": "input",
+        "skipped_lines.examples[].line": "line number (null when not a line)",
+        "skipped_lines.examples[].why": "why it was skipped",
+    },
+    "recommend": {
+        "recommended": "the headline: exactly the configuration to run",
+        "recommended.method": "method to run; null to run without speculation (and when the input cannot name "
+        "it: pass `--method`)",
+        "recommended.draft_model": "its draft checkpoint (`speculative_config.model`), null when none",
+        "recommended.num_speculative_tokens": "k (a schedule's largest); 0 with no speculative config",
+        "recommended.schedule": "`[low, high, k]` batch-size ranges from batch 1 (k = 0: no drafting there) for a "
+        "schedule; null for a static k",
+        "recommended.predicted_speedup": "the config's own speedup over plain decoding, weighted by the steps in "
+        "each batch bucket (measured where measured)",
+        "recommended.interval": "bootstrap 2.5–97.5 percentiles `[low, high]` of it; null without bootstrap",
+        "recommended.speculative_config": "the `--speculative-config` JSON to paste "
+        "(`num_speculative_tokens_per_batch_size` for a schedule); null for no config or an unknown method",
+        "recommended.baseline": "what speedups are against: `plain engine`, or how plain decoding was estimated",
+        "by_batch_size[]": "per power-of-two batch bucket: what the recommended config does there",
+        "by_batch_size[].method": "method (null when off overall)",
+        "by_batch_size[].batch_size_min": "lowest batch size of the bucket",
+        "by_batch_size[].batch_size_max": "highest batch size of the bucket",
+        "by_batch_size[].num_speculative_tokens": "k in the bucket (0: off)",
+        "by_batch_size[].predicted_speedup": "speedup in the bucket (an off range of a schedule: the k = 0 tax, ≤ 1)",
+        "by_batch_size[].interval": "bootstrap interval of it, or null",
+        "by_batch_size[].basis": "`measured`, `measured, plain modelled`, `model` or `plain decoding`",
+        "by_batch_size[].measured_steps": "steps the input spent in the bucket (the weight)",
+        "predicted[]": "every method × k (0 to `--max-k`) × bucket evaluated",
+        "predicted[].method": "method",
+        "predicted[].draft_model": "draft checkpoint, or null",
+        "predicted[].num_speculative_tokens": "k (0: plain decoding)",
+        "predicted[].batch_size": "batch size the model is evaluated at (the bucket's median observed one)",
+        "predicted[].batch_size_min": "lowest batch size of the bucket",
+        "predicted[].batch_size_max": "highest batch size of the bucket",
+        "predicted[].tokens_per_second": "the model's throughput; null without step timing",
+        "predicted[].speedup": "the model's speedup over plain decoding",
+        "predicted[].measured_speedup": "measured speedup (at least 20 timed decode steps at that k in the "
+        "bucket), else null",
+        "predicted[].estimate": "what the choice uses: measured, else the model anchored to the nearest measured k",
+        "predicted[].basis": "`measured`, `measured, plain modelled`, `model` or `plain decoding`",
+        "predicted[].interval": "bootstrap 2.5–97.5 percentiles of `estimate`, or null",
+        "predicted[].extrapolated": "true when k is beyond the measured k (acceptance extrapolated)",
+        "assumptions": "sentences: cost-model notes, the baseline, drafts per request-step, the extrapolation's β",
+        "explanations": "one sentence per bucket: why this k there",
+        "method_comparison[]": "with several methods: per bucket, which method wins at its best k (else empty)",
+        "method_comparison[].batch_size_min": "lowest batch size of the bucket",
+        "method_comparison[].batch_size_max": "highest batch size of the bucket",
+        "method_comparison[].winner": "winning method",
+        "method_comparison[].draft_model": "its draft checkpoint, or null",
+        "method_comparison[].num_speculative_tokens": "its best k in the bucket",
+        "method_comparison[].speedups": "method (with its draft model in parentheses) → its best speedup there",
+        "method_comparison[].labels": "the winner's labels",
+        "method_comparison[].labels.model": "served model",
+        "method_comparison[].labels.platform": "`rocm`, `cuda`, `cpu`…",
+        "method_comparison[].labels.device": "device name",
+    },
+    "compare": {
+        "verdict": "the sentence: configuration first, then throughput, then acceptance",
+        "kind": "`regression`, `improvement`, `configuration_changed`, `unchanged` or `unknown`",
+        "a": "run A's summary",
+        "a.mean_acceptance_length": "mean acceptance length",
+        "a.mean_acceptance_length_low": "95% interval, lower end",
+        "a.mean_acceptance_length_high": "95% interval, upper end",
+        "a.mean_acceptance_length_se": "its standard error (what the z test uses)",
+        "a.draft_acceptance_rate": "`A/T`",
+        "a.num_drafts": "drafts",
+        "a.num_accepted_tokens": "accepted tokens",
+        "b": "run B's, the same keys as `a`",
+        "positions[]": "per position",
+        "positions[].position": "position, from 1",
+        "positions[].a": "`r_i` of A",
+        "positions[].a_interval": "its Wilson 95% interval",
+        "positions[].b": "`r_i` of B",
+        "positions[].b_interval": "its Wilson 95% interval",
+        "positions[].changed": "true when the two intervals do not overlap",
+        "timing": "mean timing of each side",
+        "timing.a": "A's (null values without timing)",
+        "timing.a.mean_draft_seconds": "mean proposer time per step",
+        "timing.a.mean_verify_seconds": "mean verification time per step",
+        "timing.a.mean_step_seconds": "mean step time",
+        "timing.a.generated_tokens_per_second": "generated tokens per second of step time",
+        "timing.b": "B's, the same keys as `timing.a`",
+        "configuration": "what each side ran",
+        "configuration.a": "A's configuration",
+        "configuration.a.method": "methods (sorted)",
+        "configuration.a.draft_model": "draft models",
+        "configuration.a.num_spec_tokens": "ks",
+        "configuration.a.schedule": "batch bucket → the ks used there",
+        "configuration.b": "B's, the same keys as `configuration.a`",
+        "configuration.differences[]": "fields in which A and B are known to differ",
+        "configuration.differences[].field": "`method`, `draft_model`, `num_spec_tokens` or `schedule`",
+        "configuration.differences[].a": "A's value",
+        "configuration.differences[].b": "B's value",
+        "configuration.changed": "true when there is any difference",
+        "throughput": "both sides timed: B/A generated tokens per second at matched batch buckets; else null",
+        "throughput.basis": "what is compared, in words",
+        "throughput.interval": "how the interval is made, in words",
+        "throughput.ratio": "steps-weighted geometric mean of the buckets' B/A",
+        "throughput.low": "95% interval, lower end (null when no bucket could be tested)",
+        "throughput.high": "95% interval, upper end",
+        "throughput.degrees_of_freedom": "Welch–Satterthwaite degrees of freedom",
+        "throughput.step_seconds_ratio": "B/A mean step time",
+        "throughput.direction": "`fell`, `rose`, `unchanged` or null",
+        "throughput.buckets[]": "per batch bucket both ran",
+        "throughput.buckets[].batch_bucket": "the bucket",
+        "throughput.buckets[].steps_a": "A's timed steps",
+        "throughput.buckets[].steps_b": "B's timed steps",
+        "throughput.buckets[].runs_a": "A's runs (stretches of consecutive timed rows)",
+        "throughput.buckets[].runs_b": "B's runs",
+        "throughput.buckets[].tokens_per_second_a": "A's generated tokens per second",
+        "throughput.buckets[].tokens_per_second_b": "B's",
+        "throughput.buckets[].ratio": "B/A",
+        "throughput.buckets[].step_seconds_ratio": "B/A mean step time",
+        "throughput.buckets[].tested": "two runs or more on each side: in the interval",
+        "throughput.buckets_only_in_a": "buckets only A ran",
+        "throughput.buckets_only_in_b": "buckets only B ran",
+        "acceptance": "the z test of B − A on the mean acceptance length",
+        "acceptance.difference": "B − A",
+        "acceptance.standard_error": "its standard error (no smaller than the pooled one)",
+        "acceptance.z": "difference / standard error",
+        "acceptance.direction": "`fell`, `rose`, `unchanged` (|z| ≤ 1.96) or null",
+    },
+}
+
+
+def walk(value: Any, opaque: set[str], prefix: str = "") -> Iterator[str]:
+    """Dotted paths of every key in ``value``, in order: ``a.b``, ``list[]``, ``list[].key``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(item, list) and any(isinstance(x, dict) for x in item) and path not in opaque:
+                yield path + "[]"
+                for x in item:
+                    if isinstance(x, dict):
+                        yield from walk(x, opaque, path + "[]")
+            else:
+                yield path
+                if path not in opaque:
+                    yield from walk(item, opaque, path)
+
+
+def _run_cli(*args: str) -> dict[str, Any]:
+    from typer.testing import CliRunner
+
+    from specobs.cli import app
+
+    result = CliRunner().invoke(app, [*args, "--format", "json"])
+    if result.exit_code not in (0, 3):  # compare exits 3 on a regression, which these inputs are
+        raise GenerationError(f"specobs {' '.join(args)} --format json exited {result.exit_code}: {result.output}")
+    return json.loads(result.stdout)
+
+
+@functools.cache
+def json_outputs() -> dict[str, dict[str, Any]]:
+    """What the CLI prints for the bundled sweep: ``report`` (with one unreadable line added, so
+    that ``skipped_lines.examples`` has an entry), ``recommend`` and ``compare`` (ngram → draft model)."""
+    ngram, draft, plain = (str(_sweep_file(m)) for m in ("ngram", "draft_model", "plain"))
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / Path(plain).name
+        copy.write_text(Path(plain).read_text(encoding="utf-8") + '{"not json\n', encoding="utf-8")
+        report = _run_cli("report", ngram, draft, str(copy))
+    return {
+        "report": report,
+        "recommend": _run_cli("recommend", str(SWEEP), "--bootstrap", "0"),
+        "compare": _run_cli("compare", ngram, draft),
+    }
+
+
+def json_paths(document: str) -> list[str]:
+    data = json_outputs()[document]
+    opaque = OPAQUE[document] | (
+        {"recommendation." + p for p in OPAQUE["recommend"]} if document == "report" else set()
+    )
+    paths = list(dict.fromkeys(walk(data, opaque)))
+    if document == "report":  # the nested recommendation is `recommend`'s object: listed there
+        nested = [p.removeprefix("recommendation.") for p in paths if p.startswith("recommendation.")]
+        own = set(json_paths("recommend"))
+        if set(nested) != own:
+            raise GenerationError(
+                "report's `recommendation` keys differ from `specobs recommend`'s: "
+                f"only in report {sorted(set(nested) - own)}, only in recommend {sorted(own - set(nested))}"
+            )
+        paths = [p for p in paths if not p.startswith("recommendation.")]
+    return paths
+
+
+def _covered(path: str, document: str, paths: set[str]) -> bool:
+    """Whether ``path`` is listed through another row: a label of a labelled list, or a key of an
+    object documented as having the keys of another (``groups[]`` → ``summary``)."""
+    if _is_label(path):
+        return True
+    return any(
+        path.startswith(alias + ".") and original + path.removeprefix(alias) in paths
+        for alias, original in SAME_AS[document].items()
+    )
+
+
+@functools.cache
+def _labels() -> tuple[str, ...]:
+    """The group labels the report was run with: ``--by``'s default."""
+    (by,) = [p for p in _cli().commands["report"].params if p.name == "by"]
+    return tuple(b.strip() for b in by.default.split(",") if b.strip())
+
+
+def _is_label(path: str) -> bool:
+    return any(path.startswith(p + ".") and path.removeprefix(p + ".") in _labels() for p in LABELLED)
+
+
+def _describe(document: str, path: str) -> str:
+    text = JSON_KEYS[document].get(path, "")
+    return text.replace("{labels}", ", ".join(code(label) for label in _labels()))
+
+
+def json_problems(document: str) -> list[str]:
+    """Undescribed keys, descriptions of keys that are gone, and aliases that do not hold."""
+    paths = json_paths(document)
+    present = set(paths)
+    described = JSON_KEYS[document]
+    listed = [p for p in paths if not _covered(p, document, present)]
+    problems = [
+        f"{document} JSON: key {p} has no description (add it to JSON_KEYS in docs/generate.py)"
+        for p in listed
+        if p not in described
+    ]
+    problems += [
+        f"{document} JSON: described key {p} is not in the output any more (remove it from JSON_KEYS in "
+        "docs/generate.py, or choose inputs that show it)"
+        for p in described
+        if p not in present
+    ]
+    for alias, original in SAME_AS[document].items():
+        mine = {p.removeprefix(alias) for p in present if p.startswith(alias + ".") and not _is_label(p)}
+        theirs = {p.removeprefix(original) for p in present if p.startswith(original + ".")}
+        if mine != theirs:
+            problems.append(
+                f"{document} JSON: {alias} is documented as having {original}'s keys, but differs: "
+                f"{sorted(mine ^ theirs)}"
+            )
+    return problems
+
+
+def json_table(document: str) -> str:
+    paths = json_paths(document)
+    present = set(paths)
+    rows = [(code(p), _describe(document, p)) for p in paths if not _covered(p, document, present)]
+    return table(("key", "content"), rows)
+
+
+# --- the tables and where they go -----------------------------------------------------------------
+
+
+def _tables() -> dict[str, tuple[str, Callable[[], str]]]:
+    """Table name → (the doc it belongs in, how to build it)."""
+    out: dict[str, tuple[str, Callable[[], str]]] = {
+        "env": ("vllm.md", env_table),
+        "cli-commands": ("cli.md", cli_commands_table),
+        "cli-global": ("cli.md", cli_global_table),
+        "exit-codes": ("cli.md", exit_codes_table),
+        "metrics": ("exporters.md", metrics_table),
+        "otel-instruments": ("exporters.md", otel_table),
+        "report-json": ("report.md", functools.partial(json_table, "report")),
+        "recommend-json": ("report.md", functools.partial(json_table, "recommend")),
+        "compare-json": ("report.md", functools.partial(json_table, "compare")),
+    }
+    for name in _cli().commands:
+        out[f"cli-{name}"] = ("cli.md", functools.partial(cli_command_table, name))
+    return out
+
+
+#: Tables that need an optional dependency: left as they are (with a note) when it is missing.
+OPTIONAL = {"otel-instruments": "opentelemetry.sdk"}
+
+
+def _diff(old: str, new: str, most: int = 12) -> str:
+    """The first lines of a unified diff, indented, to show what changed."""
+    lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), "docs", "code", n=0, lineterm=""))[2:]
+    shown = [f"      {line}" for line in lines[:most]]
+    if len(lines) > most:
+        shown.append(f"      … {len(lines) - most} more line(s)")
+    return "\n".join(shown)
+
+
+def update(check: bool) -> tuple[list[str], list[str]]:
+    """Rebuild every table; write the docs unless ``check``. Returns (stale tables, other problems)."""
+    import importlib.util
+
+    tables = _tables()
+    stale: list[str] = []
+    problems: list[str] = []
+    placed: set[str] = set()
+    for path in sorted(DOCS.glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+
+        def replace(match: re.Match[str], path: Path = path) -> str:
+            name = match.group("name")
+            placed.add(name)
+            if name not in tables:
+                problems.append(f"docs/{path.name}: unknown generated table {name!r}")
+                return match.group(0)
+            home, build = tables[name]
+            if home != path.name:
+                problems.append(f"docs/{path.name}: table {name!r} belongs in docs/{home}")
+            module = OPTIONAL.get(name)
+            if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
+                print(f"note: docs/{path.name} table {name!r} left as it is ({module} is not installed)")
+                return match.group(0)
+            try:
+                body = build()
+            except GenerationError as exc:
+                problems.append(f"docs/{path.name} table {name!r}: {exc}")
+                return match.group(0)
+            if body != match.group("body"):
+                stale.append(f"docs/{path.name}: table {name!r}\n" + _diff(match.group("body"), body))
+            return match.group("open") + body + match.group("close")
+
+        new = MARKER.sub(replace, text)
+        if not check and new != text:
+            path.write_text(new, encoding="utf-8")
+    for name, (home, _) in tables.items():
+        if name not in placed:
+            problems.append(
+                f"docs/{home}: no place for table {name!r}: add `<!-- generated: {name} -->` and "
+                "`<!-- end generated -->` where it belongs"
+            )
+    for document in JSON_KEYS:
+        try:
+            problems += json_problems(document)
+        except GenerationError as exc:
+            problems.append(f"{document} JSON: {exc}")
+    problems += undocumented_variables()
+    return stale, list(dict.fromkeys(problems))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is stale")
+    args = parser.parse_args(argv)
+    stale, problems = update(check=args.check)
+    for line in problems:
+        print(line, file=sys.stderr)
+    if args.check and stale:
+        print("stale generated tables (the code changed; the docs did not):", file=sys.stderr)
+        for line in stale:
+            print(f"  {line}", file=sys.stderr)
+        print(f"regenerate them with: {REGENERATE}", file=sys.stderr)
+    elif stale:
+        print("rewrote: " + ", ".join(line.split("\n")[0] for line in stale))
+    return 1 if problems or (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
