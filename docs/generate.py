@@ -638,6 +638,15 @@ def _tables() -> dict[str, tuple[str, Callable[[], str]]]:
 OPTIONAL = {"otel-instruments": "opentelemetry.sdk"}
 
 
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
 def _diff(old: str, new: str, most: int = 12) -> str:
     """The first lines of a unified diff, indented, to show what changed."""
     lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), "docs", "code", n=0, lineterm=""))[2:]
@@ -649,8 +658,6 @@ def _diff(old: str, new: str, most: int = 12) -> str:
 
 def update(check: bool) -> tuple[list[str], list[str]]:
     """Rebuild every table; write the docs unless ``check``. Returns (stale tables, other problems)."""
-    import importlib.util
-
     tables = _tables()
     stale: list[str] = []
     problems: list[str] = []
@@ -668,7 +675,7 @@ def update(check: bool) -> tuple[list[str], list[str]]:
             if home != path.name:
                 problems.append(f"docs/{path.name}: table {name!r} belongs in docs/{home}")
             module = OPTIONAL.get(name)
-            if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
+            if module is not None and not _installed(module):
                 print(f"note: docs/{path.name} table {name!r} left as it is ({module} is not installed)")
                 return match.group(0)
             try:
