@@ -71,18 +71,42 @@ FormatOption = Annotated[
 ]
 
 
-WHAT_REPORT_READS = """\
-specobs report reads what operators already have (format detected per file):
+WHAT_SPECOBS_READS = """\
+specobs {command} reads what operators already have (format detected per file):
 
   vLLM server logs      'SpecDecoding metrics:' / 'Speculative metrics:' lines, V0 and V1, any prefix
   SGLang logs           'Decode batch' lines with 'accept len'
   Prometheus scrapes    saved /metrics text with vllm:spec_decode_* counters (one or several)
   specobs event files   JSON Lines or Parquet with the steps columns
 
-Inputs may be files, folders, gzip files or '-' for stdin. Example:
+Inputs may be files, folders, gzip files or '-' for stdin, or --prometheus URL. Example:
 
-  specobs report examples/data/vllm-cpu-ngram-k3.log
+  specobs {command} examples/data/vllm-cpu-sweep
 """
+
+
+def _require_inputs(command: str, paths: list[str] | None, prometheus: str | None = None) -> list[str]:
+    """Every command that reads inputs treats none the same way: say what it reads, exit 2."""
+    if not paths and not prometheus:
+        err.print(WHAT_SPECOBS_READS.format(command=command), end="")
+        raise typer.Exit(EXIT_USAGE)
+    _check_paths(paths or [])
+    return list(paths or [])
+
+
+def _check_paths(paths: list[str]) -> None:
+    """A missing input stops the command before anything is read (the reader's own words)."""
+    from specobs.errors import InputError
+
+    for path in paths:
+        if path != "-" and not os.path.exists(path):
+            raise InputError(path, "no such file")
+
+
+def _emit(result, output_format: OutputFormat, names: tuple[str, str] = ("A", "B")) -> None:
+    from specobs.render import emit
+
+    emit(result, output_format.value, names=names)
 
 
 def user_errors(command):
@@ -168,12 +192,9 @@ def report(
 ) -> None:
     """Acceptance report: acceptance length, per-position and conditional rates with 95% intervals,
     timing by batch size, what it means, where acceptance changed, and a recommendation."""
-    from specobs import report as report_model
-    from specobs.render import report as render
+    from specobs.analyze import analyze
 
-    if not paths and not prometheus:
-        err.print(WHAT_REPORT_READS, end="")
-        raise typer.Exit(EXIT_USAGE)
+    paths = _require_inputs("report", paths, prometheus)
     groups = [b.strip() for b in by.split(",") if b.strip()]
     try:
         group_columns(groups)
@@ -181,8 +202,8 @@ def report(
         raise SpecobsError(str(exc)) from None
     method = _method(method)
     ingested = _inputs(paths, input_format, prometheus, since, match, step)
-    result = report_model.build(ingested, groups, method=method)
-    if not result.summary or result.summary.get("num_windows", 0) == 0:
+    result = analyze(ingested, groups, method=method)
+    if result.empty:
         names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths or [])
         for skipped in ingested.skipped[:5]:
             say(f"skipped {skipped}")
@@ -193,12 +214,7 @@ def report(
             say(f"skipped {skipped}")
         if len(ingested.skipped) > 5:
             say(f"skipped {len(ingested.skipped):,} line(s) in all")
-    if output_format is OutputFormat.json:
-        sys.stdout.write(render.to_json(result) + "\n")
-    elif output_format is OutputFormat.markdown:
-        sys.stdout.write(render.to_markdown(result))
-    else:
-        render.to_rich(result, Console())
+    _emit(result, output_format)
 
 
 def _inputs(
@@ -258,11 +274,9 @@ def recommend(
 ) -> None:
     """Recommend a method and k per batch size (and where to switch speculation off), with
     predicted speedups, intervals, a ready --speculative-config and the reasons."""
-    from specobs.render import tuning as render
     from specobs.tuning.recommend import recommend as run
 
-    if not paths and not prometheus:
-        raise SpecobsError("give files or folders to read, or --prometheus URL")
+    paths = _require_inputs("recommend", paths, prometheus)
     method = _method(method)
     ingested = _inputs(paths, input_format, prometheus, since, match, step)
     result = run(
@@ -271,12 +285,7 @@ def recommend(
     if result is None:
         say(f"{', '.join(paths or [prometheus or ''])}: no speculative decoding to tune (no drafts in the input)")
         raise typer.Exit(EXIT_NOTHING_FOUND)
-    if output_format is OutputFormat.json:
-        sys.stdout.write(render.recommendation_to_json(result) + "\n")
-    elif output_format is OutputFormat.markdown:
-        sys.stdout.write(render.recommendation_to_markdown(result))
-    else:
-        render.recommendation_to_rich(result, Console())
+    _emit(result, output_format)
 
 
 @app.command(
@@ -302,14 +311,11 @@ def compare(
     Exit status: 0 compared (improvement, no significant change, configuration changed, or no
     verdict possible) · 2 bad usage or an unreadable input · 3 regression (B slower than A
     beyond noise, or without timing and with the same configuration, lower acceptance length)."""
-    from specobs.render import tuning as render
     from specobs.tuning.compare import compare as run
 
+    _require_inputs("compare", [a, b])
     result = run(_load([a], input_format).windows, _load([b], input_format).windows)
-    if output_format is OutputFormat.json:
-        sys.stdout.write(render.comparison_to_json(result) + "\n")
-    else:
-        render.comparison_to_rich(result, Console(), (a, b))
+    _emit(result, output_format, (a, b))
     if result.kind == "regression":
         raise typer.Exit(EXIT_REGRESSION)  # scripts (CI after an upgrade) can gate on a regression
 
@@ -381,9 +387,7 @@ def exporter(
     from specobs.exporters.prometheus import PrometheusMetrics, serve
     from specobs.exporters.sidecar import Sidecar
 
-    for path in paths:
-        if not os.path.exists(path):
-            raise SpecobsError(f"{path}: no such file or folder")
+    _require_inputs("exporter", paths)
     metrics = PrometheusMetrics()
     sidecar = Sidecar(paths, metrics, from_end=from_end, tuning_interval=tuning_interval)
     metrics.registry.register(_SidecarHealth(sidecar))
@@ -422,9 +426,7 @@ def dashboard(
 
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("altair") is None:
         raise SpecobsError("the dashboard needs Streamlit and Altair: pip install 'specobs[dashboard]'")
-    for path in paths or []:
-        if not os.path.exists(path):
-            raise SpecobsError(f"{path}: no such file or folder")
+    _check_paths(paths or [])  # no inputs: the bundled sweep
     args = {"paths": [os.path.abspath(p) for p in paths or []], "prometheus": prometheus, "since": since,
             "match": match}  # fmt: skip
     env = dict(os.environ)

@@ -11,7 +11,7 @@ from conftest import report_json, run_cli
 from test_vllm_log import CURRENT, DP_PAIRS, GEN1
 
 from specobs import __version__
-from specobs.report import SUMMARY_KEYS
+from specobs.results import SUMMARY_KEYS
 
 
 def test_version_and_help_show_examples():

@@ -119,13 +119,13 @@ def test_null_pairs_near_one_are_called_a_change_at_most_five_percent_of_the_tim
         assert result.kind in ("unchanged", "regression", "improvement")
         called += result.kind != "unchanged"
         sides = (result.a, result.b)
-        assert result.acceptance["standard_error"] >= math.hypot(*(s["mean_acceptance_length_se"] for s in sides))
+        assert result.acceptance.standard_error >= math.hypot(*(s.mean_acceptance_length_se for s in sides))
         # What the standard error read back off the clipped intervals would have said.
-        clipped += sum(s["mean_acceptance_length_low"] == 1.0 for s in sides)
+        clipped += sum(s.mean_acceptance_length_low == 1.0 for s in sides)
         read_back = math.hypot(
-            *((s["mean_acceptance_length_high"] - s["mean_acceptance_length_low"]) / (2 * Z95) for s in sides)
+            *((s.mean_acceptance_length_high - s.mean_acceptance_length_low) / (2 * Z95) for s in sides)
         )
-        called_before += abs(result.acceptance["difference"]) > Z95 * read_back
+        called_before += abs(result.acceptance.difference) > Z95 * read_back
     assert clipped >= PAIRS / 4  # of the 2 × PAIRS sides: the regime the bug lived in
     assert called / PAIRS <= ALLOWED, f"false-positive rate {called / PAIRS:.3f}"
     assert called_before / PAIRS > ALLOWED  # the test would have caught the old verdicts
@@ -136,7 +136,7 @@ def test_a_real_acceptance_drop_near_one_is_detected():
     result = compare(log_windows(rng, 20, 200, 0.08), log_windows(rng, 20, 200, 0.03))
     assert result.kind == "regression"
     assert result.verdict.startswith("acceptance length fell")
-    assert result.acceptance["z"] < -Z95 and result.configuration["changed"] is False
+    assert result.acceptance.z < -Z95 and result.configuration.changed is False
     rose = compare(log_windows(rng, 20, 200, 0.03), log_windows(rng, 20, 200, 0.08))
     assert rose.kind == "improvement"
 
@@ -148,8 +148,8 @@ def test_null_pairs_with_timing_keep_the_throughput_false_positive_rate():
     called = 0
     for _ in range(pairs):
         throughput = compare_throughput(timed_steps(rng), timed_steps(rng))  # what decides the kind
-        assert throughput is not None and throughput["direction"] is not None
-        called += throughput["direction"] != "unchanged"
+        assert throughput is not None and throughput.direction is not None
+        called += throughput.direction != "unchanged"
     assert called / pairs <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / pairs)
 
 
@@ -158,22 +158,22 @@ def test_throughput_decides_and_acceptance_explains():
     a, slow = timed_steps(rng), timed_steps(rng, slower=1.4)
     result = compare(a, slow)
     tp = result.throughput
-    assert result.kind == "regression" and tp["direction"] == "fell" and tp["high"] < 1
+    assert result.kind == "regression" and tp.direction == "fell" and tp.high < 1
     assert result.verdict.startswith("Throughput fell")
     assert "Acceptance length" in result.verdict and "steps took" in result.verdict
-    assert {b["batch_bucket"] for b in tp["buckets"]} == {"1", "4-7", "16-31"}
-    assert all(b["tested"] and b["runs_a"] == b["runs_b"] == 3 for b in tp["buckets"])
+    assert {b.batch_bucket for b in tp.buckets} == {"1", "4-7", "16-31"}
+    assert all(b.tested and b.runs_a == b.runs_b == 3 for b in tp.buckets)
     # Steps-weighted geometric mean of the per-bucket ratios.
-    weights = [b["steps_a"] + b["steps_b"] for b in tp["buckets"]]
-    logs = [math.log(b["ratio"]) for b in tp["buckets"]]
-    assert tp["ratio"] == pytest.approx(math.exp(np.average(logs, weights=weights)))
+    weights = [b.steps_a + b.steps_b for b in tp.buckets]
+    logs = [math.log(b.ratio) for b in tp.buckets]
+    assert tp.ratio == pytest.approx(math.exp(np.average(logs, weights=weights)))
     # Higher acceptance does not make an improvement when tokens/s fell.
     better_but_slower = compare(a, timed_steps(rng, beta=0.7, slower=1.6))
-    assert better_but_slower.acceptance["direction"] == "rose"
+    assert better_but_slower.acceptance.direction == "rose"
     assert better_but_slower.kind == "regression"
     # A single run per bucket has no spread to test against: acceptance decides, throughput is named.
     one = compare(timed_steps(rng, rounds=1), timed_steps(rng, rounds=1, slower=1.4))
-    assert one.throughput["direction"] is None and one.kind == "unchanged"
+    assert one.throughput.direction is None and one.kind == "unchanged"
     assert "one run per side" in one.verdict
 
 
@@ -183,7 +183,7 @@ def test_per_bucket_throughput_is_the_reports():
     from specobs.analysis.cost import steady_state, timing_by_batch
 
     expected = timing_by_batch(steady_state(a), []).select("batch_bucket", "generated_tokens_per_second").rows()
-    got = [(x["batch_bucket"], x["tokens_per_second_a"]) for x in compare(a, b).throughput["buckets"]]
+    got = [(x.batch_bucket, x.tokens_per_second_a) for x in compare(a, b).throughput.buckets]
     assert got == expected
 
 
@@ -193,9 +193,9 @@ def test_configuration_change_is_named_first_and_is_not_a_regression():
     result = compare(a, b)
     assert result.verdict.startswith("A and B differ in configuration: method ngram → draft_model.")
     assert result.kind == "configuration_changed"
-    assert result.acceptance["direction"] == "fell"  # acceptance did fall: but across methods
+    assert result.acceptance.direction == "fell"  # acceptance did fall: but across methods
     assert result.throughput is None  # vLLM's log line carries no step timing
-    assert result.configuration["differences"] == [{"field": "method", "a": ["ngram"], "b": ["draft_model"]}]
+    assert result.configuration.to_dict()["differences"] == [{"field": "method", "a": ["ngram"], "b": ["draft_model"]}]
 
 
 def test_sweep_k3_against_k6_is_a_configuration_change_decided_by_throughput():
@@ -203,12 +203,12 @@ def test_sweep_k3_against_k6_is_a_configuration_change_decided_by_throughput():
     k3, k6 = (windows.filter(pl.col("num_spec_tokens") == k) for k in (3, 6))
     result = compare(k3, k6)
     assert result.verdict.startswith("A and B differ in configuration: k 3 → 6.")
-    assert result.acceptance["direction"] == "rose"  # more tokens per step ...
+    assert result.acceptance.direction == "rose"  # more tokens per step ...
     tp = result.throughput
-    assert tp["ratio"] < 1  # ... but fewer tokens per second
+    assert tp.ratio < 1  # ... but fewer tokens per second
     assert result.kind != "improvement"
-    assert result.kind == ("regression" if tp["direction"] == "fell" else "configuration_changed")
-    assert all(b["tested"] for b in tp["buckets"])
+    assert result.kind == ("regression" if tp.direction == "fell" else "configuration_changed")
+    assert all(b.tested for b in tp.buckets)
 
 
 def test_schedule_difference_is_a_configuration_change():
@@ -220,7 +220,7 @@ def test_schedule_difference_is_a_configuration_change():
     b_large = timed_steps(rng, batches=(16,), k=2)
     b = pl.concat([b_small, b_large.with_columns(pl.col("start_ts", "end_ts") + 100)])
     result = compare(a, b)
-    fields = [d["field"] for d in result.configuration["differences"]]
+    fields = [d.field for d in result.configuration.differences]
     assert fields == ["schedule"]
     assert result.verdict.startswith("A and B differ in configuration: schedule 1: 2, 16-31: 4 → 1: 4, 16-31: 2.")
 

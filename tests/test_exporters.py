@@ -83,7 +83,7 @@ def test_labels_are_bounded():
         for label in line.split("{")[1].split("}")[0].split(",")
     }
     assert names <= {"model_name", "engine", "method", "position", "batch_size_bucket", "le", "num_speculative_tokens"}
-    assert [batch_size_bucket(b) for b in (1, 3, 4, 100, 500, None)] == ["1", "2-3", "4-7", "64-127", "128+", "unknown"]
+    assert [batch_size_bucket(b) for b in (1, 3, 4, 100, 500, None)] == ["1", "2-3", "4-7", "64-127", "256-511", "unknown"]
 
 
 def test_follower_reads_complete_lines_across_rotation_and_truncation(tmp_path):
@@ -206,8 +206,11 @@ def test_predicted_speedup_gauge_uses_the_recommendations_estimates():
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry=registry)
     metrics.set_recommendation(rec, "tiny-llama", {"ngram": 6})
-    rows = [p for p in rec.predicted if p["method"] == "ngram" and p["num_speculative_tokens"] == 6]
+    rows = [p for p in rec.predicted if p.method == "ngram" and p.num_speculative_tokens == 6]
     value = registry.get_sample_value("specobs_predicted_speedup", {"model_name": "tiny-llama", "method": "ngram"})
-    assert value == pytest.approx(sum(p["estimate"] for p in rows) / len(rows))
+    # Weighted by the traffic steps of each bucket, as the headline is.
+    steps = {row.batch_size_min: row.measured_steps for row in rec.by_batch_size}
+    weighted = sum(p.estimate * steps[p.batch_size_min] for p in rows) / sum(steps[p.batch_size_min] for p in rows)
+    assert value == pytest.approx(weighted)
     # k=6 was measured slower than the model says (0.90–1.11× where the plain engine ran).
-    assert value < sum(p["speedup"] for p in rows) / len(rows)
+    assert value < sum(p.speedup * steps[p.batch_size_min] for p in rows) / sum(steps.values())

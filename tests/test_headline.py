@@ -69,9 +69,9 @@ def test_sweep_headline_is_within_noise_of_the_best_measured_config(sweep_recomm
     measured = _measured_speedups()
     rec = sweep_recommendation
     chosen = rec.recommended
-    assert chosen["method"] == "ngram"  # draft_model is measured slower than plain at every batch size
-    ks = {row["batch_size_min"]: row["num_speculative_tokens"] for row in rec.by_batch_size}
-    weights = {row["batch_size_min"]: row["measured_steps"] for row in rec.by_batch_size}
+    assert chosen.method == "ngram"  # draft_model is measured slower than plain at every batch size
+    ks = {row.batch_size_min: row.num_speculative_tokens for row in rec.by_batch_size}
+    weights = {row.batch_size_min: row.measured_steps for row in rec.by_batch_size}
     buckets = sorted({b for (_, _, b) in measured})  # 1, 4, 16: where the plain engine ran
     assert buckets == [1, 4, 16]
 
@@ -93,27 +93,23 @@ def test_sweep_headline_is_within_noise_of_the_best_measured_config(sweep_recomm
         assert measured[("ngram", ks[b], b)][0] >= best * (1 - NOISE)
     # Every draft_model configuration was measured slower than plain: never recommended anywhere.
     assert all(v < 1 for (m, _, _), (v, _) in measured.items() if m == "draft_model")
-    assert not any(row["winner"] == "draft_model" for row in rec.comparison)
+    assert not any(row.winner == "draft_model" for row in rec.method_comparison)
 
 
 def test_sweep_headline_names_the_printed_config(sweep_recommendation):
     r = sweep_recommendation.recommended
-    config = json.loads(r["speculative_config"])
-    assert config["method"] == r["method"] and config["num_speculative_tokens"] == r["num_speculative_tokens"]
+    config = json.loads(r.speculative_config)
+    assert config["method"] == r.method and config["num_speculative_tokens"] == r.num_speculative_tokens
     by = sweep_recommendation.by_batch_size
-    if r["schedule"]:
-        assert config["num_speculative_tokens_per_batch_size"] == r["schedule"]
-        assert [[row["batch_size_min"], row["batch_size_max"], row["num_speculative_tokens"]] for row in by] == r[
-            "schedule"
-        ]
+    if r.schedule:
+        assert config["num_speculative_tokens_per_batch_size"] == [list(row) for row in r.schedule]
+        assert [(row.batch_size_min, row.batch_size_max, row.num_speculative_tokens) for row in by] == list(r.schedule)
     else:
-        assert {row["num_speculative_tokens"] for row in by} == {r["num_speculative_tokens"]}
+        assert {row.num_speculative_tokens for row in by} == {r.num_speculative_tokens}
     # The headline's speedup is the traffic-weighted mix of the ranges it prints.
-    weighted = sum(row["predicted_speedup"] * row["measured_steps"] for row in by) / sum(
-        row["measured_steps"] for row in by
-    )
-    assert r["predicted_speedup"] == pytest.approx(weighted, rel=1e-9)
-    assert r["baseline"] == "plain engine"
+    weighted = sum(row.predicted_speedup * row.measured_steps for row in by) / sum(row.measured_steps for row in by)
+    assert r.predicted_speedup == pytest.approx(weighted, rel=1e-9)
+    assert r.baseline == "plain engine"
 
 
 def test_subsets_with_the_same_information_give_one_answer(sweep_recommendation):
@@ -124,9 +120,9 @@ def test_subsets_with_the_same_information_give_one_answer(sweep_recommendation)
         windows.filter(~((pl.col("method") == "ngram") & pl.col("num_spec_tokens").is_in([1, 2]))),
     ):
         rec = recommend(subset, bootstrap=0)
-        assert rec.recommended["speculative_config"] == sweep_recommendation.recommended["speculative_config"]
-        assert rec.recommended["predicted_speedup"] == pytest.approx(
-            sweep_recommendation.recommended["predicted_speedup"], rel=0.02
+        assert rec.recommended.speculative_config == sweep_recommendation.recommended.speculative_config
+        assert rec.recommended.predicted_speedup == pytest.approx(
+            sweep_recommendation.recommended.predicted_speedup, rel=0.02
         )
 
 
@@ -240,9 +236,9 @@ def test_warm_up_steps_do_not_move_the_prediction():
         verify_seconds=pl.when(first).then(pl.col("verify_seconds") + 2.5).otherwise(pl.col("verify_seconds")),
     )
     a, b = recommend(clean, bootstrap=0), recommend(slow, bootstrap=0)
-    assert a.recommended["speculative_config"] == b.recommended["speculative_config"]
-    pa = {(p["num_speculative_tokens"], p["batch_size_min"]): p["estimate"] for p in a.predicted}
-    pb = {(p["num_speculative_tokens"], p["batch_size_min"]): p["estimate"] for p in b.predicted}
+    assert a.recommended.speculative_config == b.recommended.speculative_config
+    pa = {(p.num_speculative_tokens, p.batch_size_min): p.estimate for p in a.predicted}
+    pb = {(p.num_speculative_tokens, p.batch_size_min): p.estimate for p in b.predicted}
     assert max(abs(pb[key] / pa[key] - 1) for key in pa) < 0.03
     data = {"warm-up": 0}
     from specobs.analysis.cost import unsteady_counts
@@ -285,12 +281,13 @@ def test_a_drafter_that_never_pays_is_off_without_a_config_even_when_its_k0_step
     ]
     windows = _sim_windows(frames)
     rec = recommend(windows, bootstrap=0)
-    assert rec.recommended["speculative_config"] is None and rec.recommended["predicted_speedup"] == 1.0
-    assert all(row["num_speculative_tokens"] == 0 for row in rec.by_batch_size)
+    assert rec.recommended.speculative_config is None and rec.recommended.predicted_speedup == 1.0
+    assert all(row.num_speculative_tokens == 0 for row in rec.by_batch_size)
     from specobs.analysis.cost import schedule_tax
-    from specobs.report import explain_costs
+    from specobs.render.sentences import cost_findings
 
-    (sentence,) = explain_costs(schedule_tax(windows), {})
+    (finding,) = cost_findings(schedule_tax(windows), {})
+    sentence = finding.text
     assert "no measurable k=0 tax" in sentence and "+-" not in sentence
 
 
@@ -309,7 +306,7 @@ def test_the_baseline_label_is_the_chosen_methods():
     # A timed sweep beside an untimed log: whichever wins, its own baseline is named.
     windows = load([str(SWEEP), str(DATA / "vllm-cpu-eagle-k3.log")]).windows
     rec = recommend(windows, bootstrap=0)
-    if rec.recommended["method"] == "eagle":
-        assert rec.recommended["baseline"].startswith("estimated: no step timing")
+    if rec.recommended.method == "eagle":
+        assert rec.recommended.baseline.startswith("estimated: no step timing")
     else:
-        assert rec.recommended["baseline"] == "plain engine"
+        assert rec.recommended.baseline == "plain engine"

@@ -55,11 +55,11 @@ def worst_regret(scenario: sim.Scenario, method: str, fit_ks=(0, 6), batches=(1,
     rec = recommend(windows(frames), max_k=max_k, bootstrap=0)
     worst = 0.0
     for row in rec.by_batch_size:
-        covered = [b for b in batches if row["batch_size_min"] <= b <= row["batch_size_max"]]
+        covered = [b for b in batches if row.batch_size_min <= b <= row.batch_size_max]
         if not covered:
             continue
         oracle = {k: sim.oracle_throughput(scenario, method if k else None, k, covered[0]) for k in range(max_k + 1)}
-        worst = max(worst, 1 - oracle[row["num_speculative_tokens"]] / max(oracle.values()))
+        worst = max(worst, 1 - oracle[row.num_speculative_tokens] / max(oracle.values()))
     return worst
 
 
@@ -75,11 +75,11 @@ def test_off_at_large_batches_when_verification_turns_compute_bound():
     scenario = sim.Scenario(methods=(spec,), verify=(0.010, 0.00002, 0.0015, 48.0), seed=5)
     frames = [sim.simulate_run(scenario, "draft_model" if k else None, k, [1, 4, 16, 64], 150) for k in (0, 4)]
     rec = recommend(windows(frames), max_k=6, bootstrap=0)
-    by = {r["batch_size_min"]: r["num_speculative_tokens"] for r in rec.by_batch_size}
+    by = {r.batch_size_min: r.num_speculative_tokens for r in rec.by_batch_size}
     assert by[1] > 0 and by[64] == 0
     assert any("switch speculation off" in line for line in rec.explanations)
     assert worst_regret(scenario, "draft_model", fit_ks=(0, 4), max_k=6) <= 0.03
-    table = json.loads(rec.recommended["speculative_config"])["num_speculative_tokens_per_batch_size"]
+    table = json.loads(rec.recommended.speculative_config)["num_speculative_tokens_per_batch_size"]
     assert table[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in itertools.pairwise(table))
     assert table[-1][2] == 0
 
@@ -200,12 +200,10 @@ def test_point_estimates_do_not_depend_on_how_rows_are_merged(monkeypatch):
     assert model.cells(frame, ()).height < frame.height / 10
     assert per_step.recommended == per_configuration.recommended
     for a, b in zip(per_step.predicted, per_configuration.predicted, strict=True):
-        assert (a["method"], a["num_speculative_tokens"], a["batch_size"]) == (
-            b["method"], b["num_speculative_tokens"], b["batch_size"]
-        )  # fmt: skip
-        assert b["speedup"] == pytest.approx(a["speedup"], rel=1e-9)
-        if a["tokens_per_second"] is not None:
-            assert b["tokens_per_second"] == pytest.approx(a["tokens_per_second"], rel=1e-9)
+        assert (a.method, a.num_speculative_tokens, a.batch_size) == (b.method, b.num_speculative_tokens, b.batch_size)
+        assert b.speedup == pytest.approx(a.speedup, rel=1e-9)
+        if a.tokens_per_second is not None:
+            assert b.tokens_per_second == pytest.approx(a.tokens_per_second, rel=1e-9)
 
 
 def test_cells_survive_a_hash_collision(monkeypatch):

@@ -97,18 +97,18 @@ def test_start_up_steps_do_not_move_the_answer(captured):
     giant = pl.col("step_seconds") > 20 * pl.col("step_seconds").median().over("run_id")
     dropped = recommend(windows.filter(~giant.fill_null(False)), bootstrap=0, max_k=3)
 
-    def row(rec, bucket: int) -> dict:
+    def row(rec, bucket: int):
         return next(
             p for p in rec.predicted
-            if p["method"] == "ngram" and p["num_speculative_tokens"] == 3 and p["batch_size_min"] == bucket
+            if p.method == "ngram" and p.num_speculative_tokens == 3 and p.batch_size_min == bucket
         )  # fmt: skip
 
     for batch in (1, 4):
         measured = spec[batch] / plain[batch]
         estimate, model, model_dropped = (
-            row(whole, batch)["estimate"],
-            row(whole, batch)["speedup"],
-            row(dropped, batch)["speedup"],
+            row(whole, batch).estimate,
+            row(whole, batch).speedup,
+            row(dropped, batch).speedup,
         )
         print(
             f"batch {batch}: measured {measured:.3f}, estimate {estimate:.3f}, model {model:.3f} / {model_dropped:.3f}"

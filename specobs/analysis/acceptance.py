@@ -26,7 +26,8 @@ window without per-position counts does not dilute ``r_i``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -54,6 +55,10 @@ GROUP_KEYS = {
 
 #: Minimum drafts reaching a position before its conditional rate is used for the diagnosis.
 MIN_SUPPORT = 30
+#: Positions accepted in fewer than this share of drafts are called wasted.
+WASTED_THRESHOLD = 0.10
+#: Below this largest gap between r_i and α^(i+1), the iid formula is called a fair model.
+MATERIAL_IID_GAP = 0.05
 
 
 def bucket_label(low: int, high: int) -> str:
@@ -63,6 +68,13 @@ def bucket_label(low: int, high: int) -> str:
 
 #: Bucket labels by the bucket's lowest batch size (a lookup is 4× faster than building strings).
 _BUCKET_LABELS = {2**e: bucket_label(2**e, 2 ** (e + 1) - 1) for e in range(62)}
+
+
+def bucket_of(batch_size: int | None) -> str | None:
+    """The :func:`batch_bucket` label of one batch size (None for an unknown or empty batch)."""
+    if not batch_size or batch_size < 1:
+        return None
+    return _BUCKET_LABELS[1 << (int(batch_size).bit_length() - 1)]
 
 
 def batch_bucket(batch_size: pl.Expr) -> pl.Expr:
@@ -533,3 +545,31 @@ def interval_bias(row: dict) -> list[dict] | None:
         least = max((tokens - i * drafts) / (k - i), float(a), 0.0) if i else float(drafts)
         out.append({"position": i + 1, "rate": a / drafts, "rate_high": min(a / least, 1.0) if least else 1.0})
     return out
+
+
+def drafts_per_position(row: Mapping[str, Any], drafts: int, k: int | None) -> Sequence[int]:
+    """Drafts that reached each position for one steps/windows row: ``num_drafts_per_pos``, or
+    for rows without it (logs, older captures) every draft at each position below k, as
+    :func:`aggregate` counts them. Nothing for rows without per-position counts, so they never
+    dilute a per-position rate."""
+    reached = row.get("num_drafts_per_pos")
+    if reached is not None:
+        return reached
+    per_pos = row.get("num_accepted_tokens_per_pos")
+    if per_pos is None:
+        return []
+    return [drafts] * max(k or 0, len(per_pos))
+
+
+def accepted_length_counts(drafts: int, num_accepted_tokens_per_pos: Sequence[int], longest: int) -> list[int]:
+    """Drafts by accepted length 0, 1, …, ``longest`` (the last counts ``longest`` or more).
+
+    A draft with exactly j accepted tokens is one whose first j tokens were accepted but not
+    its first j+1: ``a_{j-1} − a_j`` (with ``a_{-1}`` = all drafts).
+    """
+    reached = [drafts, *num_accepted_tokens_per_pos]
+    counts = [0] * (longest + 1)
+    for j in range(len(reached)):
+        exactly = reached[j] - (reached[j + 1] if j + 1 < len(reached) else 0)
+        counts[min(j, longest)] += max(exactly, 0)
+    return counts

@@ -9,11 +9,16 @@ outliers: :func:`steady_state`) are left out of every timing here and of the cos
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 
 from specobs.analysis.acceptance import with_group_columns
+
+if TYPE_CHECKING:
+    from specobs.results import ScheduleTax
+
+T = TypeVar("T", float, pl.Expr)
 
 
 def is_decode() -> pl.Expr:
@@ -41,6 +46,12 @@ def decode_sums(frame: pl.LazyFrame | pl.DataFrame, keys: Sequence[str | pl.Expr
             steps=pl.coalesce("num_timed_steps", pl.lit(1, pl.Int64)).sum(),
         )
     )
+
+
+def cost_ratio(draft_seconds: T, draft_tokens: T, verify_seconds: T, verify_steps: T) -> T:
+    """Draft seconds per drafted token over verify seconds per step: the one definition, for
+    sums held as floats (the exporter's running totals) or as polars expressions."""
+    return (draft_seconds / draft_tokens) / (verify_seconds / verify_steps)
 
 
 def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
@@ -96,7 +107,9 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
                 pl.col("mean_draft_seconds").fill_null(0) / pl.col("mean_step_seconds")
             ),
             cost_ratio=pl.when((pl.col("timed_draft_tokens") > 0) & (pl.col("verify_total") > 0)).then(
-                (pl.col("draft_total") / pl.col("timed_draft_tokens")) / pl.col("mean_verify_seconds")
+                cost_ratio(
+                    pl.col("draft_total"), pl.col("timed_draft_tokens"), pl.col("verify_total"), pl.col("verify_steps")
+                )
             ),
             rejected_draft_share=pl.when((pl.col("timed_draft_tokens") > 0) & (pl.col("step_total") > 0)).then(
                 pl.col("draft_total")
@@ -188,7 +201,7 @@ def unsteady_counts(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, int]:
     return {row["unsteady"]: int(row["len"]) for row in counts.iter_rows(named=True)}
 
 
-def schedule_tax(windows: pl.LazyFrame | pl.DataFrame) -> list[dict[str, Any]]:
+def schedule_tax(windows: pl.LazyFrame | pl.DataFrame) -> list[ScheduleTax]:
     """What k = 0 steps of a speculative engine cost beyond a plain engine's steps.
 
     A batch-size schedule with k = 0 ranges ("off") still runs the drafter's bookkeeping (and
@@ -223,4 +236,6 @@ def schedule_tax(windows: pl.LazyFrame | pl.DataFrame) -> list[dict[str, Any]]:
         )
         .sort("method")
     )
-    return rows.to_dicts()
+    from specobs.results import ScheduleTax  # results import the analysis: resolved at call time
+
+    return [ScheduleTax(**{**row, "batch_sizes": tuple(row["batch_sizes"])}) for row in rows.iter_rows(named=True)]

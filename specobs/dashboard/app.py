@@ -18,8 +18,8 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
-from specobs import report as report_model
 from specobs.analysis.acceptance import GROUP_KEYS
+from specobs.analyze import analyze
 from specobs.dashboard import charts, views
 from specobs.dashboard.data import (
     Filters,
@@ -32,7 +32,8 @@ from specobs.dashboard.data import (
 )
 from specobs.errors import SpecobsError
 from specobs.ingest import Ingested
-from specobs.render.tuning import comparison_to_json, headline, recommendation_to_json
+from specobs.render import to_json
+from specobs.render.sentences import headline
 from specobs.tuning.compare import compare
 from specobs.tuning.recommend import recommend
 
@@ -61,7 +62,7 @@ def _filtered(key: tuple, filters: Filters, _loaded: Loaded) -> pl.DataFrame:
 @st.cache_resource(max_entries=16, show_spinner="Analysing…")
 def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _windows: pl.DataFrame, _loaded: Loaded):
     ingested = Ingested(_windows.lazy(), _loaded.sources, _loaded.skipped)
-    return report_model.build(ingested, groups, tune=False, timing=False)  # timing: the Cost page's own
+    return analyze(ingested, groups, tune=False, timing=False)  # timing: the Cost page's own
 
 
 @st.cache_resource(max_entries=16, show_spinner="Fitting the throughput model…")
@@ -164,21 +165,21 @@ def overview(ctx: Context) -> None:
     report = ctx.report()
     s = report.summary
     st.header("Overview")
-    if not s or not s.get("num_windows"):
+    if report.empty:
         st.info("No speculative decoding metrics in the selection: widen the filters or add inputs (sidebar → Data).")
         return
     interval = None
-    if s.get("mean_acceptance_length_low") is not None:
-        interval = f"95% interval {s['mean_acceptance_length_low']:.2f}–{s['mean_acceptance_length_high']:.2f}"
+    if s.mean_acceptance_length_low is not None and s.mean_acceptance_length_high is not None:
+        interval = f"95% interval {s.mean_acceptance_length_low:.2f}–{s.mean_acceptance_length_high:.2f}"
     cols = st.columns(5)
-    cols[0].metric("Acceptance length", _fmt(s.get("mean_acceptance_length"), "{:.2f}"), help=interval)
-    cols[1].metric("Draft acceptance rate", _fmt(s.get("draft_acceptance_rate"), "{:.1%}"))
-    cols[2].metric("Drafts", _fmt(s.get("num_drafts"), "{:,}"))
-    cols[3].metric("Accepted tokens", _fmt(s.get("num_accepted_tokens"), "{:,}"))
+    cols[0].metric("Acceptance length", _fmt(s.mean_acceptance_length, "{:.2f}"), help=interval)
+    cols[1].metric("Draft acceptance rate", _fmt(s.draft_acceptance_rate, "{:.1%}"))
+    cols[2].metric("Drafts", _fmt(s.num_drafts, "{:,}"))
+    cols[3].metric("Accepted tokens", _fmt(s.num_accepted_tokens, "{:,}"))
     skipped = len(ctx.loaded.skipped) + len(ctx.loaded.failed)
     cols[4].metric("Skipped input lines", f"{skipped:,}", help="Details on the Sources page.")
-    for sentence in report.findings():
-        st.markdown(f"- {sentence}")
+    for finding in report.findings():
+        st.markdown(f"- {finding.text}")
     columns = report.group_columns
     positions = views.positions_frame(report.groups or [s], columns)
     if positions.height:
@@ -246,20 +247,20 @@ def tuning(ctx: Context) -> None:
     r = rec.recommended
     st.subheader(headline(rec))
     cols = st.columns(3)
-    cols[0].metric("Method", r["method"] or "off")
-    cols[1].metric("Speculative tokens k", r["num_speculative_tokens"])
-    interval = r.get("interval")
+    cols[0].metric("Method", r.method or "off")
+    cols[1].metric("Speculative tokens k", r.num_speculative_tokens)
+    interval = r.interval
     cols[2].metric(
         "Predicted speedup",
-        f"{r['predicted_speedup']:.2f}×",
+        f"{r.predicted_speedup:.2f}×",
         help=None if not interval else f"95% interval {interval[0]:.2f}–{interval[1]:.2f}",
     )
-    if r.get("speculative_config"):
+    if r.speculative_config:
         st.caption("Paste into `vllm serve` (copy button at the right):")
-        st.code(f"--speculative-config '{r['speculative_config']}'", language="bash")
+        st.code(f"--speculative-config '{r.speculative_config}'", language="bash")
     st.download_button(
         "Download recommendation (JSON)",
-        recommendation_to_json(rec),
+        to_json(rec),
         file_name="recommendation.json",
         mime="application/json",
         key="download_recommendation",
@@ -275,7 +276,7 @@ def tuning(ctx: Context) -> None:
     _chart(st, charts.tuning(predicted, measured, "speedup"), stretch=False)
     st.subheader("Throughput against k: predicted (lines) and measured (triangles)")
     _chart(st, charts.tuning(predicted, measured, "tokens_per_second"), stretch=False)
-    if rec.comparison:
+    if rec.method_comparison:
         st.subheader("Best speedup per method")
         st.dataframe(views.method_comparison_table(rec), hide_index=True)
     _download("Download predictions (CSV)", predicted, "predicted.csv")
@@ -311,7 +312,7 @@ def compare_page(ctx: Context) -> None:
         _chart(st, charts.compare_positions(positions))
     st.download_button(
         "Download comparison (JSON)",
-        comparison_to_json(result),
+        to_json(result),
         file_name="comparison.json",
         mime="application/json",
         key="download_comparison",

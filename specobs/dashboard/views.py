@@ -1,14 +1,14 @@
 """Frames for the app's charts and tables, reshaped from the package's results.
 
-Each function takes what ``specobs.report``, ``specobs.tuning.recommend`` or
-``specobs.tuning.compare`` computed and returns a polars frame in the long shape a chart
+Each function takes the typed results (``specobs.results``: a report, a recommendation, a
+comparison) that analysis and tuning computed and returns a polars frame in the long shape a chart
 wants (one row per mark), with units in the column names where they are not plain counts.
 Reshaping only: no estimate is computed here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -16,14 +16,13 @@ import polars as pl
 from specobs.analysis.acceptance import GROUP_KEYS, bucket_label, with_group_columns
 from specobs.analysis.cost import timing_by_batch
 from specobs.analysis.timeseries import acceptance_over_time
-from specobs.tuning.compare import Comparison
-from specobs.tuning.recommend import Recommendation
+from specobs.results import Comparison, GroupSummary, Recommendation, Summary
 from specobs.tuning.validate import measured_throughput
 
-#: The two per-position curves: (name shown, report key).
+#: The two per-position curves: (name shown, the ``PositionRate`` attribute prefix).
 CURVES = (
-    ("acceptance rate r_i", "acceptance_rate_per_position"),
-    ("conditional acceptance β_i", "conditional_acceptance_rate_per_position"),
+    ("acceptance rate r_i", "rate"),
+    ("conditional acceptance β_i", "conditional"),
 )
 #: Shown for rows without a method: a plain-decoding engine (k = 0).
 PLAIN = "plain engine"
@@ -42,7 +41,7 @@ COMPARE_DIMENSIONS = (
 )
 
 
-def group_label(row: dict[str, Any], columns: Sequence[str]) -> str:
+def group_label(row: Mapping[str, Any], columns: Sequence[str]) -> str:
     """``ngram · 4`` for a row grouped by method and k; ``all`` without groups; a row without
     a method is the plain engine."""
     parts = [PLAIN if c == "method" and row.get(c) is None else row.get(c) for c in columns]
@@ -58,23 +57,25 @@ def _time(column: str) -> pl.Expr:
     return (pl.col(column) * 1_000_000).cast(pl.Int64).cast(pl.Datetime("us", "UTC"))
 
 
-def positions_frame(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> pl.DataFrame:
+def _groups(groups: Sequence[GroupSummary | Summary]) -> list[tuple[Mapping[str, Any], Summary]]:
+    return [(g.labels, g.summary) if isinstance(g, GroupSummary) else ({}, g) for g in groups]
+
+
+def positions_frame(groups: Sequence[GroupSummary | Summary], columns: Sequence[str]) -> pl.DataFrame:
     """One row per group, curve and position (1-based): ``rate`` with its 95% ``low``/``high``."""
     records = []
-    for row in rows:
-        if not row.get("num_drafts"):
+    for labels, summary in _groups(groups):
+        if not summary.num_drafts:
             continue
-        group = group_label(row, columns)
-        for curve, key in CURVES:
-            values = row.get(key) or []
-            lows, highs = row.get(f"{key}_low") or [], row.get(f"{key}_high") or []
-            for i, value in enumerate(values):
+        group = group_label(labels, columns)
+        for curve, attr in CURVES:
+            for p in summary.positions:
+                value = getattr(p, attr)
                 if value is None:
                     continue
-                low = lows[i] if i < len(lows) else None
-                high = highs[i] if i < len(highs) else None
+                low, high = getattr(p, f"{attr}_low"), getattr(p, f"{attr}_high")
                 records.append(
-                    {"group": group, "curve": curve, "position": i + 1, "rate": value, "low": low, "high": high}
+                    {"group": group, "curve": curve, "position": p.position, "rate": value, "low": low, "high": high}
                 )
     schema = {
         "group": pl.String,
@@ -87,22 +88,22 @@ def positions_frame(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> p
     return pl.DataFrame(records, schema=schema)
 
 
-def groups_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> pl.DataFrame:
+def groups_table(groups: Sequence[GroupSummary], columns: Sequence[str]) -> pl.DataFrame:
     """The per-group summary as a flat table (lists joined), for display and CSV download."""
     records = []
-    for row in rows:
-        record = {c: row.get(c) for c in columns}
+    for labels, s in _groups(groups):
+        record = {c: labels.get(c) for c in columns}
         record.update(
-            drafts=row.get("num_drafts"),
-            draft_tokens=row.get("num_draft_tokens"),
-            accepted_tokens=row.get("num_accepted_tokens"),
-            acceptance_length=row.get("mean_acceptance_length"),
-            acceptance_length_low=row.get("mean_acceptance_length_low"),
-            acceptance_length_high=row.get("mean_acceptance_length_high"),
-            draft_acceptance_rate=row.get("draft_acceptance_rate"),
-            acceptance_rate_per_position=_joined(row.get("acceptance_rate_per_position")),
-            conditional_acceptance_rate_per_position=_joined(row.get("conditional_acceptance_rate_per_position")),
-            conditional_trend=row.get("conditional_trend"),
+            drafts=s.num_drafts,
+            draft_tokens=s.num_draft_tokens,
+            accepted_tokens=s.num_accepted_tokens,
+            acceptance_length=s.mean_acceptance_length,
+            acceptance_length_low=s.mean_acceptance_length_low,
+            acceptance_length_high=s.mean_acceptance_length_high,
+            draft_acceptance_rate=s.draft_acceptance_rate,
+            acceptance_rate_per_position=_joined(s.acceptance_rate_per_position),
+            conditional_acceptance_rate_per_position=_joined(s.conditional_acceptance_rate_per_position),
+            conditional_trend=s.conditional_trend,
         )
         records.append(record)
     return pl.DataFrame(records, infer_schema_length=None)
@@ -211,19 +212,19 @@ def predicted_frame(rec: Recommendation) -> pl.DataFrame:
     speedup is the recommendation's estimate (measured where measured), as its interval is."""
     records = []
     for p in rec.predicted:
-        interval = p.get("interval") or [None, None]
+        low, high = p.interval or (None, None)
         records.append(
             {
-                "method": _method_label(p["method"], p.get("draft_model")),
-                "k": p["num_speculative_tokens"],
-                "batch": bucket_label(p["batch_size_min"], p["batch_size_max"]),
-                "batch_min": p["batch_size_min"],
-                "batch_size": p["batch_size"],
-                "speedup": p.get("estimate", p["speedup"]),
-                "low": interval[0],
-                "high": interval[1],
-                "tokens_per_second": p["tokens_per_second"],
-                "extrapolated": p["extrapolated"],
+                "method": _method_label(p.method, p.draft_model),
+                "k": p.num_speculative_tokens,
+                "batch": bucket_label(p.batch_size_min, p.batch_size_max),
+                "batch_min": p.batch_size_min,
+                "batch_size": p.batch_size,
+                "speedup": p.estimate,
+                "low": low,
+                "high": high,
+                "tokens_per_second": p.tokens_per_second,
+                "extrapolated": p.extrapolated,
             }
         )
     schema = {
@@ -243,7 +244,7 @@ def predicted_frame(rec: Recommendation) -> pl.DataFrame:
 
 def method_labels(rec: Recommendation) -> dict[str | None, str]:
     """Method → the label :func:`predicted_frame` gives it (with its draft model)."""
-    return {p["method"]: _method_label(p["method"], p.get("draft_model")) for p in rec.predicted}
+    return {p.method: _method_label(p.method, p.draft_model) for p in rec.predicted}
 
 
 def measured_frame(windows: pl.DataFrame, labels: dict[str | None, str]) -> pl.DataFrame:
@@ -265,14 +266,14 @@ def by_batch_table(rec: Recommendation) -> pl.DataFrame:
     return pl.DataFrame(
         [
             {
-                "method": row["method"],
-                "batch": bucket_label(row["batch_size_min"], row["batch_size_max"]),
-                "k": "off" if row["num_speculative_tokens"] == 0 else str(row["num_speculative_tokens"]),
-                "predicted speedup": row["predicted_speedup"],
-                "low": (row.get("interval") or [None, None])[0],
-                "high": (row.get("interval") or [None, None])[1],
-                "basis": row.get("basis"),
-                "traffic steps": row["measured_steps"],
+                "method": row.method,
+                "batch": bucket_label(row.batch_size_min, row.batch_size_max),
+                "k": "off" if row.num_speculative_tokens == 0 else str(row.num_speculative_tokens),
+                "predicted speedup": row.predicted_speedup,
+                "low": (row.interval or (None, None))[0],
+                "high": (row.interval or (None, None))[1],
+                "basis": row.basis,
+                "traffic steps": row.measured_steps,
             }
             for row in rec.by_batch_size
         ],
@@ -292,10 +293,10 @@ def by_batch_table(rec: Recommendation) -> pl.DataFrame:
 def method_comparison_table(rec: Recommendation) -> pl.DataFrame:
     """Best predicted speedup per method and batch bucket, and the winner."""
     records = []
-    for row in rec.comparison:
-        record = {"batch": bucket_label(row["batch_size_min"], row["batch_size_max"])}
-        record.update({f"{m} speedup": v for m, v in row["speedups"].items()})
-        record["winner"] = row["winner"]
+    for row in rec.method_comparison:
+        record: dict[str, Any] = {"batch": bucket_label(row.batch_size_min, row.batch_size_max)}
+        record.update({f"{m} speedup": v for m, v in row.speedups.items()})
+        record["winner"] = row.winner
         records.append(record)
     return pl.DataFrame(records, infer_schema_length=None)
 
@@ -319,19 +320,13 @@ def compare_positions_frame(cmp: Comparison, names: tuple[str, str]) -> pl.DataF
     """Per-position rates of both sides with intervals, for one chart."""
     records = []
     for p in cmp.positions:
-        for side, name in zip(("a", "b"), names, strict=True):
-            if p[side] is None:
+        sides = ((p.a, p.a_interval), (p.b, p.b_interval))
+        for (rate, interval), name in zip(sides, names, strict=True):
+            if rate is None:
                 continue
-            interval = p[f"{side}_interval"] or [None, None]
+            low, high = interval or (None, None)
             records.append(
-                {
-                    "run": name,
-                    "position": p["position"],
-                    "rate": p[side],
-                    "low": interval[0],
-                    "high": interval[1],
-                    "changed": p["changed"],
-                }
+                {"run": name, "position": p.position, "rate": rate, "low": low, "high": high, "changed": p.changed}
             )
     schema = {
         "run": pl.String,
@@ -346,29 +341,21 @@ def compare_positions_frame(cmp: Comparison, names: tuple[str, str]) -> pl.DataF
 
 def compare_table(cmp: Comparison, names: tuple[str, str]) -> pl.DataFrame:
     """The headline numbers of both sides, one row per quantity."""
-    rows = [
-        ("acceptance length", cmp.a.get("mean_acceptance_length"), cmp.b.get("mean_acceptance_length")),
-        (
-            "acceptance length, 95% low",
-            cmp.a.get("mean_acceptance_length_low"),
-            cmp.b.get("mean_acceptance_length_low"),
-        ),
-        (
-            "acceptance length, 95% high",
-            cmp.a.get("mean_acceptance_length_high"),
-            cmp.b.get("mean_acceptance_length_high"),
-        ),
-        ("draft acceptance rate", cmp.a.get("draft_acceptance_rate"), cmp.b.get("draft_acceptance_rate")),
-        ("drafts", cmp.a.get("num_drafts"), cmp.b.get("num_drafts")),
+    a, b = cmp.a, cmp.b
+    rows: list[tuple[str, Any, Any]] = [
+        ("acceptance length", a.mean_acceptance_length, b.mean_acceptance_length),
+        ("acceptance length, 95% low", a.mean_acceptance_length_low, b.mean_acceptance_length_low),
+        ("acceptance length, 95% high", a.mean_acceptance_length_high, b.mean_acceptance_length_high),
+        ("draft acceptance rate", a.draft_acceptance_rate, b.draft_acceptance_rate),
+        ("drafts", a.num_drafts, b.num_drafts),
     ]
-    ta, tb = cmp.timing.get("a") or {}, cmp.timing.get("b") or {}
     for label, key, scale in (
         ("draft ms per step", "mean_draft_seconds", 1000),
         ("verify ms per step", "mean_verify_seconds", 1000),
         ("step ms", "mean_step_seconds", 1000),
         ("tokens/s of step time", "generated_tokens_per_second", 1),
     ):
-        va, vb = ta.get(key), tb.get(key)
+        va, vb = (getattr(t, key) if t is not None else None for t in (cmp.timing_a, cmp.timing_b))
         if va is not None or vb is not None:
             rows.append((label, None if va is None else va * scale, None if vb is None else vb * scale))
     return pl.DataFrame(

@@ -9,16 +9,19 @@ Names and labels are a contract (docs/exporters.md, rules in exporters/prometheu
 - histograms ``specobs_draft_seconds``, ``specobs_verify_seconds``, ``specobs_step_seconds``
   (with ``batch_size_bucket``) and ``specobs_accepted_tokens_per_draft``;
 - gauges ``specobs_predicted_speedup`` (of the configuration that runs now),
-  ``specobs_recommended_num_speculative_tokens``,
+  ``specobs_recommended_num_speculative_tokens`` (both from the latest refit only: a collector
+  yields them afresh, so a method or bucket that is no longer recommended disappears),
   ``specobs_cost_ratio``, ``specobs_speculative_config_info``;
 - ``specobs_dropped_events_total``, ``specobs_hook_errors_total`` (read from the recorder at scrape).
 
 Labels are ``model_name``, ``engine``, ``method`` (+ ``position``, ``batch_size_bucket``): all
 bounded. Never request ids or prompt text.
 
-The accepted-tokens-per-draft histogram is rebuilt from per-position counts — a draft with
-exactly j accepted tokens is one that reached position j but not j+1 — and kept by a snapshot
-collector, because observing it draft by draft would cost a call per draft.
+The accepted-tokens-per-draft histogram is rebuilt from per-position counts
+(``analysis.acceptance.accepted_length_counts``) and kept by a snapshot collector, because
+observing it draft by draft would cost a call per draft. Every number published here comes
+from the analysis and tuning functions (bucket labels, drafts per position, the cost ratio,
+the traffic-weighted speedup): the exporter only counts and publishes.
 """
 
 from __future__ import annotations
@@ -29,8 +32,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+from specobs.analysis.acceptance import accepted_length_counts, bucket_label, bucket_of, drafts_per_position
+from specobs.analysis.cost import cost_ratio
+from specobs.results import Recommendation
+from specobs.tuning.recommend import traffic_speedup
 
 LABELS = ("model_name", "engine", "method")
 TIME_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -38,26 +46,8 @@ MAX_POSITIONS = 16
 
 
 def batch_size_bucket(batch: int | None) -> str:
-    """``1``, ``2-3``, ``4-7`` … ``64-127``, ``128+`` (the same power-of-two buckets as reports)."""
-    if not batch or batch < 1:
-        return "unknown"
-    if batch >= 128:
-        return "128+"
-    low = 1 << (int(batch).bit_length() - 1)
-    return "1" if low == 1 else f"{low}-{low * 2 - 1}"
-
-
-def drafts_per_position(row: dict[str, Any], drafts: int, k: int | None) -> Sequence[int]:
-    """Drafts that reached each position: ``num_drafts_per_pos``, or for rows without it (logs,
-    older captures) every draft at each position below k, as the analysis counts them. Nothing
-    for rows without per-position counts, so they never dilute a per-position rate."""
-    reached = row.get("num_drafts_per_pos")
-    if reached is not None:
-        return reached
-    per_pos = row.get("num_accepted_tokens_per_pos")
-    if per_pos is None:
-        return []
-    return [drafts] * max(k or 0, len(per_pos))
+    """``1``, ``2-3``, ``4-7`` …: the analysis's power-of-two buckets (``unknown`` without a batch size)."""
+    return bucket_of(batch) or "unknown"
 
 
 class _AcceptedPerDraft(Collector):
@@ -69,12 +59,11 @@ class _AcceptedPerDraft(Collector):
         self._sums: dict[tuple[str, ...], int] = defaultdict(int)
 
     def add(self, labels: tuple[str, ...], drafts: int, per_pos: Sequence[int]) -> None:
-        reached = [drafts, *per_pos]
+        by_length = accepted_length_counts(drafts, per_pos, MAX_POSITIONS + 1)
         with self._lock:
             counts = self._counts[labels]
-            for j in range(len(reached)):
-                exactly = reached[j] - (reached[j + 1] if j + 1 < len(reached) else 0)
-                counts[min(j, MAX_POSITIONS + 1)] += max(exactly, 0)
+            for j, n in enumerate(by_length):
+                counts[j] += n
             self._sums[labels] += sum(per_pos)
 
     def collect(self) -> Iterable[HistogramMetricFamily]:
@@ -92,6 +81,48 @@ class _AcceptedPerDraft(Collector):
                 buckets.append(("+Inf", cumulative + counts[MAX_POSITIONS + 1]))
                 family.add_metric(list(labels), buckets, self._sums[labels])
         yield family
+
+
+class _Tuning(Collector):
+    """``specobs_predicted_speedup`` and ``specobs_recommended_num_speculative_tokens`` from the
+    latest recommendation per model, yielded afresh on every scrape (client_python's idiom)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._latest: dict[str, tuple[Recommendation, dict[str, int]]] = {}
+
+    def set(self, model: str, recommendation: Recommendation, running: dict[str, int]) -> None:
+        with self._lock:
+            self._latest[model] = (recommendation, dict(running))
+
+    def replace(self, latest: dict[str, tuple[Recommendation, dict[str, int]]]) -> None:
+        """Every model's latest recommendation at once: models left out disappear."""
+        with self._lock:
+            self._latest = {m: (rec, dict(running)) for m, (rec, running) in latest.items()}
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        speedup = GaugeMetricFamily(
+            "specobs_predicted_speedup",
+            "Predicted speedup over plain decoding of the k that runs now (traffic-weighted over batch buckets).",
+            labels=["model_name", "method"],
+        )
+        recommended = GaugeMetricFamily(
+            "specobs_recommended_num_speculative_tokens",
+            "Recommended k per batch-size bucket (0 = off).",
+            labels=["model_name", "method", "batch_size_bucket"],
+        )
+        with self._lock:
+            latest = list(self._latest.items())
+        for model, (rec, running) in latest:
+            for method, k in running.items():
+                value = traffic_speedup(rec, method, k)
+                if value is not None:
+                    speedup.add_metric([model, method], value)
+            for row in rec.by_batch_size:
+                bucket = bucket_label(row.batch_size_min, row.batch_size_max)
+                recommended.add_metric([model, row.method or "none", bucket], row.num_speculative_tokens)
+        yield speedup
+        yield recommended
 
 
 class _Health(Collector):
@@ -147,14 +178,6 @@ class PrometheusMetrics:
         self.draft_seconds = histogram("specobs_draft_seconds", "Time in the proposer per step.")
         self.verify_seconds = histogram("specobs_verify_seconds", "Target forward and rejection sampling per step.")
         self.step_seconds = histogram("specobs_step_seconds", "Whole engine step.")
-        self.predicted_speedup = self._gauge_cls(
-            "specobs_predicted_speedup", "Predicted speedup over plain decoding of the k that runs now.",
-            ["model_name", "method"], registry=r,
-        )  # fmt: skip
-        self.recommended_k = self._gauge_cls(
-            "specobs_recommended_num_speculative_tokens", "Recommended k per batch-size bucket (0 = off).",
-            ["model_name", "method", "batch_size_bucket"], registry=r,
-        )  # fmt: skip
         self.cost_ratio = self._gauge_cls(
             "specobs_cost_ratio", "Mean draft seconds per drafted token over mean verify seconds per step.",
             list(LABELS), registry=r,
@@ -165,6 +188,8 @@ class PrometheusMetrics:
         )  # fmt: skip
         self.accepted_per_draft = _AcceptedPerDraft()
         r.register(self.accepted_per_draft)
+        self.tuning = _Tuning()
+        r.register(self.tuning)
         if health is not None:
             r.register(_Health(health))
         self._timing: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0, 0, 0.0, 0])
@@ -236,27 +261,18 @@ class PrometheusMetrics:
         t[2] += verify
         t[3] += 1
         if t[1] and t[2]:
-            self._child(self.cost_ratio, *labels).set((t[0] / t[1]) / (t[2] / t[3]))
+            self._child(self.cost_ratio, *labels).set(cost_ratio(t[0], t[1], t[2], t[3]))
 
-    def set_recommendation(self, recommendation: Any, model: str | None, running: dict[str, int]) -> None:
-        """Gauges from a ``specobs.tuning.recommend.Recommendation``.
+    def set_recommendation(self, recommendation: Recommendation, model: str | None, running: dict[str, int]) -> None:
+        """Publish one model's latest recommendation (``running``: method → the k it runs with now).
 
-        ``specobs_predicted_speedup`` is the speedup of what runs now (each method at the k it runs
-        with, ``running``: method → k; measured where the input measured it, else the model's, as
-        the recommendation uses them), averaged over the batch buckets seen; below 1
-        it says speculation, as configured, costs throughput. ``specobs_recommended_num_speculative_tokens``
-        is the recommended k per bucket (0 = off).
+        ``specobs_predicted_speedup`` is the traffic-weighted speedup of what runs now
+        (``tuning.recommend.traffic_speedup``: measured where the input measured it, else the
+        model's, as the recommendation compares them); below 1 it says speculation, as
+        configured, costs throughput. ``specobs_recommended_num_speculative_tokens`` is the
+        recommended k per bucket (0 = off). Series of an earlier refit are gone after this one.
         """
-        for method, k in running.items():
-            rows = [p for p in recommendation.predicted if p["method"] == method and p["num_speculative_tokens"] == k]
-            if rows:
-                speedup = sum(p.get("estimate", p["speedup"]) for p in rows) / len(rows)
-                self.predicted_speedup.labels(model or "", method).set(speedup)
-        for row in recommendation.by_batch_size:
-            bucket = batch_size_bucket(row["batch_size_min"])
-            self.recommended_k.labels(model or "", row.get("method") or "none", bucket).set(
-                row["num_speculative_tokens"]
-            )
+        self.tuning.set(model or "", recommendation, running)
 
 
 class PrometheusSink:

@@ -1,15 +1,17 @@
-"""Render a :class:`specobs.report.Report` as rich tables, Markdown or JSON. No math here."""
+"""Render a :class:`specobs.results.Report` as rich tables, Markdown or JSON. No math here."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from specobs.render import tuning
-from specobs.report import Report, explain
+from specobs.render.markdown import md_table
+from specobs.results import Report, Summary
 
 BAR_WIDTH = 20
 
@@ -33,19 +35,19 @@ def _bar(rate: float | None) -> str:
     return "█" * filled + "·" * (BAR_WIDTH - filled)
 
 
-def _label(row: dict, columns: list[str]) -> str:
-    return " · ".join(str(row.get(c)) for c in columns if row.get(c) is not None) or "all"
+def _label(labels: Mapping[str, Any], columns: list[str]) -> str:
+    return " · ".join(str(labels.get(c)) for c in columns if labels.get(c) is not None) or "all"
 
 
 def _shown_columns(report: Report) -> list[str]:
     """Group columns with at least one known value (an all-null column says nothing)."""
-    return [c for c in report.group_columns if any(g.get(c) is not None for g in report.groups)]
+    return [c for c in report.group_columns if any(g.labels.get(c) is not None for g in report.groups)]
 
 
-def _summary_rows(report: Report) -> list[tuple[list[str], dict]]:
-    """``(group label cells, row)`` for every group, plus the overall row when there are several."""
+def _summary_rows(report: Report) -> list[tuple[list[str], Summary]]:
+    """``(group label cells, summary)`` for every group, plus the overall row when there are several."""
     cols = _shown_columns(report)
-    rows = [([_num(g.get(c), "{}") for c in cols], g) for g in report.groups]
+    rows = [([_num(g.labels.get(c), "{}") for c in cols], g.summary) for g in report.groups]
     if len(rows) != 1:
         rows.append((["all"] + [""] * (len(cols) - 1) if cols else ["all"], report.summary))
     return rows
@@ -62,59 +64,45 @@ def _summary_headers(report: Report) -> list[str]:
 MEASURE_HEADERS = ("windows", "k", "drafts", "drafted", "accepted", "acceptance length [95%]", "accept rate")
 
 
-def _summary_cells(label: list[str], row: dict) -> list[str]:
-    derived = "*" if row.get("num_drafts_derived") else ""
+def _summary_cells(label: list[str], s: Summary) -> list[str]:
+    derived = "*" if s.num_drafts_derived else ""
     return [
         *label,
-        _num(row.get("num_windows")),
-        _num(row.get("num_spec_tokens")),
-        _num(row.get("num_drafts")) + derived,
-        _num(row.get("num_draft_tokens")),
-        _num(row.get("num_accepted_tokens")),
-        _interval(
-            row.get("mean_acceptance_length"),
-            row.get("mean_acceptance_length_low"),
-            row.get("mean_acceptance_length_high"),
-        ),
-        _num(row.get("draft_acceptance_rate"), "{:.1%}"),
+        _num(s.num_windows),
+        _num(s.num_spec_tokens),
+        _num(s.num_drafts) + derived,
+        _num(s.num_draft_tokens),
+        _num(s.num_accepted_tokens),
+        _interval(s.mean_acceptance_length, s.mean_acceptance_length_low, s.mean_acceptance_length_high),
+        _num(s.draft_acceptance_rate, "{:.1%}"),
     ]
 
 
-def _position_rows(row: dict) -> list[list[str]]:
-    rates = row.get("acceptance_rate_per_position") or []
-    n = len(rates)
-
-    def at(key: str, i: int):
-        return (row.get(key) or [None] * n)[i]
-
+def _position_rows(s: Summary) -> list[list[str]]:
     return [
         [
-            str(i + 1),
-            _interval(
-                rate, at("acceptance_rate_per_position_low", i), at("acceptance_rate_per_position_high", i), "{:.3f}"
-            ),
-            _interval(
-                at("conditional_acceptance_rate_per_position", i),
-                at("conditional_acceptance_rate_per_position_low", i),
-                at("conditional_acceptance_rate_per_position_high", i),
-                "{:.3f}",
-            ),
-            _bar(rate),
+            str(p.position),
+            _interval(p.rate, p.rate_low, p.rate_high, "{:.3f}"),
+            _interval(p.conditional, p.conditional_low, p.conditional_high, "{:.3f}"),
+            _bar(p.rate),
         ]
-        for i, rate in enumerate(rates)
+        for p in s.positions
     ]
 
 
 POSITION_HEADERS = ("position", "accepted share r_i [95%]", "conditional β_i [95%]", "r_i")
 
 
-def _sections(report: Report) -> list[tuple[str, dict, list[str]]]:
-    """One section per group (and the overall one when there are several): title, row, findings."""
+def _sections(report: Report) -> list[tuple[str, Summary, list[str]]]:
+    """One section per group (and the overall one when there are several): title, summary, findings."""
     cols = _shown_columns(report)
-    sections = [(_label(g, cols), g, explain(g)) for g in report.groups]
+    overall = [f.text for f in report.findings()]
+    sections = [
+        (_label(g.labels, cols), g.summary, [f.text for f in report.findings(g.summary)]) for g in report.groups
+    ]
     if len(sections) == 1:
-        return [(sections[0][0], sections[0][1], report.findings())]
-    return [*sections, ("all inputs", report.summary, report.findings())]
+        return [(sections[0][0], sections[0][1], overall)]
+    return [*sections, ("all inputs", report.summary, overall)]
 
 
 def to_rich(report: Report, console: Console) -> None:
@@ -134,7 +122,7 @@ def to_rich(report: Report, console: Console) -> None:
     for label, row in _summary_rows(report):
         summary.add_row(*(Text(cell) for cell in _summary_cells(label, row)))
     console.print(summary)
-    if any(row.get("num_drafts_derived") for _, row in _summary_rows(report)):
+    if any(row.num_drafts_derived for _, row in _summary_rows(report)):
         console.print(Text("* derived from printed rates (vLLM does not print the number of drafts)", style="dim"))
 
     for title, row, findings in _sections(report):
@@ -185,45 +173,34 @@ def _timing_rows(report: Report) -> list[list[str]]:
         return _num(None if value is None else value * 1000, "{:.2f}")
 
     return [
-        [_num(t.get(c), "{}") for c in _timing_columns(report)]
+        [_num(t.labels.get(c), "{}") for c in _timing_columns(report)]
         + [
-            _num(t.get("batch_bucket"), "{}"),
-            _num(t.get("timed_steps")),
-            ms(t.get("mean_draft_seconds")),
-            ms(t.get("mean_verify_seconds")),
-            ms(t.get("mean_step_seconds")),
-            _num(t.get("draft_share"), "{:.0%}"),
-            _num(t.get("generated_tokens_per_second"), "{:,.0f}"),
+            _num(t.batch_bucket, "{}"),
+            _num(t.timed_steps),
+            ms(t.mean_draft_seconds),
+            ms(t.mean_verify_seconds),
+            ms(t.mean_step_seconds),
+            _num(t.draft_share, "{:.0%}"),
+            _num(t.generated_tokens_per_second, "{:,.0f}"),
         ]
         for t in report.timing
     ]
 
 
-def _md_table(headers, rows) -> str:
-    def esc(cell: str) -> str:
-        return cell.replace("|", "\\|")
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def to_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown, for pasting into a PR or an issue."""
     parts = ["## Speculative decoding acceptance (specobs)", ""]
-    parts.append(
-        _md_table(
-            ("source", "format", "lines", "windows", "skipped"),
-            [(s.name, s.format, _num(s.lines), _num(s.windows), _num(s.skipped)) for s in report.sources],
-        )
+    parts += md_table(
+        ("source", "format", "lines", "windows", "skipped"),
+        [[s.name, s.format, _num(s.lines), _num(s.windows), _num(s.skipped)] for s in report.sources],
     )
     rows = [_summary_cells(label, row) for label, row in _summary_rows(report)]
-    parts += ["", _md_table(_summary_headers(report), rows)]
+    parts += ["", *md_table(_summary_headers(report), rows)]
     for title, row, findings in _sections(report):
         parts += ["", f"### {title}"]
         positions = _position_rows(row)
         if positions:
-            parts += ["", _md_table(POSITION_HEADERS, [[*p[:3], f"`{p[3]}`"] for p in positions])]
+            parts += ["", *md_table(POSITION_HEADERS, [[*p[:3], f"`{p[3]}`"] for p in positions])]
         if findings:
             parts += [""] + [f"- {line}" for line in findings]
     if report.timing:
@@ -231,7 +208,7 @@ def to_markdown(report: Report) -> str:
             "",
             "### Timing by batch size (per step)",
             "",
-            _md_table(_timing_headers(report), _timing_rows(report)),
+            *md_table(_timing_headers(report), _timing_rows(report)),
         ]
     if report.recommendation is not None:
         parts += ["", "### Recommendation", "", tuning.recommendation_to_markdown(report.recommendation).rstrip("\n")]
@@ -239,8 +216,3 @@ def to_markdown(report: Report) -> str:
         parts += ["", f"Skipped {len(report.skipped):,} input line(s); first ones:", ""]
         parts += [f"- `{s}`" for s in report.skipped[:5]]
     return "\n".join(parts) + "\n"
-
-
-def to_json(report: Report) -> str:
-    """The report as one JSON object (see docs/report.md for the keys)."""
-    return json.dumps(report.to_dict(), indent=2, allow_nan=False)

@@ -1,43 +1,28 @@
-"""Render recommendations and comparisons as rich tables, Markdown or JSON. No math here."""
+"""Render recommendations and comparisons as rich tables or Markdown. No math here."""
 
 from __future__ import annotations
-
-import json
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from specobs.tuning.compare import Comparison
-from specobs.tuning.recommend import Recommendation
+from specobs.render.markdown import md_table
+from specobs.render.sentences import batch_range, config_values, headline, speedup_with_interval
+from specobs.results import Comparison, Recommendation
 
 
-def _fmt(value: Any, fmt: str = "{:.2f}") -> str:
+def _fmt(value: float | int | None, fmt: str = "{:.2f}") -> str:
     return "–" if value is None else fmt.format(value)
-
-
-def _interval(value: float | None, interval: list[float] | None) -> str:
-    if value is None:
-        return "–"
-    if not interval:
-        return f"{value:.2f}×"
-    return f"{value:.2f}× [{interval[0]:.2f}–{interval[1]:.2f}]"
-
-
-def _batch(row: dict) -> str:
-    low, high = row["batch_size_min"], row["batch_size_max"]
-    return str(low) if low == high else f"{low}–{high}"
 
 
 def recommendation_rows(rec: Recommendation) -> list[list[str]]:
     return [
         [
-            _batch(r),
-            "off" if r["num_speculative_tokens"] == 0 else str(r["num_speculative_tokens"]),
-            _interval(r["predicted_speedup"], r["interval"]),
-            r.get("basis") or "model",
-            str(r["measured_steps"]),
+            batch_range(r.batch_size_min, r.batch_size_max),
+            "off" if r.num_speculative_tokens == 0 else str(r.num_speculative_tokens),
+            speedup_with_interval(r.predicted_speedup, r.interval),
+            r.basis or "model",
+            str(r.measured_steps),
         ]
         for r in rec.by_batch_size
     ]
@@ -46,51 +31,26 @@ def recommendation_rows(rec: Recommendation) -> list[list[str]]:
 BY_BATCH_HEADERS = ("batch", "k", "speedup [95%]", "basis", "traffic steps")
 
 
-def headline(rec: Recommendation) -> str:
-    """One sentence naming exactly the config printed beneath it, with that config's own prediction."""
-    r = rec.recommended
-    estimated = ""
-    if r.get("baseline") not in (None, "plain engine"):
-        estimated = "no plain engine in the input: baseline estimated"
-    if not r["num_speculative_tokens"]:
-        note = f"; {estimated}" if estimated else ""
-        return f"Recommendation: run without speculative decoding (no speculative config{note})."
-    name = r["method"] or "speculative decoding"
-    if r.get("schedule"):
-        ranges = ", ".join(
-            f"{_batch({'batch_size_min': low, 'batch_size_max': high})}: {'off' if k == 0 else f'k={k}'}"
-            for low, high, k in r["schedule"]
-        )
-        what = f"{name} with a batch-size schedule ({ranges})"
-    else:
-        what = f"{name} with k={r['num_speculative_tokens']}"
-    text = f"Recommendation: {what}, predicted {_interval(r['predicted_speedup'], r['interval'])} plain decoding"
-    text += " on this traffic" + (f" ({estimated})" if estimated else "") + "."
-    if not r["method"]:
-        text += " The input has no method label (vLLM's counters carry none): pass --method to get a ready config."
-    return text
-
-
 def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
     console.print(Text(headline(rec), style="bold"))
-    if rec.recommended.get("speculative_config"):
-        console.print(Text("--speculative-config '" + rec.recommended["speculative_config"] + "'"))
-    method = rec.by_batch_size[0]["method"] if rec.by_batch_size else None
-    table = Table(title=f"By batch size ({method or 'unknown method'})", title_justify="left", show_edge=False)
+    if rec.recommended.speculative_config:
+        console.print(Text("--speculative-config '" + rec.recommended.speculative_config + "'"))
+    table = Table(title=f"By batch size ({rec.method or 'unknown method'})", title_justify="left", show_edge=False)
     for header in BY_BATCH_HEADERS:
         table.add_column(header, justify="left" if header == "batch" else "right")
     for cells in recommendation_rows(rec):
         table.add_row(*cells)
     console.print(table)
-    if rec.comparison:
-        methods = list(rec.comparison[0]["speedups"])
+    if rec.method_comparison:
+        methods = list(rec.method_comparison[0].speedups)
         cmp_table = Table(title="Best speedup per method", title_justify="left", show_edge=False)
         cmp_table.add_column("batch")
         for m in methods:
             cmp_table.add_column(m, justify="right")
         cmp_table.add_column("winner")
-        for row in rec.comparison:
-            cmp_table.add_row(_batch(row), *[_fmt(row["speedups"].get(m), "{:.2f}×") for m in methods], row["winner"])
+        for row in rec.method_comparison:
+            cells = [_fmt(row.speedups.get(m), "{:.2f}×") for m in methods]
+            cmp_table.add_row(batch_range(row.batch_size_min, row.batch_size_max), *cells, str(row.winner))
         console.print(cmp_table)
     for line in rec.explanations:
         console.print(Text(f"• {line}"))
@@ -102,25 +62,81 @@ def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
 
 def recommendation_to_markdown(rec: Recommendation) -> str:
     parts = [f"**{headline(rec)}**", ""]
-    if rec.recommended.get("speculative_config"):
-        parts += ["```", "--speculative-config '" + rec.recommended["speculative_config"] + "'", "```", ""]
-    parts.append("| " + " | ".join(BY_BATCH_HEADERS) + " |")
-    parts.append("|" + "|".join("---" for _ in BY_BATCH_HEADERS) + "|")
-    parts += ["| " + " | ".join(row) + " |" for row in recommendation_rows(rec)]
+    if rec.recommended.speculative_config:
+        parts += ["```", "--speculative-config '" + rec.recommended.speculative_config + "'", "```", ""]
+    parts += md_table(BY_BATCH_HEADERS, recommendation_rows(rec))
     parts += [""] + [f"- {line}" for line in rec.explanations]
     if rec.assumptions:
         parts += ["", "Assumptions:", ""] + [f"- {line}" for line in rec.assumptions]
     return "\n".join(parts) + "\n"
 
 
-def recommendation_to_json(rec: Recommendation) -> str:
-    return json.dumps(rec.to_dict(), indent=2, allow_nan=False)
+def _comparison_rows(cmp: Comparison) -> list[list[str]]:
+    """``[label, A, B]`` rows: configuration (``*`` where it differs), acceptance, positions, timing."""
+    ca, cb = cmp.configuration.a, cmp.configuration.b
+    differing = {d.field for d in cmp.configuration.differences}
+    rows = []
+    for label, key in (("method", "method"), ("draft model", "draft_model"), ("k", "num_spec_tokens")):
+        mark = " *" if key in differing else ""
+        rows.append([f"{label}{mark}", config_values(getattr(ca, key)), config_values(getattr(cb, key))])
+    if "schedule" in differing:
+        rows.append(["schedule *", config_values(ca.schedule), config_values(cb.schedule)])
+    a, b = cmp.a, cmp.b
+    rows += [
+        ["acceptance length", _fmt(a.mean_acceptance_length), _fmt(b.mean_acceptance_length)],
+        ["  standard error", _fmt(a.mean_acceptance_length_se, "{:.3f}"), _fmt(b.mean_acceptance_length_se, "{:.3f}")],
+        ["draft acceptance rate", _fmt(a.draft_acceptance_rate, "{:.1%}"), _fmt(b.draft_acceptance_rate, "{:.1%}")],
+        ["drafts", _fmt(a.num_drafts, "{:,}"), _fmt(b.num_drafts, "{:,}")],
+    ]
+    for p in cmp.positions:
+        rows.append([f"r_{p.position}{' *' if p.changed else ''}", _fmt(p.a, "{:.3f}"), _fmt(p.b, "{:.3f}")])
+    ta, tb = cmp.timing_a, cmp.timing_b
+    for label, key, scale in (
+        ("draft ms / step", "mean_draft_seconds", 1000),
+        ("verify ms / step", "mean_verify_seconds", 1000),
+        ("step ms", "mean_step_seconds", 1000),
+        ("tokens/s (step time)", "generated_tokens_per_second", 1),
+    ):
+        va, vb = (getattr(t, key) if t is not None else None for t in (ta, tb))
+        if va is not None or vb is not None:
+            rows.append([label, _fmt(None if va is None else va * scale), _fmt(None if vb is None else vb * scale)])
+    return rows
 
 
-def _config_value(values: Any) -> str:
-    if isinstance(values, dict):
-        return ", ".join(f"{bucket}: {_config_value(ks)}" for bucket, ks in values.items()) or "–"
-    return "/".join(str(v) for v in values) if values else "–"
+def _comparison_notes(cmp: Comparison) -> list[str]:
+    notes = []
+    if cmp.configuration.differences:
+        notes.append("* configuration differs between A and B")
+    if any(p.changed for p in cmp.positions):
+        notes.append("* per-position rate changed beyond both 95% intervals")
+    return notes
+
+
+THROUGHPUT_HEADERS = ("batch", "A tokens/s", "B tokens/s", "B/A", "steps A/B", "runs A/B")
+
+
+def _throughput_rows(cmp: Comparison) -> list[list[str]]:
+    tp = cmp.throughput
+    if tp is None:
+        return []
+    return [
+        [
+            row.batch_bucket or "–",
+            _fmt(row.tokens_per_second_a, "{:,.0f}"),
+            _fmt(row.tokens_per_second_b, "{:,.0f}"),
+            _fmt(row.ratio, "{:.2f}×"),
+            f"{row.steps_a:,}/{row.steps_b:,}",
+            f"{row.runs_a}/{row.runs_b}" + ("" if row.tested else " (untested)"),
+        ]
+        for row in tp.buckets
+    ]
+
+
+def _combined(cmp: Comparison) -> str:
+    tp = cmp.throughput
+    assert tp is not None
+    interval = (tp.low, tp.high) if tp.low is not None and tp.high is not None else None
+    return f"B/A combined (steps-weighted): {speedup_with_interval(tp.ratio, interval)}; {tp.interval}"
 
 
 def comparison_to_rich(cmp: Comparison, console: Console, names: tuple[str, str]) -> None:
@@ -130,62 +146,31 @@ def comparison_to_rich(cmp: Comparison, console: Console, names: tuple[str, str]
     table.add_column("")
     table.add_column(f"A: {names[0]}", justify="right")
     table.add_column(f"B: {names[1]}", justify="right")
-    ca, cb = cmp.configuration.get("a") or {}, cmp.configuration.get("b") or {}
-    differing = {d["field"] for d in cmp.configuration.get("differences", [])}
-    for label, key in (("method", "method"), ("draft model", "draft_model"), ("k", "num_spec_tokens")):
-        mark = " *" if key in differing else ""
-        table.add_row(f"{label}{mark}", _config_value(ca.get(key)), _config_value(cb.get(key)))
-    if "schedule" in differing:
-        table.add_row("schedule *", _config_value(ca.get("schedule")), _config_value(cb.get("schedule")))
-    for label, key, fmt in (
-        ("acceptance length", "mean_acceptance_length", "{:.2f}"),
-        ("  standard error", "mean_acceptance_length_se", "{:.3f}"),
-        ("draft acceptance rate", "draft_acceptance_rate", "{:.1%}"),
-        ("drafts", "num_drafts", "{:,}"),
-    ):
-        table.add_row(label, _fmt(cmp.a.get(key), fmt), _fmt(cmp.b.get(key), fmt))
-    for p in cmp.positions:
-        mark = " *" if p["changed"] else ""
-        table.add_row(f"r_{p['position']}{mark}", _fmt(p["a"], "{:.3f}"), _fmt(p["b"], "{:.3f}"))
-    ta, tb = cmp.timing.get("a") or {}, cmp.timing.get("b") or {}
-    for label, key, scale in (
-        ("draft ms / step", "mean_draft_seconds", 1000),
-        ("verify ms / step", "mean_verify_seconds", 1000),
-        ("step ms", "mean_step_seconds", 1000),
-        ("tokens/s (step time)", "generated_tokens_per_second", 1),
-    ):
-        if ta.get(key) is not None or tb.get(key) is not None:
-            va = None if ta.get(key) is None else ta[key] * scale
-            vb = None if tb.get(key) is None else tb[key] * scale
-            table.add_row(label, _fmt(va), _fmt(vb))
+    for row in _comparison_rows(cmp):
+        table.add_row(*row)
     console.print(table)
-    notes = []
-    if differing:
-        notes.append("* configuration differs between A and B")
-    if any(p["changed"] for p in cmp.positions):
-        notes.append("* per-position rate changed beyond both 95% intervals")
-    for note in notes:
+    for note in _comparison_notes(cmp):
         console.print(Text(note, style="dim"))
-    tp = cmp.throughput
-    if tp and tp.get("buckets"):
+    rows = _throughput_rows(cmp)
+    if rows:
         by_bucket = Table(title="Throughput at matched batch sizes (steady-state steps)", title_justify="left",
                           show_edge=False)  # fmt: skip
-        for header in ("batch", "A tokens/s", "B tokens/s", "B/A", "steps A/B", "runs A/B"):
+        for header in THROUGHPUT_HEADERS:
             by_bucket.add_column(header, justify="left" if header == "batch" else "right")
-        for row in tp["buckets"]:
-            runs = f"{row['runs_a']}/{row['runs_b']}" + ("" if row["tested"] else " (untested)")
-            by_bucket.add_row(
-                row["batch_bucket"] or "–",
-                _fmt(row["tokens_per_second_a"], "{:,.0f}"),
-                _fmt(row["tokens_per_second_b"], "{:,.0f}"),
-                _fmt(row["ratio"], "{:.2f}×"),
-                f"{row['steps_a']:,}/{row['steps_b']:,}",
-                runs,
-            )
+        for cells in rows:
+            by_bucket.add_row(*cells)
         console.print(by_bucket)
-        combined = _interval(tp.get("ratio"), [tp["low"], tp["high"]] if tp.get("low") is not None else None)
-        console.print(Text(f"B/A combined (steps-weighted): {combined}; {tp['interval']}", style="dim"))
+        console.print(Text(_combined(cmp), style="dim"))
 
 
-def comparison_to_json(cmp: Comparison) -> str:
-    return json.dumps(cmp.to_dict(), indent=2, allow_nan=False)
+def comparison_to_markdown(cmp: Comparison, names: tuple[str, str]) -> str:
+    parts = [f"**{cmp.verdict}**", ""]
+    parts += md_table(["", f"A: {names[0]}", f"B: {names[1]}"], _comparison_rows(cmp))
+    notes = _comparison_notes(cmp)
+    if notes:
+        parts += [""] + [f"{note}" for note in notes]
+    rows = _throughput_rows(cmp)
+    if rows:
+        parts += ["", "Throughput at matched batch sizes (steady-state steps):", ""]
+        parts += [*md_table(THROUGHPUT_HEADERS, rows), "", _combined(cmp)]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,397 @@
+"""Every sentence specobs says: findings, explanations, assumptions and verdicts, worded from
+the typed results (``specobs.results``). Numbers are read, never computed, here."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+
+from specobs.analysis.acceptance import MATERIAL_IID_GAP, WASTED_THRESHOLD
+from specobs.analysis.timeseries import Change
+from specobs.results import (
+    AcceptanceTest,
+    BucketChoice,
+    Comparison,
+    Difference,
+    Finding,
+    Recommendation,
+    Report,
+    ScheduleTax,
+    Summary,
+    Throughput,
+)
+
+#: How configuration columns read in sentences.
+CONFIG_NAMES = {"num_spec_tokens": "k", "batch_bucket": "batch", "method": "method", "workload": "workload"}
+#: Said when the input cannot name the method (vLLM's counters carry no method label).
+UNKNOWN_METHOD = "the input has no method label (vLLM's counters carry none): pass --method to name it"
+#: Said when no candidate beats plain decoding by the margin.
+RUN_WITHOUT = "No method and k beats plain decoding by the margin on this traffic: run without speculation."
+
+
+def _positions(indices: Sequence[int]) -> str:
+    """``[4, 5, 6]`` (0-based) → ``positions 5–7 are``."""
+    ones = [i + 1 for i in indices]
+    if len(ones) == 1:
+        return f"position {ones[0]} is"
+    if ones == list(range(ones[0], ones[-1] + 1)):
+        return f"positions {ones[0]}–{ones[-1]} are"
+    return "positions " + ", ".join(map(str, ones)) + " are"
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "an unknown time"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def batch_range(low: int, high: int) -> str:
+    return str(low) if low == high else f"{low}–{high}"
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def acceptance_findings(s: Summary) -> list[Finding]:
+    """What one group's acceptance numbers mean, in sentences with the numbers in them."""
+    out: list[Finding] = []
+    length = s.mean_acceptance_length
+    if length is None:
+        if s.draft_acceptance_rate is not None:
+            out.append(Finding("acceptance_rate", (
+                f"{s.draft_acceptance_rate:.1%} of drafted tokens were accepted; the number of drafts is not "
+                "known, so the acceptance length cannot be computed (newer vLLM versions print it)."
+            )))  # fmt: skip
+        return out
+    low, high = s.mean_acceptance_length_low, s.mean_acceptance_length_high
+    interval = f" (95% interval {low:.2f}–{high:.2f})" if low is not None and high is not None else ""
+    if s.mean_acceptance_length_basis == "reported":
+        text = (
+            f"Each draft yields {length:.2f} tokens per verification on average{interval}, as printed by the "
+            "engine (no counts: the mean is weighted by running requests)."
+        )
+    else:
+        text = (
+            f"Each draft yields {length:.2f} tokens per verification on average{interval}: "
+            f"{length - 1:.2f} accepted draft tokens plus the one token the target model adds (requests that "
+            "did not draft in a step add one token)."
+        )
+    out.append(Finding("acceptance_length", text))
+    if s.draft_acceptance_rate is not None:
+        out.append(Finding("acceptance_rate", (
+            f"{s.draft_acceptance_rate:.1%} of drafted tokens are accepted; the rest is draft and verify work "
+            "thrown away."
+        )))  # fmt: skip
+    rates = s.acceptance_rate_per_position or ()
+    wasted = list(s.wasted_positions)
+    if rates and wasted:
+        tail_start = wasted[0]
+        if wasted == list(range(tail_start, len(rates))) and tail_start > 0:
+            cut = s.truncation[tail_start - 1]
+            full = s.truncation[-1].tokens_per_step
+            share = cut.share_of_accepted or 0.0
+            text = (
+                f"{_positions(wasted).capitalize()} accepted in under {WASTED_THRESHOLD:.0%} of drafts: "
+                f"k={tail_start} keeps {share:.0%} of the accepted tokens "
+                f"({cut.tokens_per_step:.2f} tokens per step instead of {full:.2f})."
+            )
+        else:
+            text = f"{_positions(wasted).capitalize()} accepted in under {WASTED_THRESHOLD:.0%} of drafts."
+        out.append(Finding("wasted_positions", text))
+    trend, alpha, gap = s.conditional_trend, s.iid_alpha, s.iid_max_gap
+    cond = s.conditional_acceptance_rate_per_position or ()
+    if trend in ("falling", "rising") and alpha is not None and s.supported_positions:
+        first, last = s.supported_positions[0], s.supported_positions[-1]
+        change = f"{cond[first]:.2f} at position {first + 1}, {cond[last]:.2f} at position {last + 1}"
+        if gap is not None and gap >= MATERIAL_IID_GAP:
+            text = (
+                f"Conditional acceptance is {trend} ({change}): the iid (Leviathan) formula with α={alpha:.2f} "
+                f"misses some positions by up to {gap:.2f}; use the per-position rates, not α, to predict other k."
+            )
+        else:
+            text = (
+                f"Conditional acceptance is slightly {trend} ({change}), but the iid formula with α={alpha:.2f} "
+                f"stays within {gap or 0:.2f} of every position: a fair model here."
+            )
+        out.append(Finding("conditional_trend", text))
+    elif trend == "flat" and alpha is not None:
+        out.append(Finding("conditional_trend", (
+            f"Conditional acceptance is flat across positions (consistent with a constant α={alpha:.2f}): "
+            "the iid formula is a fair model here."
+        )))  # fmt: skip
+    bounds = s.position_bounds
+    if bounds:
+        widest = max(bounds[1:], key=lambda b: b.rate_high - b.rate, default=None)
+        if widest is not None and widest.rate_high > widest.rate + 0.005:
+            out.append(Finding("interval_bias", (
+                f"Drafts were shorter than k ({s.draft_tokens_per_draft or 0:.2f} tokens per draft at "
+                f"k={len(bounds)}: a batch-size schedule or short lookups), and this source divides every position "
+                f"by all drafts: positions 2–{len(bounds)} are underestimated; position {widest.position} reads "
+                f"{widest.rate:.2f} but may be up to {widest.rate_high:.2f}. In-engine capture counts the "
+                "drafts that reached each position."
+            )))  # fmt: skip
+    if s.num_drafts_derived:
+        out.append(Finding("drafts_derived", (
+            "The number of drafts is derived from the printed acceptance rates (vLLM's log line does not print it)."
+        )))  # fmt: skip
+    return out
+
+
+def change_findings(changes: Sequence[Change]) -> list[Finding]:
+    """Where acceptance changed over time, and whether a configuration change explains it."""
+    out = []
+    for change in changes:
+        c = change.change
+        where = ", ".join(f"{k}={v}" for k, v in change.labels.items() if v is not None)
+        where = f" ({where})" if where else ""
+        direction = "fell" if c.after < c.before else "rose"
+        if change.kind == "configuration_change":
+            switched = ", ".join(f"{CONFIG_NAMES.get(k, k)} {a} → {b}" for k, (a, b) in change.changed.items())
+            text = (
+                f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}{where} when "
+                f"{switched}: a configuration change, not a regression."
+            )
+        else:
+            known = {k: v for k, v in change.configuration.items() if v is not None}
+            within = ", ".join(f"{CONFIG_NAMES.get(k, k)} {v}" for k, v in known.items())
+            text = (
+                f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}{where}"
+                f"{' within ' + within if within else ''}: {change.kind} (z={c.z:.1f})."
+            )
+        out.append(Finding(change.kind, text))
+    return out
+
+
+def cost_findings(tax: Sequence[ScheduleTax], unsteady: Mapping[str, int]) -> list[Finding]:
+    """The k = 0 tax (``analysis.cost.schedule_tax``) and the steps left out of timing."""
+    out = []
+    for t in tax:
+        sizes = ", ".join(map(str, t.batch_sizes))
+        if t.tax_seconds <= 0:
+            text = (
+                f"With drafting switched off (k=0) the {t.method} engine took {t.off_seconds * 1e3:.1f} ms per "
+                f"step against {t.plain_seconds * 1e3:.1f} ms in the plain engine ({t.tax_share:+.0%}, batch "
+                f"{sizes}): no measurable k=0 tax, and a k=0 step does more than a plain one, so the engines differ "
+                "by more than that (separate processes can differ by 20–40% on shared machines)."
+            )
+        else:
+            text = (
+                f"With drafting switched off (k=0) the {t.method} engine still takes {t.off_seconds * 1e3:.1f} ms "
+                f"per step against {t.plain_seconds * 1e3:.1f} ms in the plain engine ({t.tax_seconds * 1e3:+.1f} "
+                f"ms, {t.tax_share:+.0%}, batch {sizes}): a schedule's k=0 ranges pay this; no speculative config "
+                "does not. Separate engine processes can differ by 20–40% on shared machines, so part of it may be "
+                "the engines' own noise."
+            )
+        out.append(Finding("schedule_tax", text))
+    if unsteady:
+        parts = [f"{n:,} {why}" for why, n in sorted(unsteady.items())]
+        out.append(Finding("unsteady_steps", (
+            f"Left out of timing and cost fits: {' and '.join(parts)} step(s), each over 4× the median step time "
+            "of its configuration (10× the time per token of its engine's steps at that k where the configuration "
+            "is too small to judge): compilation, graph capture and first allocations are not steady state."
+        )))  # fmt: skip
+    return out
+
+
+def report_findings(report: Report) -> list[Finding]:
+    """The overall findings of a report: acceptance, changes over time, then costs."""
+    return (
+        acceptance_findings(report.summary)
+        + change_findings(report.changes)
+        + cost_findings(report.tax, report.unsteady)
+    )
+
+
+# --- the recommendation ---------------------------------------------------------------------------
+
+
+def headline(rec: Recommendation) -> str:
+    """One sentence naming exactly the config printed beneath it, with that config's own prediction."""
+    r = rec.recommended
+    estimated = "no plain engine in the input: baseline estimated" if r.baseline != "plain engine" else ""
+    if not r.num_speculative_tokens:
+        note = f"; {estimated}" if estimated else ""
+        return f"Recommendation: run without speculative decoding (no speculative config{note})."
+    name = r.method or "speculative decoding"
+    if r.schedule:
+        ranges = ", ".join(f"{batch_range(low, high)}: {'off' if k == 0 else f'k={k}'}" for low, high, k in r.schedule)
+        what = f"{name} with a batch-size schedule ({ranges})"
+    else:
+        what = f"{name} with k={r.num_speculative_tokens}"
+    text = f"Recommendation: {what}, predicted {speedup_with_interval(r.predicted_speedup, r.interval)} plain decoding"
+    text += " on this traffic" + (f" ({estimated})" if estimated else "") + "."
+    if not r.method:
+        text += " The input has no method label (vLLM's counters carry none): pass --method to get a ready config."
+    return text
+
+
+def speedup_with_interval(value: float | None, interval: Sequence[float] | None) -> str:
+    if value is None:
+        return "–"
+    if not interval:
+        return f"{value:.2f}×"
+    return f"{value:.2f}× [{interval[0]:.2f}–{interval[1]:.2f}]"
+
+
+def explain_bucket(t: BucketChoice) -> str:
+    """Why a bucket got its k (or is off), with the numbers behind it."""
+    where = f"batch {t.batch_size_min}" if t.batch_size_min == t.batch_size_max else (
+        f"batch {t.batch_size_min}–{t.batch_size_max}"
+    )  # fmt: skip
+    name = t.reference_method or t.method or "speculation"
+    tokens = t.tokens_per_step or 0.0
+    if t.num_speculative_tokens == 0:
+        k, speedup = t.reference_k, t.reference_speedup
+        if t.step_ratio is None or speedup is None:
+            return f"At {where}, {name} does not pay: {tokens:.2f} tokens per step do not cover the drafting cost."
+        model = f"model: {tokens:.2f} tokens per step for a step {t.step_ratio:.2f}× as long as a plain one"
+        if speedup > 1:  # it would pay here, but not enough over all traffic (or not over its k=0 steps)
+            text = (
+                f"At {where}, the best {name} k ({k}) reaches {speedup:.2f}× plain decoding ({model}), too "
+                "little to pay for speculation over the whole traffic"
+            )
+        else:
+            text = (
+                f"At {where}, the best {name} k ({k}) reaches only {speedup:.2f}× plain decoding ({model}): "
+                "switch speculation off here"
+            )
+        if t.in_schedule and t.off_ratio is not None and t.off_ratio > 1:
+            text += (
+                f"; its k=0 steps {'still cost' if t.off_measured else 'are estimated at'} {t.off_ratio:.2f}× a "
+                "plain step (the schedule's k=0 tax)"
+            )
+        return text + "."
+    ci = f" ({t.interval[0]:.2f}–{t.interval[1]:.2f})" if t.interval else ""
+    verb = "measured at" if t.basis.startswith("measured") else "predicted"
+    k = t.num_speculative_tokens
+    text = f"At {where}, {name} with k={k} is {verb} {t.predicted_speedup:.2f}×{ci} plain decoding"
+    model = f"{tokens:.2f} tokens per step"
+    if t.step_ratio is not None:
+        model += f" for a step {t.step_ratio:.2f}× as long as a plain one"
+    if t.basis == "measured, plain modelled":
+        text += f" (plain decoding at these batch sizes from the model; model: {model})"
+    else:
+        text += f" (model: {model})" if t.basis == "measured" else f": {model}"
+    if t.num_speculative_tokens > t.measured_k:
+        text += f" (k beyond the measured {t.measured_k}: extrapolated)"
+    return text + "."
+
+
+def explanations(rec: Recommendation) -> list[str]:
+    out = [explain_bucket(t) for t in rec.by_batch_size]
+    if not rec.recommended.num_speculative_tokens:
+        out.insert(0, RUN_WITHOUT)
+    return out
+
+
+def assumptions(rec: Recommendation) -> list[str]:
+    """What each method's fit rests on (sorted, each once)."""
+    out: list[str] = []
+    for m in rec.methods:
+        name = m.method or "unknown method"
+        if not m.timed:
+            out.append(
+                f"{name}: no step timing in the input, speedups use the per-position Leviathan formula with "
+                f"{m.cost_ratio_source}"
+            )
+        else:
+            out += [f"{name}: {note}" for note in m.model_notes]
+            if m.plain_measured:
+                out.append(
+                    f"{name}: speedups are against a plain engine (no speculative config) measured in a separate "
+                    "engine process; separate processes of one configuration can differ by 20–40% on shared machines"
+                )
+        if m.drafts_per_request_step < 0.999:
+            by_k = ", ".join(f"{q:.0%} at k={k}" for k, q in m.drafts_per_request_step_by_k)
+            measured = f"measured: {by_k}" if by_k else "measured"
+            out.append(
+                f"{name}: {m.drafts_per_request_step:.0%} of request-steps draft ({measured}); "
+                "an unmeasured k takes the share of the nearest measured k"
+            )
+        out.append(
+            f"{name}: acceptance beyond k={m.measured_k} is extrapolated with conditional rate "
+            f"{m.conditional_tail:.2f} ({m.conditional_tail_low:.2f}–{m.conditional_tail_high:.2f})"
+        )
+    if rec.unknown_method:
+        out.append(UNKNOWN_METHOD)
+    return sorted(set(out))
+
+
+# --- the comparison -------------------------------------------------------------------------------
+
+_FIELD_NAMES = {"method": "method", "draft_model": "draft model", "num_spec_tokens": "k", "schedule": "schedule"}
+
+
+def config_values(value: object) -> str:
+    """``[2, 4]`` → ``2/4``; a schedule → ``1: 4, 2-3: 2``; nothing → ``none``."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{bucket}: {config_values(ks)}" for bucket, ks in value.items())
+    if isinstance(value, list | tuple):
+        return "/".join(str(v) for v in value) if value else "none"
+    return "none" if value is None else str(value)
+
+
+def _describe_differences(differences: Sequence[Difference]) -> str:
+    parts = [f"{_FIELD_NAMES[d.field]} {config_values(d.a)} → {config_values(d.b)}" for d in differences]
+    return "A and B differ in configuration: " + "; ".join(parts) + "."
+
+
+def _acceptance_sentence(la: float, lb: float, test: AcceptanceTest) -> str:
+    if test.direction in ("fell", "rose"):
+        return f"acceptance length {test.direction} {la:.2f} → {lb:.2f}, outside the 95% interval"
+    if test.direction == "unchanged":
+        return f"acceptance length {la:.2f} → {lb:.2f}, within the 95% interval"
+    return f"acceptance length {la:.2f} → {lb:.2f} (no standard error: not tested)"
+
+
+def _throughput_sentence(tp: Throughput) -> str:
+    buckets = [x.batch_bucket for x in tp.buckets if x.tested] or [x.batch_bucket for x in tp.buckets]
+    where = f"at matched batch sizes {', '.join(str(x) for x in buckets)}"
+    ratio = tp.ratio
+    if tp.direction is None:
+        why = "one run per side" if tp.buckets else "no batch bucket in both"
+        if ratio is None:
+            return f"throughput not comparable ({why})"
+        return f"throughput B/A {ratio:.2f}× {where} ({why}: no interval, not tested)"
+    interval = f"B/A {ratio:.2f}×, 95% interval {tp.low:.2f}–{tp.high:.2f}"
+    if tp.direction == "unchanged":
+        return f"throughput within noise {where} ({interval})"
+    return f"throughput {tp.direction} {abs((ratio or 1) - 1):.0%} {where} ({interval})"
+
+
+def _why(la: float | None, lb: float | None, test: AcceptanceTest, tp: Throughput) -> str:
+    """Why throughput moved: tokens per step (acceptance) against time per step."""
+    if la is None or lb is None:
+        return ""
+    steps = tp.step_seconds_ratio
+    timing = ""
+    if steps is not None and abs(steps - 1) >= 0.005:
+        timing = f"; steps took {abs(steps - 1):.0%} {'longer' if steps > 1 else 'less time'}"
+    return f" {_capital(_acceptance_sentence(la, lb, test))}{timing}."
+
+
+def verdict(cmp: Comparison) -> str:
+    """The comparison's one-paragraph verdict; ``cmp.kind`` (``tuning.compare``) decides what it says."""
+    la, lb = cmp.a.mean_acceptance_length, cmp.b.mean_acceptance_length
+    tp, test, differences = cmp.throughput, cmp.acceptance, cmp.configuration.differences
+    lead = _describe_differences(differences) + " " if differences else ""
+    if tp is not None and tp.direction is not None:
+        label = cmp.kind if tp.direction in ("fell", "rose") else "no significant change"
+        return lead + _capital(f"{_throughput_sentence(tp)}: {label}.") + _why(la, lb, test, tp)
+    tail = f" {_capital(_throughput_sentence(tp))}." if tp is not None else ""
+    if la is None or lb is None:
+        return lead + "Acceptance length unknown in one of the runs: no verdict." + tail
+    sentence = _acceptance_sentence(la, lb, test)
+    if differences:
+        moved = test.direction in ("fell", "rose")
+        note = "a difference between configurations, not a regression" if moved else "no significant difference"
+        without = " (no step timing on both sides to compare throughput)" if tp is None else ""
+        return lead + _capital(f"{sentence}: {note}{without}.") + tail
+    if test.direction is None:
+        return _capital(f"{sentence}: no verdict.") + tail
+    label = "no significant change" if cmp.kind == "unchanged" else cmp.kind
+    return f"{sentence}: {label}" + (f".{tail}" if tail else "")

@@ -1,0 +1,676 @@
+"""The typed results every surface presents: frozen dataclasses whose ``to_dict()`` is the JSON contract.
+
+Analysis and tuning build these; the CLI, the renderers, the dashboard and the exporters read
+their attributes and compute nothing of their own. Fields marked ``internal`` carry what a
+renderer needs to word a finding (a step-time ratio, the k an "off" range was judged by) and
+are left out of ``to_dict()``; everything else is a JSON key, in field order.
+
+Sentences are rendering: ``findings``, ``explanations``, ``assumptions`` and a comparison's
+``verdict`` are worded by :mod:`specobs.render.sentences` from the typed facts held here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from specobs.analysis.timeseries import Change
+from specobs.errors import Skipped
+from specobs.ingest import SourceReport
+
+#: The per-group acceptance keys of ``summary`` and each ``groups`` entry (docs/report.md).
+SUMMARY_KEYS = (
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+    "acceptance_rate_per_position",
+    "conditional_acceptance_rate_per_position",
+    "num_accepted_tokens_per_pos",
+    "num_drafts_per_pos",
+)
+#: Intervals and diagnoses under ``details``.
+DETAIL_KEYS = (
+    "num_windows",
+    "num_spec_tokens",
+    "mean_acceptance_length_se",
+    "mean_acceptance_length_low",
+    "mean_acceptance_length_high",
+    "mean_acceptance_length_basis",
+    "acceptance_rate_per_position_low",
+    "acceptance_rate_per_position_high",
+    "conditional_acceptance_rate_per_position_low",
+    "conditional_acceptance_rate_per_position_high",
+    "iid_alpha",
+    "iid_max_gap",
+    "conditional_trend",
+    "num_drafts_derived",
+    "start_ts",
+    "end_ts",
+)
+#: The acceptance keys of each side of a comparison.
+SIDE_KEYS = (
+    "mean_acceptance_length",
+    "mean_acceptance_length_low",
+    "mean_acceptance_length_high",
+    "mean_acceptance_length_se",
+    "draft_acceptance_rate",
+    "num_drafts",
+    "num_accepted_tokens",
+)
+#: Skipped lines listed by example in a report's JSON (the total is always given).
+MAX_SKIPPED_EXAMPLES = 20
+
+
+def internal() -> Any:
+    """A field a renderer reads but the JSON leaves out."""
+    return field(default=None, metadata={"json": False}, compare=False)
+
+
+def jsonable(value: Any) -> Any:
+    """Results, sequences and mappings → plain JSON values (tuples become lists)."""
+    if isinstance(value, Result):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def rounded(value: Any, digits: int = 6) -> Any:
+    """``value`` with every float rounded (the report's JSON); NaN and infinities become null."""
+    if isinstance(value, float):
+        return round(value, digits) if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v, digits) for v in value]
+    return value
+
+
+class Result:
+    """Base of the result types: ``to_dict()`` from the fields, in order, internal ones left out."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            f.name: jsonable(getattr(self, f.name))
+            for f in fields(self)  # type: ignore[arg-type]
+            if f.metadata.get("json", True)
+        }
+
+
+def _tuple(value: Any) -> tuple | None:
+    return None if value is None else tuple(value)
+
+
+# --- acceptance -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PositionRate(Result):
+    """One draft position (1-based): ``r_i = a_i/n_i`` and ``β_i = a_i/m_i`` with 95% intervals."""
+
+    position: int
+    accepted: int | None
+    drafts: int | None
+    rate: float | None
+    rate_low: float | None
+    rate_high: float | None
+    conditional: float | None
+    conditional_low: float | None
+    conditional_high: float | None
+
+
+@dataclass(frozen=True)
+class PositionBound(Result):
+    """A per-position rate read from a source that divides by all drafts, and how high it may be."""
+
+    position: int
+    rate: float
+    rate_high: float
+
+
+@dataclass(frozen=True)
+class Truncation(Result):
+    """Tokens per verification step and the share of accepted tokens kept if drafting stopped at k."""
+
+    k: int
+    tokens_per_step: float
+    share_of_accepted: float | None
+
+
+_LIST_FIELDS = {
+    "acceptance_rate_per_position",
+    "acceptance_rate_per_position_low",
+    "acceptance_rate_per_position_high",
+    "conditional_acceptance_rate_per_position",
+    "conditional_acceptance_rate_per_position_low",
+    "conditional_acceptance_rate_per_position_high",
+    "num_accepted_tokens_per_pos",
+    "num_drafts_per_pos",
+    "num_drafts_allowed_per_pos",
+}
+
+
+@dataclass(frozen=True)
+class Summary(Result):
+    """Acceptance of one group (or of everything): counts, rates, intervals and diagnoses.
+
+    ``to_dict()`` gives the :data:`SUMMARY_KEYS`; ``details()`` the :data:`DETAIL_KEYS`.
+    Unknown is None, never 0.
+    """
+
+    num_drafts: int | None = None
+    num_draft_tokens: int | None = None
+    num_accepted_tokens: int | None = None
+    mean_acceptance_length: float | None = None
+    draft_acceptance_rate: float | None = None
+    acceptance_rate_per_position: tuple[float | None, ...] | None = None
+    conditional_acceptance_rate_per_position: tuple[float | None, ...] | None = None
+    num_accepted_tokens_per_pos: tuple[int | None, ...] | None = None
+    num_drafts_per_pos: tuple[int | None, ...] | None = None
+    num_windows: int | None = None
+    num_spec_tokens: int | None = None
+    mean_acceptance_length_se: float | None = None
+    mean_acceptance_length_low: float | None = None
+    mean_acceptance_length_high: float | None = None
+    mean_acceptance_length_basis: str | None = None  # "counts" or "reported"
+    acceptance_rate_per_position_low: tuple[float | None, ...] | None = None
+    acceptance_rate_per_position_high: tuple[float | None, ...] | None = None
+    conditional_acceptance_rate_per_position_low: tuple[float | None, ...] | None = None
+    conditional_acceptance_rate_per_position_high: tuple[float | None, ...] | None = None
+    iid_alpha: float | None = None
+    iid_max_gap: float | None = None
+    conditional_trend: str | None = None  # falling, rising, flat
+    num_drafts_derived: bool | None = None
+    start_ts: float | None = None
+    end_ts: float | None = None
+    # What the findings need beyond the JSON.
+    num_drafts_allowed_per_pos: tuple[int | None, ...] | None = internal()
+    drafts_for_length: int | None = internal()
+    draft_tokens_per_draft: float | None = internal()  # T/D over the rows with per-position counts
+    supported_positions: tuple[int, ...] = field(default=(), metadata={"json": False}, compare=False)
+    wasted_positions: tuple[int, ...] = field(default=(), metadata={"json": False}, compare=False)
+    truncation: tuple[Truncation, ...] = field(default=(), metadata={"json": False}, compare=False)
+    position_bounds: tuple[PositionBound, ...] | None = internal()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: jsonable(getattr(self, k)) for k in SUMMARY_KEYS}
+
+    def details(self) -> dict[str, Any]:
+        return {k: jsonable(getattr(self, k)) for k in DETAIL_KEYS}
+
+    def side(self) -> dict[str, Any]:
+        """The acceptance keys of one side of a comparison (:data:`SIDE_KEYS`)."""
+        return {k: jsonable(getattr(self, k)) for k in SIDE_KEYS}
+
+    @property
+    def positions(self) -> tuple[PositionRate, ...]:
+        """Every position's rates and counts, 1-based."""
+        rates = self.acceptance_rate_per_position or ()
+
+        def at(values: Sequence | None, i: int) -> Any:
+            return values[i] if values is not None and i < len(values) else None
+
+        return tuple(
+            PositionRate(
+                i + 1,
+                at(self.num_accepted_tokens_per_pos, i),
+                at(self.num_drafts_per_pos, i),
+                rate,
+                at(self.acceptance_rate_per_position_low, i),
+                at(self.acceptance_rate_per_position_high, i),
+                at(self.conditional_acceptance_rate_per_position, i),
+                at(self.conditional_acceptance_rate_per_position_low, i),
+                at(self.conditional_acceptance_rate_per_position_high, i),
+            )
+            for i, rate in enumerate(rates)
+        )
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Summary:
+        """From a row of ``analysis.acceptance.summarize`` (the one place that computes it)."""
+        from specobs.analysis import acceptance
+
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in row:
+                values[f.name] = _tuple(row[f.name]) if f.name in _LIST_FIELDS else row[f.name]
+        drafts, tokens = row.get("drafts_for_pos"), row.get("tokens_for_pos")
+        bounds = acceptance.interval_bias(row)
+        rates = row.get("acceptance_rate_per_position") or []
+        return cls(
+            **values,
+            draft_tokens_per_draft=tokens / drafts if drafts and tokens is not None else None,
+            supported_positions=tuple(acceptance.supported_positions(row)),
+            wasted_positions=tuple(acceptance.wasted_positions(rates, acceptance.WASTED_THRESHOLD)),
+            truncation=tuple(Truncation(**t) for t in acceptance.truncation(rates)),
+            position_bounds=None if bounds is None else tuple(PositionBound(**b) for b in bounds),
+        )
+
+
+@dataclass(frozen=True)
+class GroupSummary(Result):
+    """A group's labels (its ``--by`` columns) and its acceptance summary."""
+
+    labels: Mapping[str, Any]
+    summary: Summary
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**jsonable(self.labels), **self.summary.to_dict()}
+
+    def details(self) -> dict[str, Any]:
+        return {**jsonable(self.labels), **self.summary.details()}
+
+
+@dataclass(frozen=True)
+class BatchTiming(Result):
+    """Where step time goes at one batch bucket of one group (``analysis.cost.timing_by_batch``)."""
+
+    labels: Mapping[str, Any]
+    batch_bucket: str | None
+    timed_steps: int
+    mean_draft_seconds: float | None
+    mean_verify_seconds: float | None
+    mean_step_seconds: float | None
+    mean_other_seconds: float | None
+    draft_share: float | None
+    cost_ratio: float | None
+    rejected_draft_share: float | None
+    generated_tokens_per_second: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**jsonable(self.labels), **{k: v for k, v in super().to_dict().items() if k != "labels"}}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], label_columns: Sequence[str]) -> BatchTiming:
+        own = {f.name for f in fields(cls)} - {"labels"}
+        return cls(labels={c: row[c] for c in label_columns if c in row}, **{k: row.get(k) for k in own})
+
+
+@dataclass(frozen=True)
+class ScheduleTax(Result):
+    """What a speculative engine's k = 0 steps cost against a plain engine (``analysis.cost.schedule_tax``)."""
+
+    model: str | None
+    platform: str | None
+    device: str | None
+    method: str | None
+    steps: int
+    off_seconds: float
+    plain_seconds: float
+    batch_sizes: tuple[int, ...]
+    tax_seconds: float
+    tax_share: float
+
+
+@dataclass(frozen=True)
+class Finding(Result):
+    """One plain-language finding: what it is about (``kind``) and its sentence."""
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Report(Result):
+    """Everything ``specobs report`` shows, computed once (``specobs.analyze.analyze``)."""
+
+    by: tuple[str, ...]
+    group_columns: tuple[str, ...]
+    summary: Summary
+    groups: tuple[GroupSummary, ...]
+    sources: tuple[SourceReport, ...]
+    skipped: tuple[Skipped, ...]
+    changes: tuple[Change, ...] = ()
+    timing: tuple[BatchTiming, ...] = ()
+    recommendation: Recommendation | None = None
+    tax: tuple[ScheduleTax, ...] = ()
+    unsteady: Mapping[str, int] = field(default_factory=dict)  # why → steps left out of timing
+
+    @property
+    def empty(self) -> bool:
+        """No speculative decoding metrics were found."""
+        return not self.summary.num_windows
+
+    def findings(self, group: Summary | None = None) -> list[Finding]:
+        """Findings about ``group`` (default: the overall summary, with the report-wide ones)."""
+        from specobs.render import sentences
+
+        if group is not None:
+            return sentences.acceptance_findings(group)
+        return sentences.report_findings(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "summary": rounded(self.summary.to_dict()),
+            "groups": [rounded(g.to_dict()) for g in self.groups],
+            "details": {
+                "summary": rounded(self.summary.details()),
+                "groups": [rounded(g.details()) for g in self.groups],
+            },
+            "findings": [f.text for f in self.findings()],
+            "timing": [rounded(t.to_dict()) for t in self.timing],
+            "recommendation": rounded(self.recommendation.to_dict()) if self.recommendation else None,
+            "change_points": [rounded(c.to_dict()) for c in self.changes],
+            "sources": [
+                {"source": s.name, "format": s.format, "lines": s.lines, "windows": s.windows, "skipped": s.skipped}
+                for s in self.sources
+            ],
+            "skipped_lines": {
+                "total": len(self.skipped),
+                "examples": [
+                    {"source": s.source, "line": s.line, "why": s.why} for s in self.skipped[:MAX_SKIPPED_EXAMPLES]
+                ],
+            },
+        }
+
+
+# --- recommendation -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prediction(Result):
+    """One method at one k in one batch bucket: the model's speedup, the measured one, the estimate used."""
+
+    method: str | None
+    draft_model: str | None
+    num_speculative_tokens: int
+    batch_size: float  # where the model is evaluated
+    batch_size_min: int
+    batch_size_max: int
+    tokens_per_second: float | None
+    speedup: float  # the model's
+    measured_speedup: float | None
+    estimate: float  # what the recommendation compares: measured where measured, else the anchored model
+    basis: str
+    interval: tuple[float, float] | None
+    extrapolated: bool
+    steps: int = field(default=0, metadata={"json": False})  # traffic steps in the bucket (the weight)
+
+
+@dataclass(frozen=True)
+class BucketChoice(Result):
+    """The k chosen for one batch bucket (0 = off) and what it is predicted or measured to give."""
+
+    method: str | None
+    batch_size_min: int
+    batch_size_max: int
+    num_speculative_tokens: int
+    predicted_speedup: float
+    interval: tuple[float, float] | None
+    basis: str  # measured, "measured, plain modelled", model, plain decoding
+    measured_steps: int
+    # For the explanation: the k a bucket is judged by (its own; for "off", the best k ≥ 1) and
+    # that k's speedup, tokens per step and step time against a plain step.
+    reference_k: int | None = internal()
+    reference_method: str | None = internal()  # the method judged (for "off" overall: the best one tried)
+    reference_speedup: float | None = internal()
+    tokens_per_step: float | None = internal()
+    step_ratio: float | None = internal()  # the k's step / a plain step (None without timing)
+    off_ratio: float | None = internal()  # a k = 0 step / a plain step
+    off_measured: bool = field(default=False, metadata={"json": False})
+    in_schedule: bool = field(default=False, metadata={"json": False})  # off through a schedule, not overall
+    measured_k: int = field(default=0, metadata={"json": False})
+
+
+@dataclass(frozen=True)
+class Recommended(Result):
+    """The headline: one method with one k or a batch-size schedule, or no speculative config."""
+
+    method: str | None
+    draft_model: str | None
+    num_speculative_tokens: int
+    schedule: tuple[tuple[int, int, int], ...] | None  # (batch low, batch high, k)
+    predicted_speedup: float
+    interval: tuple[float, float] | None
+    speculative_config: str | None
+    baseline: str
+
+
+@dataclass(frozen=True)
+class MethodWin(Result):
+    """Which method wins a batch bucket (each at its best k there), when there are several."""
+
+    batch_size_min: int
+    batch_size_max: int
+    winner: str | None
+    draft_model: str | None
+    num_speculative_tokens: int
+    speedups: Mapping[str, float]
+    labels: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class MethodFacts(Result):
+    """What a method's fit rests on, for the assumptions."""
+
+    method: str | None
+    timed: bool
+    cost_ratio: float | None
+    cost_ratio_source: str | None
+    model_notes: tuple[str, ...]
+    plain_measured: bool
+    drafts_per_request_step: float
+    drafts_per_request_step_by_k: tuple[tuple[int, float], ...]
+    measured_k: int
+    conditional_tail: float
+    conditional_tail_low: float
+    conditional_tail_high: float
+
+
+@dataclass(frozen=True)
+class Recommendation(Result):
+    """What ``specobs recommend`` returns."""
+
+    recommended: Recommended
+    by_batch_size: tuple[BucketChoice, ...]
+    predicted: tuple[Prediction, ...]
+    method_comparison: tuple[MethodWin, ...] = ()
+    methods: tuple[MethodFacts, ...] = field(default=(), metadata={"json": False})
+    unknown_method: bool = field(default=False, metadata={"json": False})  # chosen but unlabelled
+
+    @property
+    def explanations(self) -> list[str]:
+        from specobs.render import sentences
+
+        return sentences.explanations(self)
+
+    @property
+    def assumptions(self) -> list[str]:
+        from specobs.render import sentences
+
+        return sentences.assumptions(self)
+
+    @property
+    def method(self) -> str | None:
+        """The method the buckets are about (the recommended one, else the best that was tried)."""
+        return self.by_batch_size[0].method if self.by_batch_size else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recommended": self.recommended.to_dict(),
+            "by_batch_size": jsonable(self.by_batch_size),
+            "predicted": jsonable(self.predicted),
+            "assumptions": self.assumptions,
+            "explanations": self.explanations,
+            "method_comparison": jsonable(self.method_comparison),
+        }
+
+
+# --- comparison -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Configuration(Result):
+    """Methods, draft models and ks a run used, and its schedule (the ks per batch bucket)."""
+
+    method: tuple[str, ...]
+    draft_model: tuple[str, ...]
+    num_spec_tokens: tuple[int, ...]
+    schedule: Mapping[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Difference(Result):
+    """A configuration field in which A and B are known to differ."""
+
+    field: str
+    a: Any
+    b: Any
+
+
+@dataclass(frozen=True)
+class ConfigurationComparison(Result):
+    a: Configuration
+    b: Configuration
+    differences: tuple[Difference, ...]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.differences)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "changed": self.changed}
+
+
+@dataclass(frozen=True)
+class PositionChange(Result):
+    """One position's rate on both sides; ``changed`` when the 95% intervals do not overlap."""
+
+    position: int
+    a: float | None
+    a_interval: tuple[float, float] | None
+    b: float | None
+    b_interval: tuple[float, float] | None
+
+    @property
+    def changed(self) -> bool:
+        ia, ib = self.a_interval, self.b_interval
+        return bool(ia and ib and (ia[1] < ib[0] or ib[1] < ia[0]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "changed": self.changed}
+
+
+@dataclass(frozen=True)
+class SideTiming(Result):
+    """Steps-weighted means over every batch bucket of one side."""
+
+    mean_draft_seconds: float | None
+    mean_verify_seconds: float | None
+    mean_step_seconds: float | None
+    generated_tokens_per_second: float | None
+
+
+@dataclass(frozen=True)
+class BucketThroughput(Result):
+    """Generated tokens/s of both sides at one batch bucket both ran."""
+
+    batch_bucket: str | None
+    steps_a: int
+    steps_b: int
+    runs_a: int | None
+    runs_b: int | None
+    tokens_per_second_a: float
+    tokens_per_second_b: float
+    ratio: float
+    step_seconds_ratio: float | None
+    tested: bool
+
+
+@dataclass(frozen=True)
+class Throughput(Result):
+    """B/A generated tokens per second at matched batch buckets, with a 95% interval."""
+
+    basis: str
+    interval: str
+    ratio: float | None
+    low: float | None
+    high: float | None
+    degrees_of_freedom: float | None
+    step_seconds_ratio: float | None
+    direction: str | None  # fell, rose, unchanged; None: nothing tested
+    buckets: tuple[BucketThroughput, ...]
+    buckets_only_in_a: tuple[str | None, ...]
+    buckets_only_in_b: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class AcceptanceTest(Result):
+    """The z test of B − A on the mean acceptance length."""
+
+    difference: float | None = None
+    standard_error: float | None = None
+    z: float | None = None
+    direction: str | None = None  # fell, rose, unchanged; None: not tested
+
+
+@dataclass(frozen=True)
+class Comparison(Result):
+    """Run A (before) against run B (after): the JSON of ``specobs compare``."""
+
+    kind: str  # regression, improvement, unchanged, configuration_changed, unknown
+    a: Summary
+    b: Summary
+    positions: tuple[PositionChange, ...]
+    timing_a: SideTiming | None
+    timing_b: SideTiming | None
+    configuration: ConfigurationComparison
+    throughput: Throughput | None
+    acceptance: AcceptanceTest
+
+    @property
+    def verdict(self) -> str:
+        from specobs.render import sentences
+
+        return sentences.verdict(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "kind": self.kind,
+            "a": self.a.side(),
+            "b": self.b.side(),
+            "positions": jsonable(self.positions),
+            "timing": {"a": jsonable(self.timing_a), "b": jsonable(self.timing_b)},
+            "configuration": self.configuration.to_dict(),
+            "throughput": jsonable(self.throughput),
+            "acceptance": self.acceptance.to_dict(),
+        }
+
+
+__all__ = [
+    "DETAIL_KEYS",
+    "SIDE_KEYS",
+    "SUMMARY_KEYS",
+    "AcceptanceTest",
+    "BatchTiming",
+    "BucketChoice",
+    "BucketThroughput",
+    "Comparison",
+    "Configuration",
+    "ConfigurationComparison",
+    "Difference",
+    "Finding",
+    "GroupSummary",
+    "MethodFacts",
+    "MethodWin",
+    "PositionBound",
+    "PositionChange",
+    "PositionRate",
+    "Prediction",
+    "Recommendation",
+    "Recommended",
+    "Report",
+    "Result",
+    "ScheduleTax",
+    "SideTiming",
+    "Summary",
+    "Throughput",
+    "Truncation",
+]
