@@ -214,3 +214,41 @@ def test_predicted_speedup_gauge_uses_the_recommendations_estimates():
     assert value == pytest.approx(weighted)
     # k=6 was measured slower than the model says (0.90–1.11× where the plain engine ran).
     assert value < sum(p.speedup * steps[p.batch_size_min] for p in rows) / sum(steps.values())
+
+
+def test_tuning_gauges_show_every_bucket_and_only_the_latest_refit():
+    from prometheus_client import CollectorRegistry
+
+    from specobs.exporters.prometheus import PrometheusMetrics
+    from specobs.tuning import simulate as sim
+    from specobs.tuning.recommend import recommend
+
+    # A simulated fleet that ran batch sizes up to 512: buckets 128-255 and 256-511 are distinct
+    # (they all used to collapse onto one "128+" series, showing only the last bucket's k).
+    scenario = sim.Scenario(methods=(sim.PROFILES["ngram"],), seed=3)
+    frames = [sim.simulate_run(scenario, "ngram" if k else None, k, [1, 4, 160, 400], 120) for k in (0, 3)]
+    rec = recommend(windows_of_steps(frames), bootstrap=0)
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry=registry)
+    metrics.replace_recommendations({"m": (rec, {"ngram": 3})})
+
+    def recommended() -> dict[str, float]:
+        family = next(f for f in registry.collect() if f.name == "specobs_recommended_num_speculative_tokens")
+        return {s.labels["batch_size_bucket"]: s.value for s in family.samples if s.labels["model_name"] == "m"}
+
+    expected = {f"{r.batch_size_min}-{r.batch_size_max}" if r.batch_size_max > r.batch_size_min else "1":
+                r.num_speculative_tokens for r in rec.by_batch_size}  # fmt: skip
+    assert recommended() == expected
+    assert {"128-255", "256-511"} <= set(recommended())
+    # The next refit no longer sees model m: its series are gone, not left stale.
+    metrics.replace_recommendations({})
+    assert recommended() == {}
+    assert registry.get_sample_value("specobs_predicted_speedup", {"model_name": "m", "method": "ngram"}) is None
+
+
+def windows_of_steps(frames):
+    import polars as pl
+
+    from specobs.ingest.events import steps_to_windows
+
+    return steps_to_windows(pl.concat(frames).lazy(), "sim", "events-jsonl")

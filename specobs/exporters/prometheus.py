@@ -274,6 +274,11 @@ class PrometheusMetrics:
         """
         self.tuning.set(model or "", recommendation, running)
 
+    def replace_recommendations(self, latest: dict[str, tuple[Recommendation, dict[str, int]]]) -> None:
+        """Every model's latest recommendation at once (model → (recommendation, running)):
+        models left out are no longer published."""
+        self.tuning.replace(latest)
+
 
 class PrometheusSink:
     """Recorder sink: every captured step updates the metrics."""

@@ -119,6 +119,7 @@ class Sidecar:
                 windows = schema.conform(frame, schema.WINDOWS)
             else:
                 windows = steps_to_windows(schema.conform(frame, schema.STEPS).lazy(), "exporter", "events")
+            latest = {}
             for (model,), part in windows.lazy().collect().group_by(["model"]):
                 rec = recommend(part, bootstrap=0)
                 if rec is None:
@@ -129,7 +130,8 @@ class Sidecar:
                     .agg(pl.col("num_spec_tokens").max())
                     .iter_rows()
                 )
-                self.metrics.set_recommendation(rec, model, dict(running))
+                latest[str(model or "")] = (rec, dict(running))
+            self.metrics.replace_recommendations(latest)  # a model no longer seen stops being published
         except Exception as exc:
             self.errors += 1
             self._warn("tuning", f"specobs exporter: tuning failed ({type(exc).__name__}: {exc})")
