@@ -192,7 +192,7 @@ def report(
 ) -> None:
     """Acceptance report: acceptance length, per-position and conditional rates with 95% intervals,
     timing by batch size, what it means, where acceptance changed, and a recommendation."""
-    from specobs.analyze import analyze
+    from specobs.reporting import analyze
 
     paths = _require_inputs("report", paths, prometheus)
     groups = [b.strip() for b in by.split(",") if b.strip()]
@@ -338,18 +338,16 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
     """Write simulated engine steps from the documented generative model (docs/model.md)."""
-    import dataclasses
-
     from specobs.capture.sinks import JsonlSink
     from specobs.tuning import simulate as sim
 
     if method not in sim.PROFILES:
         raise SpecobsError(f"unknown --method {method} (choose from {', '.join(sim.PROFILES)})")
-    spec = sim.PROFILES[method]
+    betas = None
     if acceptance:
         kind, *numbers = acceptance.split(":")
         try:
-            spec = dataclasses.replace(spec, betas=tuple(sim.profile(kind, *map(float, numbers))))
+            betas = sim.profile(kind, *map(float, numbers))
         except (KeyError, TypeError, ValueError):
             raise SpecobsError(f"--acceptance {acceptance}: expected iid:A, falling:B0:D or rising:B0:D") from None
     try:
@@ -357,9 +355,8 @@ def simulate(
         batches = [int(x) for x in batch.split(",")]
     except ValueError:
         raise SpecobsError("--k and --batch take comma-separated integers") from None
-    scenario = sim.Scenario(methods=(spec,), seed=seed)
-    for value in ks:
-        frame = sim.simulate_run(scenario, method if value else None, value, batches, steps)
+    for value in ks:  # one event file per k, as separate engines would write them
+        frame = sim.simulate(method, [value], batches, steps, seed=seed, betas=betas)
         sink = JsonlSink(out, f"sim-{method if value else 'plain'}-k{value}")
         sink.write(frame.to_dicts())
         sink.close()

@@ -318,7 +318,7 @@ class Finding(Result):
 
 @dataclass(frozen=True)
 class Report(Result):
-    """Everything ``specobs report`` shows, computed once (``specobs.analyze.analyze``)."""
+    """Everything ``specobs report`` shows, computed once (``specobs.reporting.analyze``)."""
 
     by: tuple[str, ...]
     group_columns: tuple[str, ...]

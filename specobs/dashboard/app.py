@@ -19,7 +19,6 @@ import polars as pl
 import streamlit as st
 
 from specobs.analysis.acceptance import GROUP_KEYS
-from specobs.analyze import analyze
 from specobs.dashboard import charts, views
 from specobs.dashboard.data import (
     Filters,
@@ -34,6 +33,7 @@ from specobs.errors import SpecobsError
 from specobs.ingest import Ingested
 from specobs.render import to_json
 from specobs.render.sentences import headline
+from specobs.reporting import analyze
 from specobs.tuning.compare import compare
 from specobs.tuning.recommend import recommend
 

@@ -33,57 +33,35 @@ interval unless each side spans several processes: the runs of one side share it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
 from specobs.analysis.acceptance import summarize, with_group_columns
 from specobs.analysis.cost import steady_state, timing_by_batch
 from specobs.analysis.intervals import Z95
+from specobs.results import (
+    AcceptanceTest,
+    BucketThroughput,
+    Comparison,
+    Configuration,
+    ConfigurationComparison,
+    Difference,
+    PositionChange,
+    SideTiming,
+    Summary,
+    Throughput,
+)
 
 #: A pause longer than this between consecutive timed rows of one side starts a new run.
 GAP_SECONDS = 1.0
 #: Runs longer than this are cut into blocks of this length (steady serving at one batch size).
 BLOCK_SECONDS = 10.0
-#: Configuration fields that make A and B different setups, in the order the verdict names them.
-_FIELD_NAMES = {"method": "method", "draft_model": "draft model", "num_spec_tokens": "k", "schedule": "schedule"}
-_SIDE_KEYS = ("mean_acceptance_length", "mean_acceptance_length_low", "mean_acceptance_length_high",
-              "mean_acceptance_length_se", "draft_acceptance_rate", "num_drafts", "num_accepted_tokens")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Run A (before) against run B (after). ``to_dict`` is the JSON contract of ``specobs compare``."""
-
-    a: dict[str, Any]
-    b: dict[str, Any]
-    verdict: str
-    kind: str  # regression, improvement, unchanged, configuration_changed, unknown
-    positions: list[dict[str, Any]]
-    timing: dict[str, Any]
-    configuration: dict[str, Any]
-    throughput: dict[str, Any] | None
-    acceptance: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "kind": self.kind,
-            "a": {k: self.a.get(k) for k in _SIDE_KEYS},
-            "b": {k: self.b.get(k) for k in _SIDE_KEYS},
-            "positions": self.positions,
-            "timing": self.timing,
-            "configuration": self.configuration,
-            "throughput": self.throughput,
-            "acceptance": self.acceptance,
-        }
 
 
 # --- configuration --------------------------------------------------------------------------------
 
 
-def configuration(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, Any]:
+def configuration(windows: pl.LazyFrame | pl.DataFrame) -> Configuration:
     """Methods, draft models and ks a run used (sorted, nulls left out), and its schedule:
     the ks per batch bucket, in bucket order."""
     lazy = with_group_columns(windows.lazy())
@@ -99,15 +77,16 @@ def configuration(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, Any]:
         .collect()
     )
 
-    def union(column: str) -> list:
-        return sorted({v for values in rows[column].to_list() for v in values})
+    def union(column: str) -> tuple:
+        return tuple(sorted({v for values in rows[column].to_list() for v in values}))
 
-    schedule = {r["batch_bucket"]: sorted(r["k"]) for r in rows.iter_rows(named=True) if r["batch_bucket"] and r["k"]}
-    return {"method": union("method"), "draft_model": union("draft_model"), "num_spec_tokens": union("k"),
-            "schedule": schedule}  # fmt: skip
+    schedule = {
+        r["batch_bucket"]: tuple(sorted(r["k"])) for r in rows.iter_rows(named=True) if r["batch_bucket"] and r["k"]
+    }
+    return Configuration(union("method"), union("draft_model"), union("k"), schedule)
 
 
-def configuration_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+def configuration_differences(a: Configuration, b: Configuration) -> tuple[Difference, ...]:
     """Fields in which A and B are known to differ. A value unknown on one side is no difference
     (vLLM's counters carry no method label; a plain engine has none either).
 
@@ -116,24 +95,13 @@ def configuration_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict
     """
     out = []
     for name in ("method", "draft_model", "num_spec_tokens"):
-        if a[name] and b[name] and a[name] != b[name]:
-            out.append({"field": name, "a": a[name], "b": b[name]})
-    shared = [bucket for bucket in a["schedule"] if bucket in b["schedule"]]
-    same_ks = a["num_spec_tokens"] == b["num_spec_tokens"]
-    if same_ks and any(a["schedule"][bucket] != b["schedule"][bucket] for bucket in shared):
-        out.append({"field": "schedule", "a": a["schedule"], "b": b["schedule"]})
-    return out
-
-
-def _values(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{bucket}: {_values(ks)}" for bucket, ks in value.items())
-    return "/".join(str(v) for v in value) if value else "none"
-
-
-def _describe_differences(differences: list[dict[str, Any]]) -> str:
-    parts = [f"{_FIELD_NAMES[d['field']]} {_values(d['a'])} → {_values(d['b'])}" for d in differences]
-    return "A and B differ in configuration: " + "; ".join(parts) + "."
+        va, vb = getattr(a, name), getattr(b, name)
+        if va and vb and va != vb:
+            out.append(Difference(name, va, vb))
+    shared = [bucket for bucket in a.schedule if bucket in b.schedule]
+    if a.num_spec_tokens == b.num_spec_tokens and any(a.schedule[x] != b.schedule[x] for x in shared):
+        out.append(Difference("schedule", a.schedule, b.schedule))
+    return tuple(out)
 
 
 # --- throughput -----------------------------------------------------------------------------------
@@ -218,7 +186,7 @@ def _side_throughput(windows: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.DataFrame) -> dict[str, Any] | None:
+def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.DataFrame) -> Throughput | None:
     """B/A generated tokens per second at matched batch buckets, with a 95% interval.
 
     None when a side has no timed rows. ``ratio``/``low``/``high`` are over the buckets with two
@@ -256,23 +224,18 @@ def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.Data
     )
     only_a = ta.join(tb, on="batch_bucket", how="anti", nulls_equal=True)["batch_bucket"].to_list()
     only_b = tb.join(ta, on="batch_bucket", how="anti", nulls_equal=True)["batch_bucket"].to_list()
-    out: dict[str, Any] = {
+    base = {
         "basis": "generated tokens per second of step time, steady-state steps, per batch bucket in both",
         "interval": "95%, Student's t (Welch–Satterthwaite) on the spread between runs",
-        "ratio": None,
-        "low": None,
-        "high": None,
-        "degrees_of_freedom": None,
-        "step_seconds_ratio": None,
-        "direction": None,
-        "buckets": buckets.drop("_var_a", "_var_b").to_dicts(),
-        "buckets_only_in_a": only_a,
-        "buckets_only_in_b": only_b,
+        "buckets": tuple(BucketThroughput(**row) for row in buckets.drop("_var_a", "_var_b").iter_rows(named=True)),
+        "buckets_only_in_a": tuple(only_a),
+        "buckets_only_in_b": tuple(only_b),
     }
     tested = buckets.filter(pl.col("tested"))
     use = tested if tested.height else buckets
     if use.is_empty():
-        return out
+        return Throughput(**base, ratio=None, low=None, high=None, degrees_of_freedom=None, step_seconds_ratio=None,
+                          direction=None)  # fmt: skip
     w = (pl.col("steps_a") + pl.col("steps_b")) / (pl.col("steps_a") + pl.col("steps_b")).sum()
     combined = use.select(
         log_ratio=(w * pl.col("ratio").log()).sum(),
@@ -282,15 +245,21 @@ def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.Data
             w**4 * (pl.col("_var_a") ** 2 / (pl.col("runs_a") - 1) + pl.col("_var_b") ** 2 / (pl.col("runs_b") - 1))
         ).sum(),
     ).row(0, named=True)
-    out["ratio"] = math.exp(combined["log_ratio"])
-    out["step_seconds_ratio"] = combined["step_seconds_ratio"]
+    low = high = df = direction = None
     if tested.height and combined["variance"] > 0:
         df = combined["variance"] ** 2 / combined["welch"]
         half = t_quantile_975(df) * math.sqrt(combined["variance"])
         low, high = math.exp(combined["log_ratio"] - half), math.exp(combined["log_ratio"] + half)
         direction = "fell" if high < 1 else "rose" if low > 1 else "unchanged"
-        out.update(low=low, high=high, degrees_of_freedom=df, direction=direction)
-    return out
+    return Throughput(
+        **base,
+        ratio=math.exp(combined["log_ratio"]),
+        low=low,
+        high=high,
+        degrees_of_freedom=df,
+        step_seconds_ratio=combined["step_seconds_ratio"],
+        direction=direction,
+    )
 
 
 # --- acceptance -----------------------------------------------------------------------------------
@@ -298,7 +267,7 @@ def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.Data
 
 def compare_acceptance(
     a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.DataFrame
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+) -> tuple[Summary, Summary, AcceptanceTest]:
     """``(summary A, summary B, test)``: both summaries and the z test of B − A on the length.
 
     The standard errors are the ones ``summarize`` reports (never read back off the intervals,
@@ -308,47 +277,42 @@ def compare_acceptance(
     on its own. Tested only when both lengths come from counts; ``direction``: ``fell``,
     ``rose``, ``unchanged`` (|z| ≤ 1.96) or null.
     """
-    ra = summarize(a, by=()).row(0, named=True)
-    rb = summarize(b, by=()).row(0, named=True)
-    la, lb = ra.get("mean_acceptance_length"), rb.get("mean_acceptance_length")
-    sa, sb = ra.get("mean_acceptance_length_se"), rb.get("mean_acceptance_length_se")
-    test: dict[str, Any] = {"difference": None, "standard_error": None, "z": None, "direction": None}
+    ra = Summary.from_row(summarize(a, by=()).row(0, named=True))
+    rb = Summary.from_row(summarize(b, by=()).row(0, named=True))
+    la, lb = ra.mean_acceptance_length, rb.mean_acceptance_length
+    sa, sb = ra.mean_acceptance_length_se, rb.mean_acceptance_length_se
     if la is None or lb is None:
-        return ra, rb, test
-    test["difference"] = lb - la
-    counted = ra.get("mean_acceptance_length_basis") == rb.get("mean_acceptance_length_basis") == "counts"
+        return ra, rb, AcceptanceTest()
+    counted = ra.mean_acceptance_length_basis == rb.mean_acceptance_length_basis == "counts"
     if not counted or sa is None or sb is None:
-        return ra, rb, test
+        return ra, rb, AcceptanceTest(difference=lb - la)
     se = math.hypot(sa, sb)
-    pooled = summarize(pl.concat([a.lazy(), b.lazy()], how="diagonal_relaxed"), by=()).row(0, named=True)
-    da, db, dab = ra["drafts_for_length"], rb["drafts_for_length"], pooled["drafts_for_length"]
-    if pooled.get("mean_acceptance_length_se") is not None:
-        se = max(se, pooled["mean_acceptance_length_se"] * math.sqrt(dab * (1 / da + 1 / db)))
+    pooled = Summary.from_row(
+        summarize(pl.concat([a.lazy(), b.lazy()], how="diagonal_relaxed"), by=()).row(0, named=True)
+    )
+    da, db, dab = ra.drafts_for_length, rb.drafts_for_length, pooled.drafts_for_length
+    if pooled.mean_acceptance_length_se is not None and da and db and dab:
+        se = max(se, pooled.mean_acceptance_length_se * math.sqrt(dab * (1 / da + 1 / db)))
     # 0 only when every draft on both sides accepted the same number of tokens.
     z = (lb - la) / se if se > 0 else (0.0 if lb == la else math.copysign(math.inf, lb - la))
-    test.update(standard_error=se, z=z, direction="unchanged" if abs(z) <= Z95 else "fell" if z < 0 else "rose")
-    return ra, rb, test
+    direction = "unchanged" if abs(z) <= Z95 else "fell" if z < 0 else "rose"
+    return ra, rb, AcceptanceTest(difference=lb - la, standard_error=se, z=z, direction=direction)
 
 
-def _positions(ra: dict[str, Any], rb: dict[str, Any]) -> list[dict[str, Any]]:
-    positions = []
-    rates_a = ra.get("acceptance_rate_per_position") or []
-    rates_b = rb.get("acceptance_rate_per_position") or []
-    for i in range(max(len(rates_a), len(rates_b))):
-        row: dict[str, Any] = {"position": i + 1}
-        for name, r in (("a", ra), ("b", rb)):
-            rates = r.get("acceptance_rate_per_position") or []
-            lows = r.get("acceptance_rate_per_position_low") or []
-            highs = r.get("acceptance_rate_per_position_high") or []
-            row[name] = rates[i] if i < len(rates) else None
-            row[f"{name}_interval"] = [lows[i], highs[i]] if i < len(lows) and lows[i] is not None else None
-        ia, ib = row["a_interval"], row["b_interval"]
-        row["changed"] = bool(ia and ib and (ia[1] < ib[0] or ib[1] < ia[0]))
-        positions.append(row)
-    return positions
+def _positions(ra: Summary, rb: Summary) -> tuple[PositionChange, ...]:
+    pa, pb = ra.positions, rb.positions
+
+    def side(positions: tuple, i: int) -> tuple[float | None, tuple[float, float] | None]:
+        if i >= len(positions):
+            return None, None
+        p = positions[i]
+        known = p.rate_low is not None and p.rate_high is not None
+        return p.rate, (p.rate_low, p.rate_high) if known else None
+
+    return tuple(PositionChange(i + 1, *side(pa, i), *side(pb, i)) for i in range(max(len(pa), len(pb))))
 
 
-def _overall_timing(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, Any] | None:
+def _overall_timing(windows: pl.LazyFrame | pl.DataFrame) -> SideTiming | None:
     """Steps-weighted means over every batch bucket (all timed steps: what the report shows)."""
     if not _timed(windows):
         return None
@@ -364,88 +328,31 @@ def _overall_timing(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, Any] | No
             return None
         return float((values.filter(mask) * steps.filter(mask)).sum() / steps.filter(mask).sum())
 
-    return {
-        "mean_draft_seconds": mean("mean_draft_seconds"),
-        "mean_verify_seconds": mean("mean_verify_seconds"),
-        "mean_step_seconds": mean("mean_step_seconds"),
-        "generated_tokens_per_second": mean("generated_tokens_per_second"),
-    }
+    return SideTiming(
+        mean("mean_draft_seconds"), mean("mean_verify_seconds"), mean("mean_step_seconds"),
+        mean("generated_tokens_per_second"),
+    )  # fmt: skip
 
 
 # --- verdict --------------------------------------------------------------------------------------
 
 
-def _acceptance_sentence(la: float, lb: float, test: dict[str, Any]) -> str:
-    direction = test["direction"]
-    if direction in ("fell", "rose"):
-        return f"acceptance length {direction} {la:.2f} → {lb:.2f}, outside the 95% interval"
-    if direction == "unchanged":
-        return f"acceptance length {la:.2f} → {lb:.2f}, within the 95% interval"
-    return f"acceptance length {la:.2f} → {lb:.2f} (no standard error: not tested)"
-
-
-def _throughput_sentence(tp: dict[str, Any]) -> str:
-    buckets = [x["batch_bucket"] for x in tp["buckets"] if x["tested"]] or [x["batch_bucket"] for x in tp["buckets"]]
-    where = f"at matched batch sizes {', '.join(str(x) for x in buckets)}"
-    ratio = tp["ratio"]
-    if tp["direction"] is None:
-        why = "one run per side" if tp["buckets"] else "no batch bucket in both"
-        if ratio is None:
-            return f"throughput not comparable ({why})"
-        return f"throughput B/A {ratio:.2f}× {where} ({why}: no interval, not tested)"
-    interval = f"B/A {ratio:.2f}×, 95% interval {tp['low']:.2f}–{tp['high']:.2f}"
-    change = abs(ratio - 1)
-    if tp["direction"] == "unchanged":
-        return f"throughput within noise {where} ({interval})"
-    return f"throughput {tp['direction']} {change:.0%} {where} ({interval})"
-
-
-def _explanation(la: float | None, lb: float | None, test: dict[str, Any], tp: dict[str, Any]) -> str:
-    """Why throughput moved: tokens per step (acceptance) against time per step."""
-    if la is None or lb is None:
-        return ""
-    steps = tp.get("step_seconds_ratio")
-    timing = ""
-    if steps is not None and abs(steps - 1) >= 0.005:
-        timing = f"; steps took {abs(steps - 1):.0%} {'longer' if steps > 1 else 'less time'}"
-    return f" {_capital(_acceptance_sentence(la, lb, test))}{timing}."
-
-
-def _verdict(
-    differences: list[dict[str, Any]], tp: dict[str, Any] | None, ra: dict[str, Any], rb: dict[str, Any],
-    test: dict[str, Any],
-) -> tuple[str, str]:  # fmt: skip
-    """The sentence and the kind: throughput decides when it moved beyond noise; across a
-    configuration change nothing else makes a regression or an improvement."""
-    la, lb = ra.get("mean_acceptance_length"), rb.get("mean_acceptance_length")
-    lead = _describe_differences(differences) + " " if differences else ""
-    if tp is not None and tp["direction"] is not None:
-        moved = tp["direction"] in ("fell", "rose")
-        kind = {"fell": "regression", "rose": "improvement"}.get(tp["direction"])
-        kind = kind or ("configuration_changed" if differences else "unchanged")
-        label = kind if moved else "no significant change"
-        body = f"{_throughput_sentence(tp)}: {label}."
-        return lead + _capital(body) + _explanation(la, lb, test, tp), kind
-    tail = f" {_capital(_throughput_sentence(tp))}." if tp is not None else ""
-    if la is None or lb is None:
-        return lead + "Acceptance length unknown in one of the runs: no verdict." + tail, "unknown"
-    sentence = _acceptance_sentence(la, lb, test)
+def kind_of(
+    differences: tuple[Difference, ...], tp: Throughput | None, ra: Summary, rb: Summary, test: AcceptanceTest
+) -> str:
+    """regression, improvement, unchanged, configuration_changed or unknown: throughput decides
+    when it moved beyond noise; across a configuration change nothing else makes a regression
+    or an improvement (``render.sentences.verdict`` words it)."""
+    if tp is not None and tp.direction is not None:
+        moved = {"fell": "regression", "rose": "improvement"}.get(tp.direction)
+        return moved or ("configuration_changed" if differences else "unchanged")
+    if ra.mean_acceptance_length is None or rb.mean_acceptance_length is None:
+        return "unknown"
     if differences:
-        if test["direction"] in ("fell", "rose"):
-            note = "a difference between configurations, not a regression"
-        else:
-            note = "no significant difference"
-        without = " (no step timing on both sides to compare throughput)" if tp is None else ""
-        return lead + _capital(f"{sentence}: {note}{without}.") + tail, "configuration_changed"
-    if test["direction"] is None:
-        return _capital(f"{sentence}: no verdict.") + tail, "unknown"
-    kind = {"fell": "regression", "rose": "improvement", "unchanged": "unchanged"}[test["direction"]]
-    label = "no significant change" if kind == "unchanged" else kind
-    return f"{sentence}: {label}" + (f".{tail}" if tail else ""), kind
-
-
-def _capital(text: str) -> str:
-    return text[:1].upper() + text[1:]
+        return "configuration_changed"
+    if test.direction is None:
+        return "unknown"
+    return {"fell": "regression", "rose": "improvement", "unchanged": "unchanged"}[test.direction]
 
 
 def compare(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.DataFrame) -> Comparison:
@@ -454,15 +361,17 @@ def compare(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.DataFrame) -> C
     ca, cb = configuration(a), configuration(b)
     differences = configuration_differences(ca, cb)
     tp = compare_throughput(a, b)
-    verdict, kind = _verdict(differences, tp, ra, rb, test)
     return Comparison(
+        kind=kind_of(differences, tp, ra, rb, test),
         a=ra,
         b=rb,
-        verdict=verdict,
-        kind=kind,
         positions=_positions(ra, rb),
-        timing={"a": _overall_timing(a), "b": _overall_timing(b)},
-        configuration={"a": ca, "b": cb, "differences": differences, "changed": bool(differences)},
+        timing_a=_overall_timing(a),
+        timing_b=_overall_timing(b),
+        configuration=ConfigurationComparison(ca, cb, differences),
         throughput=tp,
         acceptance=test,
     )
+
+
+__all__ = ["Comparison", "compare", "compare_acceptance", "compare_throughput", "configuration"]

@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from specobs.analysis.cost import decode_sums, steady_state
+from specobs.results import BucketChoice, MethodFacts, MethodWin, Prediction, Recommendation, Recommended
 from specobs.tuning import leviathan
 from specobs.tuning.model import (
     BASELINE_PLAIN,
@@ -73,28 +74,6 @@ class Bucket:
     high: int
     batch: float  # where the model is evaluated: the median observed batch size, or the bucket's centre
     steps: int
-
-
-@dataclass
-class Recommendation:
-    """What ``specobs recommend`` returns (see ``to_dict`` for the JSON contract)."""
-
-    recommended: dict[str, Any]
-    by_batch_size: list[dict[str, Any]]
-    predicted: list[dict[str, Any]]
-    assumptions: list[str]
-    explanations: list[str] = field(default_factory=list)
-    comparison: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "recommended": self.recommended,
-            "by_batch_size": self.by_batch_size,
-            "predicted": self.predicted,
-            "assumptions": self.assumptions,
-            "explanations": self.explanations,
-            "method_comparison": self.comparison,
-        }
 
 
 # --- fitting ------------------------------------------------------------------------------------
@@ -422,6 +401,141 @@ def _candidates(
     return out
 
 
+@dataclass
+class _Evaluation:
+    """One fit evaluated at every k in every bucket: the grid, what was measured, the bootstrap."""
+
+    fit: MethodFit
+    ks: range
+    grid: np.ndarray  # estimate [k, bucket]
+    off: np.ndarray  # estimate of its k = 0 steps [bucket]
+    measured: tuple[np.ndarray, ...]  # see _measured
+    boot: tuple[np.ndarray, np.ndarray] | None
+    candidates: list[_Candidate]
+
+
+def traffic_buckets(fits: list[MethodFit]) -> list[Bucket]:
+    """The buckets a recommendation is made for, each weighted by the traffic steps it saw.
+
+    Without step timing there is one bucket over all traffic, evaluated on the acceptance of
+    all of it (the per-batch profiles of the fits are dropped); without batch sizes every
+    bucket counts once.
+    """
+    buckets = buckets_for(fits)
+    if not all(f.cost is not None for f in fits):
+        buckets = [Bucket(1, max(b.high for b in buckets), buckets[0].batch, sum(b.steps for b in buckets))]
+        for fit in fits:
+            fit.by_batch = {}
+    if not sum(b.steps for b in buckets):
+        for b in buckets:
+            b.steps = 1
+    return buckets
+
+
+def evaluate(
+    fit: MethodFit, index: int, buckets: list[Bucket], *, max_k: int | None, margin: float, bootstrap: int, seed: int
+) -> _Evaluation:
+    """Step 1: a fit's speedup at every k and bucket (measured where measured), its bootstrap and
+    its candidates (every static k and its schedules)."""
+    top = max_k if max_k is not None else min(fit.acceptance.measured_k + 2, 16)
+    ks = range(0, top + 1)
+    grid, off = _evaluate(fit, ks, buckets)
+    measured = _measured(fit, ks, buckets)
+    boot = _bootstrap(fit, ks, buckets, bootstrap, seed + index)
+    weights = np.array([b.steps for b in buckets], dtype=float)
+    measured_k = fit.acceptance.measured_k
+    mine = _candidates(index, ks, grid, off, measured, boot, weights, margin, measured_k) if top >= 1 else []
+    return _Evaluation(fit, ks, grid, off, measured, boot, mine)
+
+
+def _predictions(ev: _Evaluation, buckets: list[Bucket]) -> list[Prediction]:
+    """Every k in every bucket of one fit: the model, the measurement, the estimate used."""
+    out = []
+    fit, measured = ev.fit, ev.measured[0]
+    for k in ev.ks:
+        for bi, b in enumerate(buckets):
+            model_speedup, rate, extrapolated = _speedup(fit, k, b.batch)
+            interval = None
+            if ev.boot is not None:
+                low, high = np.percentile(ev.boot[0][:, k, bi], [2.5, 97.5])
+                interval = (float(low), float(high))
+            out.append(
+                Prediction(
+                    method=fit.method,
+                    draft_model=fit.labels.get("draft_model"),
+                    num_speculative_tokens=k,
+                    batch_size=round(b.batch, 2),
+                    batch_size_min=b.low,
+                    batch_size_max=b.high,
+                    tokens_per_second=rate,
+                    speedup=model_speedup,
+                    measured_speedup=None if np.isnan(measured[k, bi]) or not k else float(measured[k, bi]),
+                    estimate=float(ev.grid[k, bi]),
+                    basis=_basis(ev.measured, k, bi) if k else "plain decoding",
+                    interval=interval,
+                    extrapolated=extrapolated,
+                    steps=b.steps,
+                )
+            )
+    return out
+
+
+def _choice(
+    fit: MethodFit, b: Bucket, k: int, speedup: float, interval: list[float] | None, basis: str, *,
+    method: str | None, best: tuple[int, float] | None, in_schedule: bool,
+) -> BucketChoice:  # fmt: skip
+    """A bucket's k with the numbers its explanation quotes: for "off", the best k ≥ 1 it was judged by."""
+    acc = fit.acceptance_for(b.batch)
+    if k:
+        reference_k, reference_speedup = k, speedup
+    else:
+        reference_k = best[0] if best else max(min(acc.measured_k, 16), 1)
+        reference_speedup = best[1] if best else (_speedup(fit, reference_k, b.batch)[0] if fit.cost else None)
+    step_ratio = off_ratio = None
+    if fit.cost is not None:
+        plain = fit.cost.base_step_seconds(b.batch)
+        step_ratio = fit.cost.spec_step_seconds(reference_k, b.batch, acc) / plain
+        off_ratio = fit.cost.off_step_seconds(b.batch) / plain
+    return BucketChoice(
+        method=method,
+        batch_size_min=b.low,
+        batch_size_max=b.high,
+        num_speculative_tokens=k,
+        predicted_speedup=speedup,
+        interval=(interval[0], interval[1]) if interval else None,
+        basis=basis,
+        measured_steps=b.steps,
+        reference_k=reference_k,
+        reference_speedup=reference_speedup,
+        reference_method=fit.method,
+        tokens_per_step=acc.tokens_per_request_step(reference_k),
+        step_ratio=step_ratio,
+        off_ratio=off_ratio,
+        off_measured=fit.cost is not None and fit.cost.off is not None,
+        in_schedule=in_schedule,
+        measured_k=acc.measured_k,
+    )
+
+
+def _facts(fit: MethodFit) -> MethodFacts:
+    acc = fit.acceptance
+    ratio, source = fit.cost_ratio or (leviathan.FALLBACK_COST_RATIO, "generic default")
+    return MethodFacts(
+        method=fit.method,
+        timed=fit.cost is not None,
+        cost_ratio=None if fit.cost is not None else ratio,
+        cost_ratio_source=None if fit.cost is not None else source,
+        model_notes=tuple(fit.cost.notes) if fit.cost is not None else (),
+        plain_measured=fit.cost is not None and fit.cost.baseline == BASELINE_PLAIN,
+        drafts_per_request_step=acc.drafts_per_request_step,
+        drafts_per_request_step_by_k=tuple(acc.drafts_per_request_step_by_k),
+        measured_k=acc.measured_k,
+        conditional_tail=acc.conditional_tail,
+        conditional_tail_low=acc.conditional_tail_low,
+        conditional_tail_high=acc.conditional_tail_high,
+    )
+
+
 def recommend(
     windows: pl.LazyFrame | pl.DataFrame,
     *,
@@ -442,120 +556,61 @@ def recommend(
     fits = fit_methods(windows, cost_ratio=cost_ratio, method=method)
     if not fits:
         return None
-    buckets = buckets_for(fits)
-    timed = all(f.cost is not None for f in fits)
-    if not timed:  # one bucket over all traffic, evaluated on the acceptance of all of it
-        buckets = [Bucket(1, max(b.high for b in buckets), buckets[0].batch, sum(b.steps for b in buckets))]
-        for fit in fits:
-            fit.by_batch = {}
-    if not sum(b.steps for b in buckets):  # no batch sizes observed: every bucket counts once
-        for b in buckets:
-            b.steps = 1
-    weights = np.array([b.steps for b in buckets], dtype=float)
-    assumptions: list[str] = []
-    predicted: list[dict[str, Any]] = []
-    candidates: list[_Candidate] = []
-    best_per_fit: dict[int, list[dict[str, Any]]] = {}
-    for fi, fit in enumerate(fits):
-        top = max_k if max_k is not None else min(fit.acceptance.measured_k + 2, 16)
-        ks = range(0, top + 1)
-        grid, off = _evaluate(fit, ks, buckets)
-        measured_both = _measured(fit, ks, buckets)
-        measured = measured_both[0]
-        boot = _bootstrap(fit, ks, buckets, bootstrap, seed + fi)
-        for k in ks:
-            for bi, b in enumerate(buckets):
-                model_speedup, rate, extrapolated = _speedup(fit, k, b.batch)
-                interval = None
-                if boot is not None:
-                    interval = [float(v) for v in np.percentile(boot[0][:, k, bi], [2.5, 97.5])]
-                predicted.append(
-                    {
-                        "method": fit.method,
-                        "draft_model": fit.labels.get("draft_model"),
-                        "num_speculative_tokens": k,
-                        "batch_size": round(b.batch, 2),
-                        "batch_size_min": b.low,
-                        "batch_size_max": b.high,
-                        "tokens_per_second": rate,
-                        "speedup": model_speedup,
-                        "measured_speedup": None if np.isnan(measured[k, bi]) or not k else float(measured[k, bi]),
-                        "estimate": float(grid[k, bi]),
-                        "basis": _basis(measured_both, k, bi) if k else "plain decoding",
-                        "interval": interval,
-                        "extrapolated": extrapolated,
-                    }
-                )
-        measured_k = fit.acceptance.measured_k
-        mine = _candidates(fi, ks, grid, off, measured_both, boot, weights, margin, measured_k) if top >= 1 else []
-        candidates += mine
-        if mine:  # per bucket: its best k and that k's speedup (for the comparison and the explanations)
-            best_per_fit[fi] = [
-                {"k": k, "speedup": v, "best_k": k, "best_speedup": v, "bucket": b}
-                for (k, v), b in zip(mine[0].best, buckets, strict=True)
-            ]
-        assumptions.extend(_assumptions(fit))
-    chosen = _choose(candidates, margin)
-    if chosen is None:
-        fit = fits[max(best_per_fit, key=lambda fi: max(r["speedup"] for r in best_per_fit[fi]), default=0)]
-        rows = [
-            {"k": 0, "speedup": 1.0, "interval": None, "bucket": b, "best": best, "basis": "plain decoding"}
-            for b, best in zip(buckets, best_per_fit.get(fits.index(fit), [None] * len(buckets)), strict=True)
+    buckets = traffic_buckets(fits)
+    evaluations = [
+        evaluate(fit, fi, buckets, max_k=max_k, margin=margin, bootstrap=bootstrap, seed=seed)
+        for fi, fit in enumerate(fits)
+    ]
+    chosen = _choose([c for ev in evaluations for c in ev.candidates], margin)
+    return _result(evaluations, buckets, chosen)
+
+
+def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Candidate | None) -> Recommendation:
+    """Step 3: the chosen candidate (or none) as a :class:`Recommendation`."""
+    fits = [ev.fit for ev in evaluations]
+    best = {fi: ev.candidates[0].best for fi, ev in enumerate(evaluations) if ev.candidates}
+    if chosen is None:  # off overall: each bucket explained by the best method's best k there
+        fi = max(best, key=lambda i: max(v for _, v in best[i]), default=0)
+        fit = fits[fi]
+        choices = [
+            _choice(fit, b, 0, 1.0, None, "plain decoding", method=None, best=top, in_schedule=False)
+            for b, top in zip(buckets, best.get(fi, [None] * len(buckets)), strict=True)
         ]
-        recommended = {
-            "method": None,
-            "draft_model": None,
-            "num_speculative_tokens": 0,
-            "schedule": None,
-            "predicted_speedup": 1.0,
-            "interval": None,
-            "speculative_config": None,
-        }
+        recommended = Recommended(None, None, 0, None, 1.0, None, None, _baseline(fits))
     else:
         fit = fits[chosen.fit]
-        rows = _bucket_rows(chosen, buckets)
-        schedule = [[b.low, b.high, k] for b, k in zip(buckets, chosen.ks, strict=True)] if chosen.is_schedule else None
-        recommended = {
-            "method": fit.method,
-            "draft_model": fit.labels.get("draft_model"),
-            "num_speculative_tokens": max(chosen.ks),
-            "schedule": schedule,
-            "predicted_speedup": chosen.speedup,
-            "interval": chosen.interval,
-            "speculative_config": _speculative_config(fit, max(chosen.ks), schedule),
-        }
-    recommended["baseline"] = _baseline(fits if chosen is None else [fit])
-    if recommended["method"] is None and chosen is not None:
-        assumptions.append(UNKNOWN_METHOD)
-    by_batch = [
-        {
-            "method": recommended["method"] or (fit.method if chosen is not None else None),
-            "batch_size_min": t["bucket"].low,
-            "batch_size_max": t["bucket"].high,
-            "num_speculative_tokens": t["k"],
-            "predicted_speedup": t["speedup"],
-            "interval": t["interval"],
-            "basis": t.get("basis", "model"),
-            "measured_steps": t["bucket"].steps,
-        }
-        for t in rows
-    ]
-    explanations = [_explain(fit, t) for t in rows]
-    if chosen is None:
-        explanations.insert(
-            0, "No method and k beats plain decoding by the margin on this traffic: run without speculation."
+        choices = [
+            _choice(fit, b, k, v, iv, basis, method=fit.method, best=top, in_schedule=True)
+            for b, k, v, iv, basis, top in zip(
+                buckets, chosen.ks, chosen.speedups, chosen.intervals, chosen.bases, chosen.best, strict=True
+            )
+        ]
+        schedule = tuple((b.low, b.high, k) for b, k in zip(buckets, chosen.ks, strict=True))
+        schedule = schedule if chosen.is_schedule else None
+        k = max(chosen.ks)
+        recommended = Recommended(
+            method=fit.method,
+            draft_model=fit.labels.get("draft_model"),
+            num_speculative_tokens=k,
+            schedule=schedule,
+            predicted_speedup=chosen.speedup,
+            interval=(chosen.interval[0], chosen.interval[1]) if chosen.interval else None,
+            speculative_config=_speculative_config(fit, k, schedule),
+            baseline=_baseline([fit]),
         )
-    comparison = _comparison(fits, buckets, best_per_fit)
-    return Recommendation(recommended, by_batch, predicted, sorted(set(assumptions)), explanations, comparison)
-
-
-#: Said when the input cannot name the method (vLLM's counters carry no method label).
-UNKNOWN_METHOD = "the input has no method label (vLLM's counters carry none): pass --method to name it"
+    return Recommendation(
+        recommended=recommended,
+        by_batch_size=tuple(choices),
+        predicted=tuple(p for ev in evaluations for p in _predictions(ev, buckets)),
+        method_comparison=tuple(_comparison(fits, buckets, best)),
+        methods=tuple(_facts(f) for f in fits),
+        unknown_method=chosen is not None and recommended.method is None,
+    )
 
 
 def _choose(candidates: list[_Candidate], margin: float) -> _Candidate | None:
-    """The best candidate beating plain decoding by ``margin``. A schedule must also beat its
-    method's best static k by the margin, and a candidate that needs a k above the measured
+    """Step 2: the best candidate beating plain decoding by ``margin``. A schedule must also beat
+    its method's best static k by the margin, and a candidate that needs a k above the measured
     ones (extrapolated acceptance) must beat the best within the measured range by the margin:
     a simpler, measured config wins a tie."""
 
@@ -579,15 +634,6 @@ def _choose(candidates: list[_Candidate], margin: float) -> _Candidate | None:
     return best
 
 
-def _bucket_rows(candidate: _Candidate, buckets: list[Bucket]) -> list[dict[str, Any]]:
-    return [
-        {"k": k, "speedup": v, "interval": iv, "bucket": b, "basis": basis, "best_k": best[0], "best_speedup": best[1]}
-        for k, v, iv, b, basis, best in zip(
-            candidate.ks, candidate.speedups, candidate.intervals, buckets, candidate.bases, candidate.best, strict=True
-        )
-    ]
-
-
 def _baseline(fits: list[MethodFit]) -> str:
     """What the speedups are against: a measured plain engine, or an estimate (and which)."""
     kinds = {f.cost.baseline if f.cost is not None else LEVIATHAN_BASELINE for f in fits}
@@ -600,118 +646,37 @@ def _baseline(fits: list[MethodFit]) -> str:
 LEVIATHAN_BASELINE = "estimated: no step timing in the input (per-position Leviathan formula)"
 
 
-def _speculative_config(fit: MethodFit, k: int, schedule: list[list[int]] | None) -> str | None:
+def _speculative_config(fit: MethodFit, k: int, schedule: Sequence[Sequence[int]] | None) -> str | None:
     if fit.method is None:
         return None  # never a config with "method": null
     config: dict[str, Any] = {"method": fit.method, "num_speculative_tokens": k}
     if fit.labels.get("draft_model"):
         config["model"] = fit.labels["draft_model"]
     if schedule:
-        config["num_speculative_tokens_per_batch_size"] = schedule
+        config["num_speculative_tokens_per_batch_size"] = [list(row) for row in schedule]
     return json.dumps(config)
 
 
-def _assumptions(fit: MethodFit) -> list[str]:
-    name = fit.method or "unknown method"
-    out = []
-    if fit.cost is None:
-        _, source = fit.cost_ratio or (leviathan.FALLBACK_COST_RATIO, "generic default")
-        out.append(
-            f"{name}: no step timing in the input, speedups use the per-position Leviathan formula with {source}"
-        )
-    else:
-        out += [f"{name}: {note}" for note in fit.cost.notes]
-        if fit.cost.baseline == BASELINE_PLAIN:
-            out.append(
-                f"{name}: speedups are against a plain engine (no speculative config) measured in a separate "
-                "engine process; separate processes of one configuration can differ by 20–40% on shared machines"
-            )
-    acc = fit.acceptance
-    if acc.drafts_per_request_step < 0.999:
-        by_k = ", ".join(f"{q:.0%} at k={k}" for k, q in acc.drafts_per_request_step_by_k)
-        measured = f"measured: {by_k}" if by_k else "measured"
-        out.append(
-            f"{name}: {acc.drafts_per_request_step:.0%} of request-steps draft ({measured}); "
-            "an unmeasured k takes the share of the nearest measured k"
-        )
-    out.append(
-        f"{name}: acceptance beyond k={acc.measured_k} is extrapolated with conditional rate "
-        f"{acc.conditional_tail:.2f} ({acc.conditional_tail_low:.2f}–{acc.conditional_tail_high:.2f})"
-    )
-    return out
-
-
-def _explain(fit: MethodFit, t: dict[str, Any]) -> str:
-    b = t["bucket"]
-    where = f"batch {b.low}" if b.low == b.high else f"batch {b.low}–{b.high}"
-    name = fit.method or "speculation"
-    acc = fit.acceptance_for(b.batch)
-    if t["k"] == 0:
-        best = t.get("best") or t  # off overall: the best fit's schedule row; in a schedule: this row
-        k = best.get("best_k") or max(min(acc.measured_k, 16), 1)
-        speedup = best.get("best_speedup")
-        tokens = acc.tokens_per_request_step(k)
-        if fit.cost is not None:
-            spec = fit.cost.spec_step_seconds(k, b.batch, acc)
-            plain = fit.cost.base_step_seconds(b.batch)
-            off = fit.cost.off_step_seconds(b.batch)
-            speedup = speedup if speedup is not None else _speedup(fit, k, b.batch)[0]
-            model = f"model: {tokens:.2f} tokens per step for a step {spec / plain:.2f}× as long as a plain one"
-            if speedup > 1:  # it would pay here, but not enough over all traffic (or not over its k=0 steps)
-                text = (
-                    f"At {where}, the best {name} k ({k}) reaches {speedup:.2f}× plain decoding ({model}), too "
-                    "little to pay for speculation over the whole traffic"
-                )
-            else:
-                text = (
-                    f"At {where}, the best {name} k ({k}) reaches only {speedup:.2f}× plain decoding ({model}): "
-                    "switch speculation off here"
-                )
-            if "best" not in t and off > plain:  # off through the schedule: the engine still pays for its drafter
-                measured = fit.cost.off is not None
-                text += (
-                    f"; its k=0 steps {'still cost' if measured else 'are estimated at'} {off / plain:.2f}× a plain "
-                    "step (the schedule's k=0 tax)"
-                )
-            return text + "."
-        return f"At {where}, {name} does not pay: {tokens:.2f} tokens per step do not cover the drafting cost."
-    tokens = acc.tokens_per_request_step(t["k"])
-    interval = t.get("interval")
-    ci = f" ({interval[0]:.2f}–{interval[1]:.2f})" if interval else ""
-    verb = "measured at" if t.get("basis", "").startswith("measured") else "predicted"
-    text = f"At {where}, {name} with k={t['k']} is {verb} {t['speedup']:.2f}×{ci} plain decoding"
-    model = f"{tokens:.2f} tokens per step"
-    if fit.cost is not None:
-        spec = fit.cost.spec_step_seconds(t["k"], b.batch, acc)
-        plain = fit.cost.base_step_seconds(b.batch)
-        model += f" for a step {spec / plain:.2f}× as long as a plain one"
-    if t.get("basis") == "measured, plain modelled":
-        text += f" (plain decoding at these batch sizes from the model; model: {model})"
-    else:
-        text += f" (model: {model})" if t.get("basis") == "measured" else f": {model}"
-    if t["k"] > acc.measured_k:
-        text += f" (k beyond the measured {acc.measured_k}: extrapolated)"
-    return text + "."
-
-
-def _comparison(fits: list[MethodFit], buckets: list[Bucket], best: dict[int, list[dict[str, Any]]]):
+def _comparison(
+    fits: list[MethodFit], buckets: list[Bucket], best: dict[int, list[tuple[int, float]]]
+) -> list[MethodWin]:
     """Which method wins in each bucket (each at its best k there), when there are several."""
     if len(best) < 2:
         return []
     out = []
     for bi, b in enumerate(buckets):
-        ranked = sorted(best, key=lambda fi: -best[fi][bi]["speedup"])
+        ranked = sorted(best, key=lambda fi: -best[fi][bi][1])
         winner = fits[ranked[0]]
         out.append(
-            {
-                "batch_size_min": b.low,
-                "batch_size_max": b.high,
-                "winner": winner.method,
-                "draft_model": winner.labels.get("draft_model"),
-                "num_speculative_tokens": best[ranked[0]][bi]["k"],
-                "speedups": {_name(fits[fi]): best[fi][bi]["speedup"] for fi in ranked},
-                "labels": {k: v for k, v in winner.labels.items() if k in ("platform", "device", "model")},
-            }
+            MethodWin(
+                batch_size_min=b.low,
+                batch_size_max=b.high,
+                winner=winner.method,
+                draft_model=winner.labels.get("draft_model"),
+                num_speculative_tokens=best[ranked[0]][bi][0],
+                speedups={_name(fits[fi]): best[fi][bi][1] for fi in ranked},
+                labels={k: v for k, v in winner.labels.items() if k in ("platform", "device", "model")},
+            )
         )
     return out
 
@@ -721,4 +686,24 @@ def _name(fit: MethodFit) -> str:
     return f"{fit.method} ({draft})" if draft else str(fit.method)
 
 
-__all__ = ["Recommendation", "fit_methods", "recommend", "with_method"]
+def traffic_speedup(rec: Recommendation, method: str | None, k: int) -> float | None:
+    """The traffic-weighted (steps in each bucket) speedup of ``method`` at a static ``k``, from the
+    estimates the recommendation compares; None when it was not evaluated."""
+    rows = [p for p in rec.predicted if p.method == method and p.num_speculative_tokens == k]
+    weight = sum(p.steps for p in rows)
+    if not rows:
+        return None
+    if not weight:
+        return sum(p.estimate for p in rows) / len(rows)
+    return sum(p.estimate * p.steps for p in rows) / weight
+
+
+__all__ = [
+    "Recommendation",
+    "evaluate",
+    "fit_methods",
+    "recommend",
+    "traffic_buckets",
+    "traffic_speedup",
+    "with_method",
+]

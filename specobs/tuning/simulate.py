@@ -17,7 +17,8 @@ B·(1 + q·Σ_{i<k} Π_{j≤i} β_j) / E[step time].
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -182,3 +183,23 @@ PROFILES = {
     "eagle3": MethodSpec("eagle3", tuple(profile("falling", 0.85, 0.04)), (0.0, 0.0, 0.0006, 0.00001)),
     "mtp": MethodSpec("mtp", tuple(profile("rising", 0.6, 0.05)), (0.0008, 0.00002, 0.0, 0.0)),
 }
+
+
+def simulate(
+    method: str = "draft_model",
+    ks: Sequence[int] = (0, 4),
+    batch_sizes: Sequence[int] = (1, 4, 16, 64),
+    steps: int = 200,
+    *,
+    seed: int = 0,
+    betas: Sequence[float] | None = None,
+) -> pl.DataFrame:
+    """Engine steps from the documented generative model (docs/model.md): ``steps`` steps at each
+    batch size for each k (k = 0: a plain engine), with one of :data:`PROFILES`' drafters
+    (``betas``: its conditional acceptance per position instead). One steps frame, k by k."""
+    if method not in PROFILES:
+        raise ValueError(f"unknown method {method} (choose from {', '.join(PROFILES)})")
+    spec = PROFILES[method] if betas is None else replace(PROFILES[method], betas=tuple(betas))
+    scenario = Scenario(methods=(spec,), seed=seed)
+    frames = [simulate_run(scenario, method if k else None, k, list(batch_sizes), steps) for k in ks]
+    return pl.concat(frames) if frames else pl.DataFrame(schema=schema.STEPS)

@@ -1,0 +1,113 @@
+"""The public API: docs/api.md's example runs, ``__all__`` resolves, and the CLI's JSON is ``to_dict()``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import run_cli
+
+import specobs
+from specobs.ingest import load
+from specobs.results import Comparison, Recommendation, Report
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "examples" / "data" / "vllm-cpu-sweep"
+
+
+def test_the_worked_example_in_docs_api_runs(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "api.md").read_text(), re.S)
+    assert len(blocks) >= 4
+    namespace: dict = {}
+    for block in blocks:  # one namespace: later blocks use what earlier ones defined
+        exec(compile(block, "docs/api.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "ngram:" in out and "acceptance length" in out
+
+
+def test_every_public_name_resolves_and_import_is_cheap():
+    assert set(specobs.__all__) == {"__version__", *specobs._EXPORTS}
+    for name in specobs.__all__:
+        assert getattr(specobs, name) is not None, name
+    assert callable(specobs.analyze) and callable(specobs.recommend)
+    assert (ROOT / "specobs" / "py.typed").exists()
+    # Importing the package must not import polars: the vLLM plugin imports it in every process.
+    code = "import sys, specobs; assert 'polars' not in sys.modules, 'polars imported'"
+    assert run_cli_python(code) == 0
+
+
+def run_cli_python(code: str) -> int:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, env=dict(os.environ)).returncode
+
+
+def _cli_json(*args: str) -> dict:
+    result = run_cli(*args, "--format", "json")
+    assert result.returncode in (0, 3), result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+def test_cli_json_is_to_dict_for_every_command():
+    sweep = str(SWEEP)
+    data = load([sweep])
+    report = specobs.analyze(data, by=["method", "k"])
+    assert isinstance(report, Report)
+    assert _cli_json("report", sweep, "--by", "method,k") == json.loads(json.dumps(report.to_dict()))
+
+    rec = specobs.recommend(data.windows, bootstrap=0)
+    assert isinstance(rec, Recommendation)
+    assert _cli_json("recommend", sweep, "--bootstrap", "0") == json.loads(json.dumps(rec.to_dict()))
+
+    a, b = sorted(str(p) for p in SWEEP.glob("*ngram*")), sorted(str(p) for p in SWEEP.glob("*draft_model*"))
+    cmp = specobs.compare(load(a).windows, load(b).windows)
+    assert isinstance(cmp, Comparison)
+    assert _cli_json("compare", a[0], b[0]) == json.loads(json.dumps(cmp.to_dict()))
+
+
+def test_results_are_frozen_and_typed():
+    rec = specobs.recommend(load([str(SWEEP)]).windows, bootstrap=0)
+    with pytest.raises(AttributeError):
+        rec.recommended.method = "eagle"  # type: ignore[misc]
+    # Internal fields a renderer reads never leak into the JSON.
+    row = rec.by_batch_size[0]
+    assert row.tokens_per_step is not None and "tokens_per_step" not in row.to_dict()
+    assert set(row.to_dict()) == {
+        "method", "batch_size_min", "batch_size_max", "num_speculative_tokens", "predicted_speedup", "interval",
+        "basis", "measured_steps",
+    }  # fmt: skip
+
+
+def test_a_format_a_command_cannot_write_is_refused():
+    from specobs.render import emit
+    from specobs.results import Finding
+
+    with pytest.raises(specobs.SpecobsError, match="--format markdown is not available"):
+        emit(Finding("x", "y"), "markdown")  # type: ignore[arg-type]
+    result = run_cli("compare", str(next(SWEEP.glob("*ngram*"))), str(next(SWEEP.glob("*plain*"))), "-f", "markdown")
+    assert result.returncode == 0 and result.stdout.decode().startswith("**A and B differ")
+    assert "|---|---|---|" in result.stdout.decode()
+
+
+def test_missing_inputs_are_handled_one_way():
+    for command in ("report", "recommend"):
+        result = run_cli(command)
+        assert result.returncode == 2
+        assert f"specobs {command} reads what operators already have" in result.stderr.decode()
+    for args in (("report", "nope.log"), ("recommend", "nope.log"), ("compare", "nope.log", "nope2.log")):
+        result = run_cli(*args)
+        assert result.returncode == 2 and result.stderr.decode() == "specobs: nope.log: no such file\n", args
+
+
+def test_simulate_is_deterministic_and_plain_at_k0():
+    steps = specobs.simulate("ngram", ks=[0, 3], batch_sizes=[2], steps=30, seed=5)
+    again = specobs.simulate("ngram", ks=[0, 3], batch_sizes=[2], steps=30, seed=5)
+    assert steps.equals(again)
+    plain = steps.filter(pl.col("num_spec_tokens") == 0)
+    assert plain.height == 30 and plain["method"].null_count() == 30 and plain["num_drafts"].sum() == 0
