@@ -1,13 +1,17 @@
 """The throughput model: acceptance per position × measured cost → tokens/s at any (k, batch).
 
-See docs/model.md for the math. In short, for a method with per-position acceptance r_i,
-drafts per request-step q and draft fill f (draft tokens per draft / k):
+See docs/model.md for the math. In short, for a method with accepted share per allowed draft
+u_i = a_i / A_i, drafts per request-step q and draft tokens per draft L(k) (measured at
+measured k, ``f · k`` beyond them):
 
-    tokens per request-step   E(k)   = 1 + q · Σ_{i<k} r_i
-    tokens scored per request  s(k)   = 1 + q · f · k
+    tokens per request-step   E(k)   = 1 + q · Σ_{i<k} u_i
+    tokens scored per request  s(k)   = 1 + q · L(k)
     step time                  t(k,B) = draft(k, B) + verify(B · s(k)) + overhead(B, B · s(k))
     throughput                 X(k,B) = B · E(k) / t(k,B)
-    baseline                   X(0,B) = B / base(B)       (k = 0 rows; else verify(B) + overhead(B))
+    baseline                   X(0,B) = B / base(B)
+        base(B): the plain engine (no speculative config) on the same model/platform/device;
+        else this engine's k = 0 steps less their drafting; else verify(B) + overhead(B, B)
+    a schedule's k = 0 range   B / off(B)  (the engine's own k = 0 steps: the k = 0 tax)
 
 ``verify`` is a hinge in tokens scored (flat-ish while memory-bound, steeper once compute-bound),
 ``draft`` follows the drafter's kind (autoregressive: ∝ k; parallel heads and lookups: flat in
@@ -460,8 +464,9 @@ def fit_cost(
     plain, off = _timed_decode(plain), _timed_decode(off)
     notes: list[str] = []
     weights = ("num_timed_steps", "num_rows")
-    # Verification and overhead come from the speculative engine itself (its k = 0 steps show
-    # how both grow with tokens); another engine's speed is not this one's.
+    # Verification and overhead come from the speculative engine itself when it has k = 0 steps
+    # (they show how both grow with tokens; another engine's speed is not this one's). Without
+    # them the plain engine's steps join the verify fit: the only k = 0 evidence there is.
     own = [f for f in (spec, off) if f is not None]
     verify_from = own if off is not None else [spec, *([plain] if plain is not None else [])]
     verify_frames = [
