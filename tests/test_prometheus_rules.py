@@ -39,27 +39,25 @@ VLLM_COUNTERS = {
     "vllm:spec_decode_num_accepted_tokens_total",
     "vllm:spec_decode_num_accepted_tokens_per_pos_total",
 }
-SPECOBS_METRICS = {
-    "specobs_steps_total",
-    "specobs_drafts_total",
-    "specobs_draft_tokens_total",
-    "specobs_accepted_tokens_total",
-    "specobs_accepted_tokens_per_position_total",
-    "specobs_drafts_per_position_total",
-    "specobs_generated_tokens_total",
-    "specobs_predicted_speedup",
-    "specobs_recommended_num_speculative_tokens",
-    "specobs_cost_ratio",
-    "specobs_dropped_events_total",
-    "specobs_hook_errors_total",
-    "specobs_speculative_config_info",
-}
-SPECOBS_HISTOGRAMS = {
-    "specobs_draft_seconds",
-    "specobs_verify_seconds",
-    "specobs_step_seconds",
-    "specobs_accepted_tokens_per_draft",
-}
+def _exporter_families() -> tuple[set[str], set[str]]:
+    """(counter and gauge sample names, histogram base names) the exporter serves, from its own
+    registry: the contract is what the code publishes, not a list kept by hand."""
+    from prometheus_client import CollectorRegistry
+
+    from specobs.exporters.prometheus import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    PrometheusMetrics(registry=registry, health=dict)
+    plain, histograms = set(), set()
+    for family in registry.collect():
+        if family.type == "histogram":
+            histograms.add(family.name)
+        else:
+            plain.add(f"{family.name}_total" if family.type == "counter" else family.name)
+    return plain, histograms
+
+
+SPECOBS_METRICS, SPECOBS_HISTOGRAMS = _exporter_families()
 # Metrics without an engine label (tuning gauges), and without model_name either (health).
 NO_ENGINE = {"specobs_predicted_speedup", "specobs_recommended_num_speculative_tokens"}
 HEALTH = {"specobs_dropped_events_total", "specobs_hook_errors_total"}
