@@ -320,6 +320,24 @@ def compare(
         raise typer.Exit(EXIT_REGRESSION)  # scripts (CI after an upgrade) can gate on a regression
 
 
+def _acceptance_profile(spec: str) -> list[float]:
+    """``--acceptance KIND:START[:SLOPE[:LENGTH]]`` → conditional acceptance per position (the
+    length is a number of positions, an integer); ``KeyError`` or ``ValueError`` when malformed."""
+    from specobs.tuning import simulate as sim
+
+    kind, *numbers = spec.split(":")
+    if not 1 <= len(numbers) <= 3:
+        raise ValueError(spec)
+    start = float(numbers[0])
+    slope = float(numbers[1]) if len(numbers) > 1 else 0.0
+    if len(numbers) < 3:
+        return sim.profile(kind, start, slope)
+    length = int(numbers[2])
+    if length < 1:
+        raise ValueError(spec)
+    return sim.profile(kind, start, slope, length)
+
+
 @app.command(
     epilog="Examples:\n\n"
     "  specobs simulate sim/ --method draft_model --k 0,2,4 --batch 1,8,32\n\n"
@@ -333,7 +351,11 @@ def simulate(
     batch: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,4,16,64",
     steps: Annotated[int, typer.Option(help="Steps per batch size and k.")] = 200,
     acceptance: Annotated[
-        str | None, typer.Option(help="Override the acceptance profile: iid:0.8, falling:0.9:0.05 or rising:0.6:0.05.")
+        str | None,
+        typer.Option(
+            help="Override the acceptance profile: iid:0.8, falling:0.9:0.05 or rising:0.6:0.05, "
+            "optionally with the number of positions last (falling:0.9:0.05:8; default 16)."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
@@ -345,16 +367,20 @@ def simulate(
         raise SpecobsError(f"unknown --method {method} (choose from {', '.join(sim.PROFILES)})")
     betas = None
     if acceptance:
-        kind, *numbers = acceptance.split(":")
         try:
-            betas = sim.profile(kind, *map(float, numbers))
-        except (KeyError, TypeError, ValueError):
-            raise SpecobsError(f"--acceptance {acceptance}: expected iid:A, falling:B0:D or rising:B0:D") from None
+            betas = _acceptance_profile(acceptance)
+        except (KeyError, ValueError):
+            raise SpecobsError(
+                f"--acceptance {acceptance}: expected iid:A, falling:B0:D or rising:B0:D, optionally :N positions"
+            ) from None
     try:
         ks = [int(x) for x in k.split(",")]
         batches = [int(x) for x in batch.split(",")]
     except ValueError:
         raise SpecobsError("--k and --batch take comma-separated integers") from None
+    positions = len(betas) if betas is not None else len(sim.PROFILES[method].betas)
+    if max(ks, default=0) > positions:
+        raise SpecobsError(f"--k {max(ks)}: the acceptance profile has {positions} positions")
     for value in ks:  # one event file per k, as separate engines would write them
         frame = sim.simulate(method, [value], batches, steps, seed=seed, betas=betas)
         sink = JsonlSink(out, f"sim-{method if value else 'plain'}-k{value}")

@@ -103,7 +103,7 @@ class Result:
         }
 
 
-def _tuple(value: Any) -> tuple | None:
+def _tuple(value: Any) -> tuple[Any, ...] | None:
     return None if value is None else tuple(value)
 
 
@@ -213,7 +213,7 @@ class Summary(Result):
         """Every position's rates and counts, 1-based."""
         rates = self.acceptance_rate_per_position or ()
 
-        def at(values: Sequence | None, i: int) -> Any:
+        def at(values: Sequence[Any] | None, i: int) -> Any:
             return values[i] if values is not None and i < len(values) else None
 
         return tuple(
@@ -288,8 +288,19 @@ class BatchTiming(Result):
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], label_columns: Sequence[str]) -> BatchTiming:
-        own = {f.name for f in fields(cls)} - {"labels"}
-        return cls(labels={c: row[c] for c in label_columns if c in row}, **{k: row.get(k) for k in own})
+        return cls(
+            labels={c: row[c] for c in label_columns if c in row},
+            batch_bucket=row.get("batch_bucket"),
+            timed_steps=row["timed_steps"],
+            mean_draft_seconds=row.get("mean_draft_seconds"),
+            mean_verify_seconds=row.get("mean_verify_seconds"),
+            mean_step_seconds=row.get("mean_step_seconds"),
+            mean_other_seconds=row.get("mean_other_seconds"),
+            draft_share=row.get("draft_share"),
+            cost_ratio=row.get("cost_ratio"),
+            rejected_draft_share=row.get("rejected_draft_share"),
+            generated_tokens_per_second=row.get("generated_tokens_per_second"),
+        )
 
 
 @dataclass(frozen=True)

@@ -145,3 +145,17 @@ def test_garbage_gzip_is_a_clear_error(tmp_path):
     result = run_cli("report", str(path))
     assert result.returncode == 2
     assert result.stderr.decode().startswith(f"specobs: {path}: corrupt or truncated gzip file")
+
+
+def test_simulate_acceptance_profile_takes_a_length(tmp_path):
+    out = tmp_path / "sim"
+    args = ("simulate", str(out), "--k", "0,8", "--batch", "1,4", "--steps", "50")
+    result = run_cli(*args, "--acceptance", "falling:0.9:0.05:8")
+    assert result.returncode == 0, result.stderr.decode()
+    s = report_json(str(out))["summary"]
+    assert len(s["num_accepted_tokens_per_pos"]) == len(s["acceptance_rate_per_position"]) == 8
+    # A k past the profile's positions is a user error, not a crash; so is a length that is no count.
+    longer = run_cli("simulate", str(tmp_path / "longer"), "--k", "9", "--acceptance", "falling:0.9:0.05:8")
+    assert longer.returncode == 2 and "has 8 positions" in longer.stderr.decode()
+    fractional = run_cli(*args, "--acceptance", "falling:0.9:0.05:8.5")
+    assert fractional.returncode == 2 and "--acceptance falling:0.9:0.05:8.5" in fractional.stderr.decode()

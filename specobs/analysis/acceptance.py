@@ -117,7 +117,7 @@ def aggregate(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str]) -> pl.D
     """
     lazy = with_group_columns(windows.lazy())
     out = _aggregate(lazy, keys, _positions_guess(lazy))
-    longest = int(out["longest_list"].max() or 0)
+    longest = int(out.select(pl.col("longest_list").max()).item() or 0)
     if longest > sum(1 for c in out.columns if c.startswith("pos_")):
         out = _aggregate(lazy, keys, longest)
     return out
@@ -493,7 +493,7 @@ def conditional_trend(row: dict) -> str | None:
     return "flat"
 
 
-def supported_positions(row: dict) -> list[int]:
+def supported_positions(row: Mapping[str, Any]) -> list[int]:
     """0-based positions that at least :data:`MIN_SUPPORT` drafts reached (all earlier accepted)."""
     lows = row.get("conditional_acceptance_rate_per_position_low") or []
     reached = row.get("reached") or []
@@ -521,7 +521,7 @@ def truncation(rates: Sequence[float | None]) -> list[dict]:
     return out
 
 
-def interval_bias(row: dict) -> list[dict] | None:
+def interval_bias(row: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """Per-position bounds for sources that divide ``a_i`` by all drafts (vLLM's log line,
     ``per_pos / num_drafts`` from Prometheus), when drafts were not all k long.
 

@@ -125,7 +125,7 @@ def _filters(loaded: Loaded) -> tuple[Filters, tuple[str, ...]]:
         chosen = st.sidebar.multiselect(column, options, key=f"filter_{column}", placeholder="all")
         if chosen:
             values.append((column, tuple(chosen)))
-    time_range = None
+    time_range: tuple[float, float] | None = None
     bounds = loaded.bounds
     if bounds and bounds[1] > bounds[0]:
         low, high = (dt.datetime.fromtimestamp(v, dt.UTC).replace(tzinfo=None) for v in bounds)
@@ -140,7 +140,8 @@ def _filters(loaded: Loaded) -> tuple[Filters, tuple[str, ...]]:
             key="time_range",
         )
         if chosen_range != (low, high):
-            time_range = tuple(v.replace(tzinfo=dt.UTC).timestamp() for v in chosen_range)
+            first, last = chosen_range
+            time_range = (first.replace(tzinfo=dt.UTC).timestamp(), last.replace(tzinfo=dt.UTC).timestamp())
     groups = st.sidebar.multiselect("group by", GROUP_CHOICES, default=list(DEFAULT_GROUPS), key="group_by")
     return Filters(tuple(values), time_range), tuple(groups)
 
@@ -232,13 +233,13 @@ def cost(ctx: Context) -> None:
 def tuning(ctx: Context) -> None:
     st.header("Tuning")
     with st.expander("Model options"):
-        cols = st.columns(4)
-        max_k = cols[0].number_input("largest k (0: measured k + 2)", 0, 16, 0, key="max_k")
-        margin = cols[1].number_input("margin over plain decoding", 0.0, 1.0, 0.02, 0.01, key="margin")
-        ratio = cols[2].number_input(
+        inputs = st.columns(4)
+        max_k = inputs[0].number_input("largest k (0: measured k + 2)", 0, 16, 0, key="max_k")
+        margin = inputs[1].number_input("margin over plain decoding", 0.0, 1.0, 0.02, 0.01, key="margin")
+        ratio = inputs[2].number_input(
             "cost ratio, inputs without timing (0: per-method default)", 0.0, 2.0, 0.0, 0.01, key="cost_ratio"
         )
-        boot = cols[3].number_input("bootstrap resamples", 0, 200, 30, key="bootstrap")
+        boot = inputs[3].number_input("bootstrap resamples", 0, 200, 30, key="bootstrap")
     options = (int(max_k) or None, float(margin), float(ratio) or None, int(boot))
     rec = ctx.recommendation(options)
     if rec is None:

@@ -16,11 +16,11 @@ from specobs.results import Report, Summary
 BAR_WIDTH = 20
 
 
-def _num(value, fmt: str = "{:,}") -> str:
+def _num(value: object, fmt: str = "{:,}") -> str:
     return "–" if value is None else fmt.format(value)
 
 
-def _interval(value, low, high, fmt: str = "{:.2f}") -> str:
+def _interval(value: float | None, low: float | None, high: float | None, fmt: str = "{:.2f}") -> str:
     if value is None:
         return "–"
     if low is None or high is None:
@@ -153,8 +153,8 @@ def to_rich(report: Report, console: Console) -> None:
     if report.skipped:
         console.print()
         console.print(Text(f"Skipped {len(report.skipped):,} input line(s); first ones:", style="yellow"))
-        for s in report.skipped[:5]:
-            console.print(Text(f"  {s}", style="yellow"))
+        for skipped in report.skipped[:5]:
+            console.print(Text(f"  {skipped}", style="yellow"))
 
 
 TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "tokens/s")
@@ -169,7 +169,7 @@ def _timing_headers(report: Report) -> list[str]:
 
 
 def _timing_rows(report: Report) -> list[list[str]]:
-    def ms(value) -> str:
+    def ms(value: float | None) -> str:
         return _num(None if value is None else value * 1000, "{:.2f}")
 
     return [

@@ -111,11 +111,11 @@ def t_quantile_975(df: float) -> float:
     """Student's t 97.5% quantile; df rounded down (conservative), Cornish–Fisher from df = 4
     (within 0.001 of the exact value), exact values below."""
     exact = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305}
-    nu = max(1, math.floor(df)) if math.isfinite(df) else math.inf
+    if not math.isfinite(df):
+        return Z95
+    nu = max(1, math.floor(df))
     if nu in exact:
         return exact[nu]
-    if math.isinf(nu):
-        return Z95
     z = Z95
     terms = (
         (z**3 + z) / 4,
@@ -224,18 +224,25 @@ def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.Data
     )
     only_a = ta.join(tb, on="batch_bucket", how="anti", nulls_equal=True)["batch_bucket"].to_list()
     only_b = tb.join(ta, on="batch_bucket", how="anti", nulls_equal=True)["batch_bucket"].to_list()
-    base = {
-        "basis": "generated tokens per second of step time, steady-state steps, per batch bucket in both",
-        "interval": "95%, Student's t (Welch–Satterthwaite) on the spread between runs",
-        "buckets": tuple(BucketThroughput(**row) for row in buckets.drop("_var_a", "_var_b").iter_rows(named=True)),
-        "buckets_only_in_a": tuple(only_a),
-        "buckets_only_in_b": tuple(only_b),
-    }
+    basis = "generated tokens per second of step time, steady-state steps, per batch bucket in both"
+    interval = "95%, Student's t (Welch–Satterthwaite) on the spread between runs"
+    per_bucket = tuple(BucketThroughput(**row) for row in buckets.drop("_var_a", "_var_b").iter_rows(named=True))
     tested = buckets.filter(pl.col("tested"))
     use = tested if tested.height else buckets
     if use.is_empty():
-        return Throughput(**base, ratio=None, low=None, high=None, degrees_of_freedom=None, step_seconds_ratio=None,
-                          direction=None)  # fmt: skip
+        return Throughput(
+            basis=basis,
+            interval=interval,
+            ratio=None,
+            low=None,
+            high=None,
+            degrees_of_freedom=None,
+            step_seconds_ratio=None,
+            direction=None,
+            buckets=per_bucket,
+            buckets_only_in_a=tuple(only_a),
+            buckets_only_in_b=tuple(only_b),
+        )
     w = (pl.col("steps_a") + pl.col("steps_b")) / (pl.col("steps_a") + pl.col("steps_b")).sum()
     combined = use.select(
         log_ratio=(w * pl.col("ratio").log()).sum(),
@@ -252,13 +259,17 @@ def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.Data
         low, high = math.exp(combined["log_ratio"] - half), math.exp(combined["log_ratio"] + half)
         direction = "fell" if high < 1 else "rose" if low > 1 else "unchanged"
     return Throughput(
-        **base,
+        basis=basis,
+        interval=interval,
         ratio=math.exp(combined["log_ratio"]),
         low=low,
         high=high,
         degrees_of_freedom=df,
         step_seconds_ratio=combined["step_seconds_ratio"],
         direction=direction,
+        buckets=per_bucket,
+        buckets_only_in_a=tuple(only_a),
+        buckets_only_in_b=tuple(only_b),
     )
 
 
@@ -326,7 +337,8 @@ def _overall_timing(windows: pl.LazyFrame | pl.DataFrame) -> SideTiming | None:
         mask = values.is_not_null()
         if not mask.any():
             return None
-        return float((values.filter(mask) * steps.filter(mask)).sum() / steps.filter(mask).sum())
+        weighted = float((values.filter(mask) * steps.filter(mask)).sum())
+        return weighted / float(steps.filter(mask).sum())
 
     return SideTiming(
         mean("mean_draft_seconds"), mean("mean_verify_seconds"), mean("mean_step_seconds"),

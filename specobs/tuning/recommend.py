@@ -101,8 +101,8 @@ def fit_methods(
     fits: list[MethodFit] = []
     if spec_all.is_empty():
         return fits
-    for labels, spec in spec_all.group_by(list(LABELS), maintain_order=True):
-        labels = dict(zip(LABELS, labels, strict=True))
+    for key, spec in spec_all.group_by(list(LABELS), maintain_order=True):
+        labels: dict[str, Any] = dict(zip(LABELS, key, strict=True))
         if labels["draft_model"] == labels["method"]:  # older captures: vLLM names ngram's "model" ngram
             labels["draft_model"] = None
         acc = fit_acceptance(spec)
@@ -230,21 +230,22 @@ def _measured(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndar
     grid = np.full((len(ks), len(buckets)), np.nan)
     off = np.full(len(buckets), np.nan)
     grid_modelled, off_modelled = np.zeros_like(grid), np.zeros_like(off)
-    if fit.cost is None:
+    cost = fit.cost
+    if cost is None:
         return grid, off, grid_modelled, off_modelled
-    plain = {}
+    plain: dict[int, float] = {}
     for (_, b), (_, seconds, steps) in _decode_sums(fit.base_steps).items():
         if steps >= MIN_MEASURED_STEPS:
             plain[b] = seconds / steps
     spec, own_off = _decode_sums(fit.spec_steps), _decode_sums(fit.off_steps)
 
-    def speedup(sums: dict, k: int, bucket: Bucket) -> tuple[float, float]:
+    def speedup(sums: dict[tuple[int, int], tuple[float, float, int]], k: int, bucket: Bucket) -> tuple[float, float]:
         inside = [(b, v) for (kk, b), v in sums.items() if kk == k and bucket.low <= b <= bucket.high]
         steps = sum(v[2] for _, v in inside)
         if steps < MIN_MEASURED_STEPS:
             return np.nan, 0.0
         generated, seconds = sum(v[0] for _, v in inside), sum(v[1] for _, v in inside)
-        plain_seconds = sum(v[2] * plain.get(b, fit.cost.base_step_seconds(b)) for b, v in inside)
+        plain_seconds = sum(v[2] * plain.get(b, cost.base_step_seconds(b)) for b, v in inside)
         plain_tokens = sum(v[2] * b for b, v in inside)
         modelled = sum(v[2] for b, v in inside if b not in plain) / steps
         value = (generated / seconds) / (plain_tokens / plain_seconds) if seconds and plain_tokens else np.nan
@@ -276,12 +277,19 @@ def _evaluate(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndar
             if k in known:
                 grid[k, bi] = measured[k, bi]
             elif known:
-                nearest = min(known, key=lambda m, k=k: (abs(m - k), -m))
+                nearest = _nearest(known, k)
                 grid[k, bi] = model[k, bi] * measured[nearest, bi] / model[nearest, bi]
     return grid, np.where(np.isnan(measured_off), model_off, measured_off)
 
 
-def _bootstrap(fit: MethodFit, ks: range, buckets: list[Bucket], reps: int, seed: int):
+def _nearest(known: Sequence[int], k: int) -> int:
+    """The k of ``known`` closest to ``k``, the larger one on a tie."""
+    return min(known, key=lambda m: (abs(m - k), -m))
+
+
+def _bootstrap(
+    fit: MethodFit, ks: range, buckets: list[Bucket], reps: int, seed: int
+) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`_evaluate` on fits to resampled cells: arrays [reps, k, bucket] and [reps, bucket].
 
     The resamples are stacked (a ``resample`` column) so that the acceptance fits of all of
@@ -292,8 +300,8 @@ def _bootstrap(fit: MethodFit, ks: range, buckets: list[Bucket], reps: int, seed
     rng = np.random.default_rng(seed)
     n = fit.spec_steps.height
 
-    def draw(frame: pl.DataFrame | None) -> list[np.ndarray | None]:
-        return [rng.integers(0, frame.height, frame.height) if frame is not None else None for _ in range(reps)]
+    def draw(frame: pl.DataFrame | None) -> list[np.ndarray] | None:
+        return None if frame is None else [rng.integers(0, frame.height, frame.height) for _ in range(reps)]
 
     spec_draws = [rng.integers(0, n, n) for _ in range(reps)]
     base_draws, off_draws = draw(fit.base_steps), draw(fit.off_steps)
@@ -306,8 +314,8 @@ def _bootstrap(fit: MethodFit, ks: range, buckets: list[Bucket], reps: int, seed
         if acc is None:
             continue
         spec = stacked.slice(r * n, n)
-        base = fit.base_steps[base_draws[r]] if fit.base_steps is not None else None
-        off = fit.off_steps[off_draws[r]] if fit.off_steps is not None else None
+        base = fit.base_steps[base_draws[r]] if fit.base_steps is not None and base_draws is not None else None
+        off = fit.off_steps[off_draws[r]] if fit.off_steps is not None and off_draws is not None else None
         cost = fit_cost(spec, base, fit.method, off) if fit.cost is not None else None
         trial = MethodFit(
             fit.labels,
@@ -330,7 +338,7 @@ def _bootstrap(fit: MethodFit, ks: range, buckets: list[Bucket], reps: int, seed
 class _Candidate:
     """One configuration that could be recommended: a method with one k, or with a schedule."""
 
-    fit: int | None  # index into the fits; None: no speculative config at all
+    fit: int  # index into the fits (no speculative config at all is no candidate: ``_choose`` gives None)
     ks: list[int]  # k per bucket (0: drafting off in that range)
     speedups: list[float]  # per bucket
     speedup: float  # traffic-weighted over the buckets
@@ -359,20 +367,20 @@ def _weighted(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def _candidates(
-    fi: int, ks: range, grid: np.ndarray, off: np.ndarray, measured: tuple[np.ndarray, np.ndarray], boot,
-    weights: np.ndarray, margin: float, measured_k: int,
-):  # fmt: skip
+    fi: int, ks: range, grid: np.ndarray, off: np.ndarray, measured: tuple[np.ndarray, ...],
+    boot: tuple[np.ndarray, np.ndarray] | None, weights: np.ndarray, margin: float, measured_k: int,
+) -> list[_Candidate]:  # fmt: skip
     """Every static k of a fit, and its per-bucket schedules (within the measured k, and over
     every k): in each bucket the best k, or off where off — which costs the k = 0 tax, never
     taken as better than plain decoding — beats it by the margin. A schedule that is off
     everywhere is not a candidate: "no speculative config" is, and pays no tax."""
-    out = []
+    out: list[_Candidate] = []
     off = np.minimum(off, 1.0)  # a k=0 step does more than a plain one: faster is process noise
     buckets = range(grid.shape[1])
 
     def best_ks(limit: int) -> list[int]:
         allowed = range(1, min(limit, len(ks) - 1) + 1)
-        return [max(allowed, key=lambda k, bi=bi: grid[k, bi]) for bi in buckets]
+        return [_best_k(allowed, grid[:, bi]) for bi in buckets]
 
     top = best_ks(len(ks) - 1)
     best = [(k, float(grid[k, bi])) for bi, k in enumerate(top)]
@@ -399,6 +407,11 @@ def _candidates(
         beyond = max(per_bucket) > measured_k
         out.append(_Candidate(fi, per_bucket, speeds.tolist(), speedup, intervals, interval, bases, beyond, best))
     return out
+
+
+def _best_k(allowed: range, speedups: np.ndarray) -> int:
+    """The k of ``allowed`` with the highest speedup (``speedups`` by k), the smallest on a tie."""
+    return max(allowed, key=lambda k: speedups[k])
 
 
 @dataclass
@@ -486,6 +499,7 @@ def _choice(
 ) -> BucketChoice:  # fmt: skip
     """A bucket's k with the numbers its explanation quotes: for "off", the best k ≥ 1 it was judged by."""
     acc = fit.acceptance_for(b.batch)
+    reference_speedup: float | None
     if k:
         reference_k, reference_speedup = k, speedup
     else:
@@ -585,8 +599,8 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
                 buckets, chosen.ks, chosen.speedups, chosen.intervals, chosen.bases, chosen.best, strict=True
             )
         ]
-        schedule = tuple((b.low, b.high, k) for b, k in zip(buckets, chosen.ks, strict=True))
-        schedule = schedule if chosen.is_schedule else None
+        per_bucket = tuple((b.low, b.high, k) for b, k in zip(buckets, chosen.ks, strict=True))
+        schedule = per_bucket if chosen.is_schedule else None
         k = max(chosen.ks)
         recommended = Recommended(
             method=fit.method,
