@@ -287,7 +287,7 @@ def test_dashboard_command_passes_its_inputs_to_the_app(monkeypatch, tmp_path):
 def test_dashboard_command_rejects_missing_paths():
     result = run_cli("dashboard", "/nonexistent/dir")
     assert result.returncode == 2
-    assert result.stderr.decode().strip() == "specobs: /nonexistent/dir: no such file or folder"
+    assert result.stderr.decode().strip() == "specobs: /nonexistent/dir: no such file"
 
 
 def test_filters_keep_the_plain_baseline_under_a_method_filter():
