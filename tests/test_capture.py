@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import pytest
 
 from specobs import schema
 from specobs.capture import JsonlSink, MemorySink, ParquetSink, Recorder
+from specobs.capture.row import StepRow
+from specobs.capture.sinks import STEP_COLUMNS
 from specobs.capture.timing import DeviceClock, HostClock
 from specobs.ingest import load
 
@@ -152,6 +155,35 @@ def test_unresolved_device_spans_become_null_at_close():
     time.sleep(0.2)
     recorder.close()
     assert sink.rows[0]["verify_seconds"] is None and recorder.unresolved_timings == 1
+
+
+def test_step_row_fields_are_the_schemas_step_columns():
+    assert [f.name for f in dataclasses.fields(StepRow)] == list(schema.STEPS)
+    assert tuple(schema.STEPS) == STEP_COLUMNS  # what the sinks keep
+    with pytest.raises(TypeError):
+        StepRow(num_draft=4)  # a misspelt column fails loudly instead of becoming a null
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        StepRow().num_drafts = 4
+    assert StepRow(num_drafts=4).to_dict() == {**dict.fromkeys(schema.STEPS), "num_drafts": 4}
+
+
+def test_step_rows_reach_sinks_as_dicts_and_device_spans_resolve_off_the_row():
+    FakeEvent.device_done = False
+    span = DeviceClock(make_event=FakeEvent).start()
+    span.stop()
+    sink = MemorySink()
+    recorder = Recorder([sink], flush_interval=0.05)
+    step = StepRow(ts=1764472000.0, run_id="r", num_drafts=4, num_accepted_tokens=7, verify_seconds=[span])
+    recorder.record(step)
+    time.sleep(0.3)
+    assert sink.rows == []  # held back while the device has not reached the end event
+    FakeEvent.device_done = True
+    wait_for(lambda: len(sink.rows) == 1)
+    (written,) = sink.rows
+    assert type(written) is dict and written["verify_seconds"] == pytest.approx(0.0025)
+    assert (written["num_drafts"], written["num_accepted_tokens"], written["request_id"]) == (4, 7, None)
+    assert step.verify_seconds == [span]  # the engine's row was never changed
+    recorder.close()
 
 
 def test_host_clock_measures_elapsed_time():

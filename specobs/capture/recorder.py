@@ -5,8 +5,11 @@ Rules it keeps, so that instrumentation can never hurt the engine:
 - ``record()`` never blocks and never raises: a bounded deque takes the row, or the row is
   dropped and counted in ``dropped_events`` when the deque is full (a slow or stuck sink
   fills it; the engine goes on).
+- Rows are :class:`~specobs.capture.row.StepRow` objects (the hooks) or dicts of ``steps``
+  columns (other producers); the flush thread turns a ``StepRow`` into a dict
+  (``to_dict()``), so sinks always receive dicts and the engine thread never builds one.
 - Timings may still be in flight on the device when a row is recorded (see ``timing``);
-  the flush thread resolves them later and keeps the row back until it can.
+  the flush thread resolves them later, in the row's dict, and keeps it back until it can.
 - Everything specobs does is wrapped; an exception is counted (``hook_errors`` for hooks,
   ``sink_errors`` for sinks), logged once per place, and never re-raised into vLLM.
 - Rows are flushed at most ``flush_interval`` seconds apart (default 1 s) and at exit;
@@ -22,6 +25,8 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
+
+from specobs.capture.row import StepRow
 
 logger = logging.getLogger("specobs")
 
@@ -57,7 +62,7 @@ class Recorder:
         self.sink_errors = 0
         self.unresolved_timings = 0
         self.rows_written = 0
-        self._queue: deque[dict[str, Any]] = deque()
+        self._queue: deque[StepRow | dict[str, Any]] = deque()
         self._pending: list[tuple[float, dict[str, Any]]] = []
         self._warned: set[str] = set()
         self._wake = threading.Event()
@@ -68,8 +73,8 @@ class Recorder:
         atexit.register(self.close)
 
     # --- engine side: cheap, never blocks, never raises -------------------------------
-    def record(self, row: dict[str, Any]) -> None:
-        """Queue one row (a dict of steps columns; timing values may be spans)."""
+    def record(self, row: StepRow | dict[str, Any]) -> None:
+        """Queue one row (a ``StepRow``, or a dict of steps columns; timing values may be spans)."""
         if len(self._queue) >= self.capacity:
             self.dropped_events += 1
             return
@@ -111,13 +116,14 @@ class Recorder:
         """Resolve timings and write every ready row to every sink."""
         with self._flush_lock:
             now = time.monotonic()
-            batch: list[tuple[float, dict[str, Any]]] = self._pending
+            batch: list[tuple[float, StepRow | dict[str, Any]]] = list(self._pending)
             self._pending = []
             while self._queue:
                 batch.append((now, self._queue.popleft()))
             ready: list[dict[str, Any]] = []
-            for queued_at, row in batch:
+            for queued_at, item in batch:
                 try:
+                    row = item.to_dict() if isinstance(item, StepRow) else item  # converted once: pending keeps it
                     if _resolve(row, force=final or now - queued_at > PENDING_TIMEOUT_SECONDS, recorder=self):
                         ready.append(row)
                     else:
@@ -161,7 +167,11 @@ class Recorder:
 
 
 def _resolve(row: dict[str, Any], *, force: bool, recorder: Recorder) -> bool:
-    """Turn span values into seconds in place; False when a device span is still in flight."""
+    """Turn span values into seconds in place; False when a device span is still in flight.
+
+    ``row`` is the flush thread's own dict (a ``StepRow``'s ``to_dict()``, or a dict handed to
+    ``record``), so the row objects the engine built are never changed.
+    """
     for key, value in row.items():
         if isinstance(value, list | tuple) and value and hasattr(value[0], "seconds"):
             parts = [span.seconds() for span in value]
@@ -184,7 +194,7 @@ class NullRecorder:
     def counters(self) -> dict[str, int]:
         return {}
 
-    def record(self, row: dict[str, Any]) -> None:
+    def record(self, row: StepRow | dict[str, Any]) -> None:
         pass
 
     def error(self, where: str, exc: BaseException) -> None:

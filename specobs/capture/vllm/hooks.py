@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import logging
 import platform
 import threading
@@ -37,6 +36,7 @@ from typing import Any
 
 from specobs.capture.config import CaptureConfig
 from specobs.capture.recorder import NullRecorder, Recorder
+from specobs.capture.row import StepRow
 from specobs.capture.timing import clock_for_device
 
 logger = logging.getLogger("specobs")
@@ -73,12 +73,6 @@ class _Drafts:
         self.requests: list[tuple[str, int, int]] = []
 
 
-def _reached(histogram: list[int], positions: int) -> list[int]:
-    """Element i: observations longer than i (a histogram of lengths as suffix sums), ``positions`` long."""
-    out = list(itertools.accumulate(reversed(histogram[1:])))[::-1]
-    return out + [0] * (positions - len(out))
-
-
 def _trials(drafted: int, accepted: int) -> int:
     """Positions a draft was tried at: i < drafted with every earlier position accepted (i <= accepted)."""
     return max(min(accepted + 1, drafted), 0)
@@ -92,6 +86,10 @@ def _per_position(lengths: dict[tuple[int, int], int], k: int) -> tuple[int, lis
     0..i-1 accepted (m_i, the trials of the conditional rate). The lists are at least k long,
     longer when a draft made at an earlier, larger k is verified here. Their sums are the
     step's accepted and drafted tokens.
+
+    One histogram per list (drafts ending at each length), then one pass of suffix sums::
+
+        _per_position({(3, 1): 2, (2, 2): 1}, 3) == (3, [3, 1, 0], [3, 3, 2], [3, 3, 0])
     """
     positions = k
     for drafted, accepted in lengths:
@@ -99,7 +97,8 @@ def _per_position(lengths: dict[tuple[int, int], int], k: int) -> tuple[int, lis
             positions = drafted
         if accepted > positions:
             positions = accepted
-    accepted_len, drafted_len, tried_len = [0] * (positions + 1), [0] * (positions + 1), [0] * (positions + 1)
+    size = positions + 1
+    accepted_len, drafted_len, tried_len = [0] * size, [0] * size, [0] * size
     drafts = 0
     for (drafted, accepted), count in lengths.items():
         drafts += count
@@ -111,12 +110,14 @@ def _per_position(lengths: dict[tuple[int, int], int], k: int) -> tuple[int, lis
             drafted = max(drafted, 0)
             drafted_len[drafted] += count
             tried_len[drafted] += count
-    return (
-        drafts,
-        _reached(accepted_len, positions),
-        _reached(drafted_len, positions),
-        _reached(tried_len, positions),
-    )
+    accepted_pos, drafts_pos, tried_pos = [0] * positions, [0] * positions, [0] * positions
+    a = n = m = 0
+    for i in range(positions - 1, -1, -1):  # element i: observations longer than i
+        a += accepted_len[i + 1]
+        n += drafted_len[i + 1]
+        m += tried_len[i + 1]
+        accepted_pos[i], drafts_pos[i], tried_pos[i] = a, n, m
+    return drafts, accepted_pos, drafts_pos, tried_pos
 
 
 class Capture:
@@ -206,44 +207,45 @@ class Capture:
         # Drafts made at an earlier step's k can be longer than this step's: lists grow to fit.
         num_drafts, accepted_pos, drafts_pos, tried_pos = _per_position(drafts.lengths, k)
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
-        row = {
-            "ts": time.time(),
-            **self.labels(scheduler),
-            "batch_size": len(num_scheduled),
-            "num_scheduled_tokens": getattr(scheduler_output, "total_num_scheduled_tokens", None),
-            "num_spec_tokens": k,
-            "num_drafts": num_drafts,
-            "num_draft_tokens": sum(drafts_pos),
-            "num_accepted_tokens": sum(accepted_pos),
-            "num_accepted_tokens_per_pos": accepted_pos,
-            "num_drafts_per_pos": drafts_pos,
-            "num_drafts_accepted_before_pos": tried_pos,
-            "num_generated_tokens": sum(len(t) for t in sampled) if isinstance(sampled, list) else None,
-            "draft_seconds": step.draft or None,
-            "verify_seconds": step.verify or None,
-            "step_seconds": (now - step.started) if step.started is not None else None,
-        }
+        labels = self.labels(scheduler)
+        row = StepRow(
+            ts=time.time(),
+            **labels,
+            batch_size=len(num_scheduled),
+            num_scheduled_tokens=getattr(scheduler_output, "total_num_scheduled_tokens", None),
+            num_spec_tokens=k,
+            num_drafts=num_drafts,
+            num_draft_tokens=sum(drafts_pos),
+            num_accepted_tokens=sum(accepted_pos),
+            num_accepted_tokens_per_pos=accepted_pos,
+            num_drafts_per_pos=drafts_pos,
+            num_drafts_accepted_before_pos=tried_pos,
+            num_generated_tokens=sum(map(len, sampled)) if isinstance(sampled, list) else None,
+            draft_seconds=step.draft or None,
+            verify_seconds=step.verify or None,
+            step_seconds=(now - step.started) if step.started is not None else None,
+        )
         if self._recorder is None:
-            self._recorder = self._new_recorder(row)
+            self._recorder = self._new_recorder(labels)
         recorder = self._recorder
         recorder.record(row)
         for request_id, drafted, accepted in drafts.requests:
             length = max(k, drafted, accepted)
             tried = _trials(drafted, accepted)
             recorder.record(
-                {
-                    "ts": row["ts"],
-                    **self.labels(scheduler),
-                    "request_id": request_id,
-                    "batch_size": row["batch_size"],
-                    "num_spec_tokens": k,
-                    "num_drafts": 1,
-                    "num_draft_tokens": drafted,
-                    "num_accepted_tokens": accepted,
-                    "num_accepted_tokens_per_pos": [1] * accepted + [0] * (length - accepted),
-                    "num_drafts_per_pos": [1] * drafted + [0] * (length - drafted),
-                    "num_drafts_accepted_before_pos": [1] * tried + [0] * (length - tried),
-                }
+                StepRow(
+                    ts=row.ts,
+                    **labels,
+                    request_id=request_id,
+                    batch_size=row.batch_size,
+                    num_spec_tokens=k,
+                    num_drafts=1,
+                    num_draft_tokens=drafted,
+                    num_accepted_tokens=accepted,
+                    num_accepted_tokens_per_pos=[1] * accepted + [0] * (length - accepted),
+                    num_drafts_per_pos=[1] * drafted + [0] * (length - drafted),
+                    num_drafts_accepted_before_pos=[1] * tried + [0] * (length - tried),
+                )
             )
 
     def labels(self, scheduler: Any) -> dict[str, Any]:
@@ -328,13 +330,25 @@ def current() -> Capture | None:
     return _CAPTURE
 
 
-def install(config: CaptureConfig | None = None, recorder: Recorder | NullRecorder | None = None) -> Capture:
-    """Install the hooks in this process (idempotent) and return the capture state."""
+def install(
+    config: CaptureConfig | None = None,
+    recorder: Recorder | NullRecorder | None = None,
+    *,
+    scheduler: type | None = None,
+    runners: dict[str, type] | None = None,
+    clock: Any = None,
+) -> Capture:
+    """Install the hooks in this process (idempotent) and return the capture state.
+
+    ``scheduler`` and ``runners`` (``{"v1": cls, "v2": cls}``, Model Runner V1 and V2) are the
+    classes to patch, vLLM's by default; ``clock`` makes the spans (default: the device's).
+    Tests pass fakes shaped like vLLM's (tests/test_capture_accounting.py).
+    """
     global _CAPTURE
     with _LOCK:
         if _CAPTURE is None:
-            capture = Capture(config or CaptureConfig.from_env(), recorder)
-            _patch_all(capture)
+            capture = Capture(config or CaptureConfig.from_env(), recorder, clock)
+            _patch_all(capture, scheduler, runners)
             _CAPTURE = capture
             if capture.missing:
                 logger.warning("specobs: hook points missing in this vLLM, skipped: %s", ", ".join(capture.missing))
@@ -356,29 +370,20 @@ def uninstall() -> None:
         capture._recorder.close()
 
 
-def _patch_all(capture: Capture) -> None:
-    try:
-        from vllm.v1.core.sched.scheduler import Scheduler
-    except Exception:
-        capture.missing.append("vllm.v1.core.sched.scheduler.Scheduler")
-        return
-    _patch(capture, Scheduler, "schedule", _wrap_schedule)
-    _patch(capture, Scheduler, "update_from_output", _wrap_update)
-    _patch(capture, Scheduler, "make_spec_decoding_stats", _wrap_make_stats, params=_MAKE_STATS_PARAMS)
-    runners = []
-    try:
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-        runners.append(("v1", GPUModelRunner))
-    except Exception:
-        capture.missing.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner")
-    try:
-        from vllm.v1.worker.gpu.model_runner import GPUModelRunner as RunnerV2
-
-        runners.append(("v2", RunnerV2))
-    except Exception:
-        pass  # Model Runner V2 is optional
-    for kind, runner in runners:
+def _patch_all(capture: Capture, scheduler: type | None = None, runners: dict[str, type] | None = None) -> None:
+    if scheduler is None:
+        try:
+            from vllm.v1.core.sched.scheduler import Scheduler
+        except Exception:
+            capture.missing.append("vllm.v1.core.sched.scheduler.Scheduler")
+            return
+        scheduler = Scheduler
+    _patch(capture, scheduler, "schedule", _wrap_schedule)
+    _patch(capture, scheduler, "update_from_output", _wrap_update)
+    _patch(capture, scheduler, "make_spec_decoding_stats", _wrap_make_stats, params=_MAKE_STATS_PARAMS)
+    if runners is None:
+        runners = _vllm_runners(capture)
+    for kind, runner in runners.items():
         _patch(capture, runner, "execute_model", _wrap_execute)
         _patch(capture, runner, "sample_tokens", _wrap_sample_tokens)
         if kind == "v1":
@@ -386,6 +391,23 @@ def _patch_all(capture: Capture) -> None:
             _patch(capture, runner, "propose_draft_token_ids", _wrap_propose)
         else:
             _patch(capture, runner, "sample", _wrap_timed("verify"))
+
+
+def _vllm_runners(capture: Capture) -> dict[str, type]:
+    runners: dict[str, type] = {}
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        runners["v1"] = GPUModelRunner
+    except Exception:
+        capture.missing.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner")
+    try:
+        from vllm.v1.worker.gpu.model_runner import GPUModelRunner as RunnerV2
+
+        runners["v2"] = RunnerV2
+    except Exception:
+        pass  # Model Runner V2 is optional
+    return runners
 
 
 def _patch(capture: Capture, cls: type, name: str, wrapper_factory, params: list[str] | None = None) -> None:
@@ -543,7 +565,7 @@ def _hook_v2_speculator(runner: Any, capture: Capture) -> None:
             _guard("speculator.propose", _CAPTURE.add_span, getattr(_CURRENT, "step", None), "draft", span)
         return out
 
-    timed_propose.__specobs__ = True
+    timed_propose.__specobs__ = True  # type: ignore[attr-defined]
     speculator.propose = timed_propose
 
 

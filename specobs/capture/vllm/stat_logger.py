@@ -21,6 +21,7 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 
 from specobs.capture.config import CaptureConfig
 from specobs.capture.recorder import Recorder
+from specobs.capture.row import StepRow
 from specobs.capture.vllm import hooks
 
 
@@ -50,30 +51,27 @@ class StatLogger(StatLoggerBase):
             return
         try:
             stats = getattr(scheduler_stats, "spec_decoding_stats", None)
-            row = {
-                "ts": time.time(),
-                **self.labels,
-                "engine": engine_idx,
-                "batch_size": getattr(scheduler_stats, "num_running_reqs", None),
-            }
-            if stats is not None:
-                row.update(
-                    num_spec_tokens=stats.num_spec_tokens,
-                    num_drafts=stats.num_drafts,
-                    num_draft_tokens=stats.num_draft_tokens,
-                    num_accepted_tokens=stats.num_accepted_tokens,
-                    num_accepted_tokens_per_pos=list(stats.num_accepted_tokens_per_pos),
-                )
-                # vLLM 0.32 also counts drafts per position (drafted more than i tokens); older ones do not.
-                reached = getattr(stats, "num_draft_tokens_per_pos", None)
-                if reached is not None:
-                    row["num_drafts_per_pos"] = list(reached)
+            if stats is None:
+                return
+            # vLLM 0.32 also counts drafts per position (drafted more than i tokens); older ones do not.
+            reached = getattr(stats, "num_draft_tokens_per_pos", None)
+            row = StepRow(
+                ts=time.time(),
+                **{**self.labels, "engine": engine_idx},
+                batch_size=getattr(scheduler_stats, "num_running_reqs", None),
+                num_spec_tokens=stats.num_spec_tokens,
+                num_drafts=stats.num_drafts,
+                num_draft_tokens=stats.num_draft_tokens,
+                num_accepted_tokens=stats.num_accepted_tokens,
+                num_accepted_tokens_per_pos=list(stats.num_accepted_tokens_per_pos),
+                num_drafts_per_pos=list(reached) if reached is not None else None,
                 # num_drafts_accepted_before_pos needs each draft's drafted and accepted length
                 # together, which SpecDecodingStats does not keep: it stays null here.
-            if iteration_stats is not None:
-                row["num_generated_tokens"] = getattr(iteration_stats, "num_generation_tokens", None)
-            if stats is not None:
-                self.recorder.record(row)
+                num_generated_tokens=(
+                    getattr(iteration_stats, "num_generation_tokens", None) if iteration_stats is not None else None
+                ),
+            )
+            self.recorder.record(row)
         except Exception as exc:
             self.recorder.error("StatLogger.record", exc)
 
