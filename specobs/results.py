@@ -103,10 +103,6 @@ class Result:
         }
 
 
-def _tuple(value: Any) -> tuple[Any, ...] | None:
-    return None if value is None else tuple(value)
-
-
 # --- acceptance -----------------------------------------------------------------------------------
 
 
@@ -141,19 +137,6 @@ class Truncation(Result):
     k: int
     tokens_per_step: float
     share_of_accepted: float | None
-
-
-_LIST_FIELDS = {
-    "acceptance_rate_per_position",
-    "acceptance_rate_per_position_low",
-    "acceptance_rate_per_position_high",
-    "conditional_acceptance_rate_per_position",
-    "conditional_acceptance_rate_per_position_low",
-    "conditional_acceptance_rate_per_position_high",
-    "num_accepted_tokens_per_pos",
-    "num_drafts_per_pos",
-    "num_drafts_allowed_per_pos",
-}
 
 
 @dataclass(frozen=True)
@@ -239,7 +222,8 @@ class Summary(Result):
         values: dict[str, Any] = {}
         for f in fields(cls):
             if f.name in row:
-                values[f.name] = _tuple(row[f.name]) if f.name in _LIST_FIELDS else row[f.name]
+                value = row[f.name]  # polars gives lists for List columns: kept as tuples (frozen)
+                values[f.name] = tuple(value) if isinstance(value, list) else value
         drafts, tokens = row.get("drafts_for_pos"), row.get("tokens_for_pos")
         bounds = acceptance.interval_bias(row)
         rates = row.get("acceptance_rate_per_position") or []
