@@ -89,17 +89,16 @@ def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
 #: Names spelt out in specobs/ that are deliberately not in the table, and why.
 UNDOCUMENTED_VARIABLES = {
     "SPECOBS_DASHBOARD_ARGS": "internal: `specobs dashboard` hands its arguments to the Streamlit process",
-    "SPECOBS_DEBUG": "read by specobs/cli.py (prints the traceback of an internal error, exit 70); to become an "
-    "EnvironmentVariable constant there and join the table",
 }
 _LITERAL_NAME = re.compile(r"""(["'])((?:SPECOBS|OTEL)_[A-Z0-9_]+)\1""")
 
 
 def variables() -> list[Any]:
+    from specobs import cli
     from specobs.capture import config
     from specobs.exporters import otel
 
-    return [*config.VARIABLES, *otel.VARIABLES]
+    return [*config.VARIABLES, *otel.VARIABLES, *cli.VARIABLES]
 
 
 def env_table() -> str:
@@ -215,7 +214,7 @@ def _sidecar_health() -> Any:
     """The exporter command's own health collector, wherever it lives now (None: not found)."""
     import importlib
 
-    for module, name in (("specobs.exporters.sidecar", "SidecarHealth"), ("specobs.cli", "_SidecarHealth")):
+    for module, name in (("specobs.exporters.sidecar", "SidecarHealth"),):
         found = getattr(importlib.import_module(module), name, None)
         if found is not None:
             return found

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 
 from specobs import __version__
 from specobs.analysis.acceptance import DEFAULT_BY, GROUP_KEYS, group_columns
+from specobs.capture.config import EnvironmentVariable
 from specobs.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -27,6 +28,11 @@ from specobs.ingest import FORMATS, load
 from specobs.ingest.source import Source
 
 PROGRESS_MIN_BYTES = 50 * 1024 * 1024
+#: The command line's own environment variable (the capture's are in ``specobs.capture.config``).
+SPECOBS_DEBUG = EnvironmentVariable(
+    "SPECOBS_DEBUG", None, "``1``: an internal error (exit 70) prints its traceback instead of one line"
+)
+VARIABLES = (SPECOBS_DEBUG,)
 
 app = typer.Typer(
     name="specobs",
@@ -408,12 +414,12 @@ def exporter(
     """Serve specobs metrics for Prometheus from event files or vLLM logs, following them as they
     grow and rotate (a sidecar for deployments without the in-engine exporter)."""
     from specobs.exporters.prometheus import PrometheusMetrics, serve
-    from specobs.exporters.sidecar import Sidecar
+    from specobs.exporters.sidecar import Sidecar, SidecarHealth
 
     _require_inputs("exporter", paths)
     metrics = PrometheusMetrics()
     sidecar = Sidecar(paths, metrics, from_end=from_end, tuning_interval=tuning_interval)
-    metrics.registry.register(_SidecarHealth(sidecar))
+    metrics.registry.register(SidecarHealth(sidecar))
     try:
         serve(metrics, listen)
     except OSError as exc:
@@ -464,21 +470,6 @@ def dashboard(
     os.execve(sys.executable, command, env)
 
 
-class _SidecarHealth:
-    """Rows the sidecar read and errors it met, for its own /metrics."""
-
-    def __init__(self, sidecar) -> None:
-        self.sidecar = sidecar
-
-    def collect(self):
-        from prometheus_client.core import CounterMetricFamily
-
-        yield CounterMetricFamily("specobs_exporter_rows", "Rows read by the exporter.", value=self.sidecar.rows_seen)
-        yield CounterMetricFamily(
-            "specobs_exporter_errors", "Inputs the exporter could not read.", value=self.sidecar.errors
-        )
-
-
 def main() -> None:
     """Entry point for the console script."""
     try:
@@ -488,10 +479,10 @@ def main() -> None:
     except BrokenPipeError:
         sys.exit(EXIT_OK)
     except Exception as exc:  # a bug in specobs, not bad input: say so in one line
-        if os.environ.get("SPECOBS_DEBUG"):
+        if SPECOBS_DEBUG.flag():
             raise
         first = str(exc).splitlines()[0] if str(exc) else ""
-        say(f"internal error: {type(exc).__name__}: {first} (set SPECOBS_DEBUG=1 for the traceback)")
+        say(f"internal error: {type(exc).__name__}: {first} (set {SPECOBS_DEBUG.name}=1 for the traceback)")
         sys.exit(EXIT_INTERNAL)
 
 

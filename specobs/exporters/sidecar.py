@@ -15,10 +15,13 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from specobs import schema
 from specobs.exporters.follow import Follower, _Followed
@@ -149,3 +152,17 @@ class Sidecar:
     def stop(self) -> None:
         self._stop.set()
         self.follower.close()
+
+
+class SidecarHealth(Collector):
+    """``specobs_exporter_rows_total`` and ``specobs_exporter_errors_total``: what the sidecar read
+    and the inputs it could not, for its own /metrics."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.sidecar = sidecar
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily("specobs_exporter_rows", "Rows read by the exporter.", value=self.sidecar.rows_seen)
+        yield CounterMetricFamily(
+            "specobs_exporter_errors", "Inputs the exporter could not read.", value=self.sidecar.errors
+        )
