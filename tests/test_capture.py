@@ -22,6 +22,15 @@ from specobs.capture.timing import DeviceClock, HostClock
 from specobs.ingest import load
 
 
+@pytest.fixture(autouse=True)
+def _no_torch(monkeypatch):
+    """These pieces are engine-agnostic: keep torch (seconds to import) out of them, host clock and CPU labels."""
+    from specobs.capture.vllm import hooks
+
+    monkeypatch.setattr(hooks, "clock_for_device", HostClock)
+    monkeypatch.setattr(hooks, "platform_labels", lambda: {"platform": "cpu", "device": None})
+
+
 def row(i: int, **extra) -> dict:
     return {
         "ts": 1764472000.0 + i,
