@@ -83,7 +83,14 @@ def test_labels_are_bounded():
         for label in line.split("{")[1].split("}")[0].split(",")
     }
     assert names <= {"model_name", "engine", "method", "position", "batch_size_bucket", "le", "num_speculative_tokens"}
-    assert [batch_size_bucket(b) for b in (1, 3, 4, 100, 500, None)] == ["1", "2-3", "4-7", "64-127", "256-511", "unknown"]
+    assert [batch_size_bucket(b) for b in (1, 3, 4, 100, 500, None)] == [
+        "1",
+        "2-3",
+        "4-7",
+        "64-127",
+        "256-511",
+        "unknown",
+    ]
 
 
 def test_follower_reads_complete_lines_across_rotation_and_truncation(tmp_path):

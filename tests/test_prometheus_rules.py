@@ -39,6 +39,8 @@ VLLM_COUNTERS = {
     "vllm:spec_decode_num_accepted_tokens_total",
     "vllm:spec_decode_num_accepted_tokens_per_pos_total",
 }
+
+
 def _exporter_families() -> tuple[set[str], set[str]]:
     """(counter and gauge sample names, histogram base names) the exporter serves, from its own
     registry: the contract is what the code publishes, not a list kept by hand."""
