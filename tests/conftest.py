@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,25 @@ def report_json(*args: str, stdin: bytes | None = None) -> dict:
     result = run_cli("report", *args, "--format", "json", stdin=stdin)
     assert result.returncode == 0, result.stderr.decode()
     return json.loads(result.stdout)
+
+
+#: Test tiers (docs/testing.md): heavy or tool-bound tests that a ``-m`` selection must name.
+TIERS = ("vllm", "browser", "prometheus", "slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tiers are opt-in under ``-m``: with no ``-m`` every test runs (the README's command); with
+    one, a tiered test runs only if the expression names its tier. So the fast tier,
+    ``-m "not vllm and not browser"``, is the untiered tests, and ``-m "prometheus"`` or
+    ``-m "slow or prometheus"`` picks tiers by name."""
+    expression = config.getoption("markexpr") or ""
+    if not expression.strip():
+        return
+    named = set(re.findall(r"\w+", expression))
+    keep, dropped = [], []
+    for item in items:
+        tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
+        (dropped if tiers - named else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

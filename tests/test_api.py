@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "examples" / "data" / "vllm-cpu-sweep"
 
 
+@pytest.mark.slow
 def test_the_worked_example_in_docs_api_runs(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "api.md").read_text(), re.S)
@@ -54,6 +55,7 @@ def _cli_json(*args: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_cli_json_is_to_dict_for_every_command():
     sweep = str(SWEEP)
     data = load([sweep])
@@ -95,6 +97,7 @@ def test_a_format_a_command_cannot_write_is_refused():
     assert "|---|---|---|" in result.stdout.decode()
 
 
+@pytest.mark.slow
 def test_missing_inputs_are_handled_one_way():
     for command in ("report", "recommend"):
         result = run_cli(command)

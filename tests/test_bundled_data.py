@@ -16,6 +16,7 @@ DATA = Path(__file__).resolve().parent.parent / "examples" / "data"
 RUNS = {"ngram": "ngram", "draft": "draft_model", "eagle": "eagle"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_log_and_scrapes_of_one_run_agree(run):
     log = report_json(str(DATA / f"vllm-cpu-{run}-k3.log"))["summary"]
@@ -47,6 +48,7 @@ def test_readme_main_command_runs_on_the_captured_sweep():
     assert "draft_model" in out and "ngram" in out and "Timing by batch size" in out
 
 
+@pytest.mark.slow
 def test_captured_sweep_is_real_and_consistent():
     data = report_json(str(DATA / "vllm-cpu-sweep"), "--by", "method,k")
     groups = {(g["method"], g["num_spec_tokens"]): g for g in data["groups"]}

@@ -251,6 +251,7 @@ def written(folder) -> int:
     return total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_sigkill_leaves_only_complete_records(tmp_path, kind):
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), kind])

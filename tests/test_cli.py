@@ -69,6 +69,7 @@ def test_by_option_groups(write):
     assert bad.returncode == 2 and bad.stderr.decode().startswith("specobs: unknown --by colour")
 
 
+@pytest.mark.slow
 def test_stdin_plain_and_gzip(write):
     data = report_json("-", stdin=(CURRENT + "\n").encode())
     assert data["summary"]["num_accepted_tokens"] == 1124
@@ -147,6 +148,7 @@ def test_garbage_gzip_is_a_clear_error(tmp_path):
     assert result.stderr.decode().startswith(f"specobs: {path}: corrupt or truncated gzip file")
 
 
+@pytest.mark.slow
 def test_simulate_acceptance_profile_takes_a_length(tmp_path):
     out = tmp_path / "sim"
     args = ("simulate", str(out), "--k", "0,8", "--batch", "1,4", "--steps", "50")

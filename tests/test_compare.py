@@ -225,6 +225,7 @@ def test_schedule_difference_is_a_configuration_change():
     assert result.verdict.startswith("A and B differ in configuration: schedule 1: 2, 16-31: 4 → 1: 4, 16-31: 2.")
 
 
+@pytest.mark.slow
 def test_cli_json_contract_and_exit_codes(tmp_path):
     rng = np.random.default_rng(2)
     for name, frame in (("a", timed_steps(rng)), ("b", timed_steps(rng, slower=1.4))):

@@ -118,6 +118,7 @@ def test_overview_shows_the_report_numbers(app):
     )
 
 
+@pytest.mark.slow
 def test_method_filter_changes_every_number_to_that_methods(app):
     app.multiselect(key="filter_method").set_value(["ngram"]).run()
     expected = report_json(str(NGRAM), "--by", "method,k")["summary"]
@@ -148,6 +149,7 @@ def test_time_range_filter_keeps_only_windows_inside_it(app):
     assert metrics(app)["Drafts"] == f"{inside['num_drafts'].sum():,}"
 
 
+@pytest.mark.slow
 def test_cost_page_shows_timing_by_batch(app):
     goto(app, "Cost")
     expected = report_json(str(SWEEP), "--by", "method,k")["timing"]
@@ -176,6 +178,7 @@ def test_cost_page_shows_timing_by_batch(app):
     assert {"mean time per step (ms)", "batch size (running requests)", "share of step time"} <= titles
 
 
+@pytest.mark.slow
 def test_tuning_page_equals_specobs_recommend(app):
     goto(app, "Tuning")
     expected = recommend_json(SWEEP)
@@ -209,6 +212,7 @@ def test_tuning_page_equals_specobs_recommend(app):
     assert frame_with(app, "predicted speedup")["low"].is_null().all()
 
 
+@pytest.mark.slow
 def test_compare_page_gives_the_compare_verdict(app):
     goto(app, "Compare")
     assert app.selectbox(key="compare_by").value == "run"
@@ -239,6 +243,7 @@ def test_sources_page_lists_inputs(app):
     assert app.subheader[0].value == "Skipped lines: 0"
 
 
+@pytest.mark.slow
 def test_bad_upload_is_reported_on_sources_and_the_rest_keeps_working(app):
     before = metrics(app)["Acceptance length"]
     good_line = NGRAM.read_text().splitlines()[100]

@@ -6,6 +6,8 @@ import dataclasses
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from specobs.capture import config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,6 +21,7 @@ def _generator():
     return module
 
 
+@pytest.mark.slow
 def test_generated_tables_match_the_code():
     generate = _generator()
     stale, problems = generate.update(check=True)

@@ -126,6 +126,7 @@ def test_subsets_with_the_same_information_give_one_answer(sweep_recommendation)
         )
 
 
+@pytest.mark.slow
 def test_k0_steps_of_a_speculative_engine_are_not_the_baseline():
     data = report_json(str(SWEEP), "--by", "method,k")
     findings = " ".join(data["findings"])
@@ -192,6 +193,7 @@ def test_short_drafts_use_the_drafts_that_reached_each_position():
     assert acc.fill == pytest.approx(2.9 / 4)
 
 
+@pytest.mark.slow
 def test_a_scrape_without_method_label_says_so_and_method_names_it():
     scrape = DATA / "vllm-cpu-ngram-k3.metrics.txt"
     result = run_cli("recommend", str(scrape), "--format", "json", "--bootstrap", "0")
@@ -207,6 +209,7 @@ def test_a_scrape_without_method_label_says_so_and_method_names_it():
     assert bad.returncode == 2 and b"unknown --method nonsense" in bad.stderr and b"Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_simulated_headline_matches_its_config(tmp_path):
     result = run_cli("simulate", str(tmp_path), "--method", "ngram", "--k", "0,6")
     assert result.returncode == 0, result.stderr.decode()

@@ -37,6 +37,7 @@ def _window(lengths: list[int]) -> dict:
     lengths=st.lists(st.integers(min_value=0, max_value=K), min_size=2, max_size=300),
     data=st.data(),
 )
+@pytest.mark.slow
 def test_any_interval_split_aggregates_to_the_same_summary(lengths, data):
     cuts = sorted(set(data.draw(st.lists(st.integers(1, len(lengths) - 1), max_size=20))))
     bounds = [0, *cuts, len(lengths)]
@@ -82,6 +83,7 @@ def test_random_bytes_never_crash(content):
     cuts=st.lists(st.tuples(st.integers(0, 400), st.text(max_size=12)), max_size=6),
     gz=st.booleans(),
 )
+@pytest.mark.slow
 def test_mangled_real_lines_never_crash(lines, cuts, gz):
     text = "\n".join(lines)
     for position, insert in cuts:

@@ -84,6 +84,7 @@ def test_off_at_large_batches_when_verification_turns_compute_bound():
     assert table[-1][2] == 0
 
 
+@pytest.mark.slow
 def test_recommend_json_contract_and_methods_compared(tmp_path):
     for method, ks in (("ngram", "0,6"), ("draft_model", "6")):
         result = run_cli("simulate", str(tmp_path), "--method", method, "--k", ks, "--batch", "1,8,32", "--steps", "80")
