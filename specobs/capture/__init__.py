@@ -6,6 +6,7 @@ vLLM plugin, hooks and stat logger.
 """
 
 from specobs.capture.recorder import NullRecorder, Recorder
+from specobs.capture.row import StepRow
 from specobs.capture.sinks import JsonlSink, MemorySink, ParquetSink
 
-__all__ = ["JsonlSink", "MemorySink", "NullRecorder", "ParquetSink", "Recorder"]
+__all__ = ["JsonlSink", "MemorySink", "NullRecorder", "ParquetSink", "Recorder", "StepRow"]

@@ -12,13 +12,13 @@ import os
 
 def register() -> None:
     """Entry point: install the hooks when ``SPECOBS_ENABLE`` is set (idempotent)."""
-    from specobs.capture.config import CaptureConfig
+    from specobs.capture.config import SPECOBS_RUN_ID, CaptureConfig
 
     config = CaptureConfig.from_env()
-    if not config.enabled or os.environ.get("SPECOBS_HOOKS", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not config.enabled or not config.hooks:
         return
     # Engine-core processes start from this one: let them share its run id.
-    os.environ.setdefault("SPECOBS_RUN_ID", config.run_id)
+    os.environ.setdefault(SPECOBS_RUN_ID.name, config.run_id)
     try:
         from specobs.capture.vllm import hooks
 

@@ -13,13 +13,12 @@ async server: it only records in stats-only mode (``SPECOBS_ENABLE=1 SPECOBS_HOO
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase
 
-from specobs.capture.config import CaptureConfig
+from specobs.capture.config import SPECOBS_HOOKS, CaptureConfig
 from specobs.capture.recorder import Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.vllm import hooks
@@ -90,4 +89,4 @@ class PluginStatLogger(StatLogger):
 
 
 def _hooks_on() -> bool:
-    return os.environ.get("SPECOBS_HOOKS", "1").strip().lower() not in ("0", "false", "no", "off")
+    return SPECOBS_HOOKS.flag()
