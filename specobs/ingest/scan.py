@@ -25,11 +25,10 @@ from pathlib import Path
 import polars as pl
 
 from specobs.errors import Skipped
-from specobs.ingest.source import GZIP_ERRORS, Source
+from specobs.ingest.source import Source, gunzip
 
 #: Lines longer than this are not metric lines; they are reported and skipped.
 MAX_LINE_BYTES = 64 * 1024
-GZIP_PIECE_BYTES = 64 * 1024
 FRAME_SCHEMA = {"line": pl.Int64, "text": pl.String, "needle": pl.Int8}
 ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
 
@@ -71,11 +70,9 @@ def find_lines(
     if src.path is not None and not src.compressed:
         lines = _scan_lines(src.path)
     else:
-        data, error = _read_all(src)
-        if error is not None:
-            found.skipped.append(
-                Skipped(src.name, None, f"gzip stream truncated or corrupt ({error}); the lines before it are kept")
-            )
+        data, cut = _read_all(src)
+        if cut is not None:
+            found.skipped.append(Skipped(src.name, None, cut))
         if not data:
             return found
         lines = _scan_lines(io.BytesIO(data))
@@ -131,16 +128,21 @@ def _scan_lines(data: Path | io.BytesIO) -> pl.LazyFrame:
     )
 
 
-def _read_all(src: Source) -> tuple[bytes, Exception | None]:
-    """The whole decompressed content; a gzip stream cut short keeps its complete lines."""
-    pieces: list[bytes] = []
-    with src.open() as stream:
-        while True:
-            try:
-                piece = stream.read(GZIP_PIECE_BYTES)
-            except GZIP_ERRORS as exc:
-                data = b"".join(pieces)
-                return data[: data.rfind(b"\n") + 1], exc  # a line cut off mid-way is not data
-            if not piece:
-                return b"".join(pieces), None
-            pieces.append(piece)
+def _read_all(src: Source) -> tuple[bytes, str | None]:
+    """The whole decompressed content and, for a gzip stream cut short or corrupt, a notice.
+
+    The stream is decompressed incrementally, so every complete line before the cut is kept;
+    the line cut off mid-way is not data.
+    """
+    if not src.compressed:
+        return src.data or b"", None
+    unpacked = gunzip(src)
+    if unpacked.cut_at is None:
+        return unpacked.data, None
+    data = unpacked.data[: unpacked.data.rfind(b"\n") + 1]
+    lines = data.count(b"\n")
+    notice = (
+        f"gzip stream cut short or corrupt at compressed byte {unpacked.cut_at} ({unpacked.error}), "
+        f"in line {lines + 1}; the {lines} complete lines before it are kept"
+    )
+    return data, notice

@@ -20,6 +20,10 @@ from specobs.errors import InputError
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
+#: Byte-order marks of UTF-16 text, which the line scanner cannot read.
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+#: Compressed bytes decompressed per step when a gzip stream is read incrementally.
+GZIP_PIECE_BYTES = 64 * 1024
 
 #: Errors a gzip stream raises when it is cut short or corrupt.
 GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
@@ -37,12 +41,15 @@ class Source:
     #: stdin is read once into memory so that it can be opened more than once.
     data: bytes | None = field(default=None, repr=False)
 
+    def raw(self) -> BinaryIO:
+        """A binary stream over the bytes as stored (compressed or not), from the start."""
+        if self.path is None:
+            return io.BytesIO(self.data or b"")
+        return open(self.path, "rb", buffering=0)
+
     def open(self) -> BinaryIO:
         """A binary stream over the whole decompressed content, from the start."""
-        if self.path is None:
-            raw: BinaryIO = io.BytesIO(self.data or b"")
-        else:
-            raw = open(self.path, "rb", buffering=0)  # noqa: SIM115 - the caller closes it
+        raw = self.raw()
         if self.compressed:
             # typeshed types GzipFile as a BufferedIOBase, not a BinaryIO; it reads the same way.
             return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
@@ -79,13 +86,72 @@ def open_bytes(name: str, data: bytes) -> Source:
 
 def _read_head(src: Source) -> bytes:
     try:
-        with src.open() as stream:
-            return stream.read(HEAD_BYTES)
-    except GZIP_ERRORS as exc:
-        # A gzip file too short to yield even its first block: nothing to keep.
-        raise InputError(src.name, f"corrupt or truncated gzip file ({exc})") from None
+        if src.compressed:
+            unpacked = gunzip(src, HEAD_BYTES)
+            if unpacked.cut_at is not None and b"\n" not in unpacked.data:
+                # Not even one complete line before the cut: nothing to keep.
+                raise InputError(src.name, f"corrupt or truncated gzip file ({unpacked.error})")
+            head = unpacked.data
+        else:
+            with src.open() as stream:
+                head = stream.read(HEAD_BYTES)
     except OSError as exc:
         raise InputError(src.name, f"cannot read ({exc})") from None
+    if head.startswith(UTF16_BOMS):
+        raise InputError(src.name, "UTF-16 text, not UTF-8: convert with iconv -f UTF-16 -t UTF-8")
+    return head
+
+
+@dataclass
+class Gunzipped:
+    """The decompressed content of a gzip input; ``cut_at`` is the compressed byte offset
+    where the stream ended early or turned corrupt (None when it is whole)."""
+
+    data: bytes
+    cut_at: int | None = None
+    error: str | None = None
+
+
+def gunzip(src: Source, limit: int | None = None) -> Gunzipped:
+    """Decompress ``src`` incrementally (every member), keeping everything before a cut or
+    corruption; with ``limit``, stop once that many bytes are out."""
+    with src.raw() as raw:
+        out: list[bytes] = []
+        produced = 0
+        consumed = 0
+        inflater = zlib.decompressobj(wbits=31)
+        pending = b""
+        while True:
+            piece = pending or raw.read(GZIP_PIECE_BYTES)
+            pending = b""
+            if not piece:
+                if inflater.eof or (consumed == 0 and not out):
+                    break
+                return Gunzipped(b"".join(out), consumed, "stream cut short")
+            try:
+                chunk = inflater.decompress(piece)
+            except zlib.error as exc:
+                return Gunzipped(b"".join(out), consumed, str(exc))
+            out.append(chunk)
+            produced += len(chunk)
+            consumed += len(piece) - len(inflater.unused_data)
+            if limit is not None and produced >= limit:
+                break
+            if inflater.eof:
+                rest = inflater.unused_data
+                if not rest.strip(b"\x00"):
+                    rest = b""  # trailing zero padding after the last member
+                if rest:
+                    inflater = zlib.decompressobj(wbits=31)
+                    pending = rest
+                else:
+                    more = raw.read(GZIP_PIECE_BYTES)
+                    if not more.strip(b"\x00"):
+                        break
+                    inflater = zlib.decompressobj(wbits=31)
+                    pending = more
+        data = b"".join(out)
+        return Gunzipped(data[:limit] if limit is not None else data)
 
 
 def expand_paths(paths: list[str]) -> Iterator[tuple[str, bool]]:
