@@ -8,9 +8,12 @@ Series read (labels ``model_name``, ``engine``; ``_created`` series ignored)::
     vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 386.0
 
 The counters are cumulative: one scrape gives one window of totals since the engine
-started, several scrapes give the differences between consecutive ones (a counter that
-falls means a restart). A new scrape starts where a series repeats. Sample timestamps,
-when present, become the window times.
+started, several scrapes give the differences between consecutive ones. A reset is decided
+per counter series: a series whose value falls restarted and counts from its new value, the
+others keep their differences; each fall is reported as a :class:`Notice` naming the scrape
+and its line. A NaN, infinite or negative sample is skipped with its line, and the series'
+next difference is taken from its last good value. A new scrape starts where a series
+repeats. Sample timestamps, when present, become the window times.
 
 V0 names are read too (``vllm:spec_decode_draft_acceptance_rate``, ``..._efficiency``,
 ``..._num_emitted_tokens_total``), but V0 incremented its ``_total`` counters by lifetime
@@ -19,6 +22,9 @@ is kept, as ``reported_draft_acceptance_rate``.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import polars as pl
 from prometheus_client.parser import text_string_to_metric_families
@@ -39,6 +45,15 @@ _COUNTERS = {
     "num_emitted_tokens": "v0_emitted",
 }
 _GAUGES = {"draft_acceptance_rate": "v0_rate", "efficiency": "v0_efficiency"}
+
+
+@dataclass(frozen=True)
+class Notice(Skipped):
+    """Not a skipped line: something assumed about the input, and where (e.g. a counter reset).
+
+    Returned among the skipped lines (so every report lists it) until the ingest layer has a
+    list of its own for notices; ``isinstance(s, Notice)`` tells them apart.
+    """
 
 
 def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
@@ -80,6 +95,11 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
                 column = _GAUGES[name]
             else:
                 continue
+            value = float(sample.value)
+            if not math.isfinite(value) or (value < 0 and column not in _GAUGES.values()):
+                why = "not a finite number" if not math.isfinite(value) else "a negative counter"
+                skipped.append(Skipped(source, line_no, f"{sample.name} is {sample.value} ({why}): sample skipped"))
+                continue
             engine = sample.labels.get("engine")
             rows.append(
                 {
@@ -87,7 +107,7 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
                     "model": sample.labels.get("model_name"),
                     "engine": int(engine) if engine and engine.isdigit() else 0,
                     "column": column,
-                    "value": float(sample.value),
+                    "value": value,
                     "ts": float(sample.timestamp) if sample.timestamp is not None else None,
                 }
             )
@@ -108,7 +128,8 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
         # V0's counters are sums of lifetime totals (see module docstring): keep only the gauge.
         wide = wide.drop([c for c in counters if c in wide.columns])
         counters = []
-    wide = C.windows_from_cumulative(wide, ["model", "engine"], counters)
+    wide, notices = _per_series_windows(wide, ["model", "engine"], counters, source)
+    skipped += notices
     windows = wide.with_columns(
         C.per_pos_list(wide),
         source=pl.lit(source),
@@ -118,3 +139,60 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
         reported_draft_acceptance_rate=pl.col("v0_rate") if "v0_rate" in wide.columns else pl.lit(None),
     ).with_columns(num_spec_tokens=pl.col("num_accepted_tokens_per_pos").list.len().cast(pl.Int64))
     return C.finish(windows), skipped
+
+
+def _per_series_windows(
+    wide: pl.DataFrame, keys: list[str], counters: list[str], source: str
+) -> tuple[pl.DataFrame, list[Skipped]]:
+    """Running totals → differences, deciding a reset per counter series (``C.windows_from_cumulative``
+    decides one for all counters of a row).
+
+    Each counter is differenced against its last known value in the same ``keys`` group (a
+    skipped or missing sample does not break the chain); a value below it is a restart of that
+    series, which counts from its new value. ``start_ts`` is null on a group's first row and on
+    rows where a counter fell, as before. Returns the windows and one notice per row with a fall.
+    """
+    if wide.is_empty() or not counters:
+        return wide.with_columns(start_ts=pl.lit(None, pl.Float64)), []
+    previous = {c: pl.col(c).shift(1).forward_fill().over(keys) for c in counters}
+    fell = {c: (pl.col(c) < previous[c]).fill_null(False) for c in counters}
+    first = pl.int_range(pl.len()).over(keys) == 0
+    restart = pl.any_horizontal(list(fell.values()))
+    marked = wide.with_columns(
+        [previous[c].alias(f"_prev_{c}") for c in counters] + [fell[c].alias(f"_fell_{c}") for c in counters]
+    )
+    notices = _reset_notices(
+        marked.filter(pl.any_horizontal([pl.col(f"_fell_{c}") for c in counters])), counters, source
+    )
+    windows = marked.with_columns(
+        [
+            pl.when(pl.col(f"_prev_{c}").is_null() | pl.col(f"_fell_{c}"))
+            .then(pl.col(c))
+            .otherwise(pl.col(c) - pl.col(f"_prev_{c}"))
+            .alias(c)
+            for c in counters
+        ]
+        + [pl.when(first | restart).then(None).otherwise(pl.col("end_ts").shift(1).over(keys)).alias("start_ts")]
+    )
+    return windows.drop([f"_{part}_{c}" for part in ("prev", "fell") for c in counters]), notices
+
+
+def _reset_notices(falls: pl.DataFrame, counters: list[str], source: str) -> list[Skipped]:
+    """One notice per (scrape, model, engine) where counters fell."""
+    notices: list[Skipped] = []
+    for row in falls.iter_rows(named=True):
+        names = [c for c in counters if row[f"_fell_{c}"]]
+        what = ", ".join(f"{c} {row[f'_prev_{c}']:g} → {row[c]:g}" for c in names)
+        whom = f"model {row['model']} engine {row['engine']}" if row["model"] is not None else f"engine {row['engine']}"
+        if len(names) == len([c for c in counters if row[c] is not None]):
+            why = (
+                f"scrape {row['scrape'] + 1}, {whom}: every counter fell ({what}): "
+                "engine restart assumed, counted from the new values"
+            )
+        else:
+            why = (
+                f"scrape {row['scrape'] + 1}, {whom}: counter {', '.join(names)} fell on its own ({what}): "
+                "reset of that series assumed, counted from its new value; the other counters keep their differences"
+            )
+        notices.append(Notice(source, row["source_line"], why))
+    return notices
