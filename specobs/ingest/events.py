@@ -16,6 +16,14 @@ position accepted more often than reached or tried (a_i > n_i, a_i > m_i), tried
 than reached (m_i > n_i) or than the position before was accepted (m_i > a_{i-1}), reached
 or tried by more drafts than the step made, m_0 other than n_0, or n or m rising with i.
 
+Every record, JSON Lines or Parquet, is counted only when every field parses and the
+invariants hold: counts (and timings) are non-negative, numbers finite (Python's json reads
+NaN and Infinity), ``num_accepted_tokens`` at most ``num_draft_tokens``, and
+``num_accepted_tokens_per_pos`` no longer than k (``num_spec_tokens``) unless
+``num_drafts_per_pos`` says drafts reached those positions. Otherwise the record is skipped
+whole, as ``FILE:LINE`` (JSON Lines) or ``FILE:ROW`` (Parquet) with the reason; each reason
+falls in one of :data:`REASONS` (the exporter counts skipped records by it).
+
 Parquet is read lazily, so a report over 10M steps only touches the columns it needs.
 """
 
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from typing import Any
 
 import polars as pl
@@ -41,6 +50,15 @@ _INT_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.Int64()}
 _FLOAT_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.Float64()}
 _STRING_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.String()}
 _LIST_COLUMNS = ("num_accepted_tokens_per_pos", "num_drafts_per_pos", "num_drafts_accepted_before_pos")
+_MAX_INT = 2**63 - 1
+
+#: Why a record is skipped, as a small fixed set (``specobs_skipped_records_total{reason}``).
+INVALID_JSON = "invalid_json"
+WRONG_TYPE = "wrong_type"
+NEGATIVE = "negative"
+NON_FINITE = "non_finite"
+INCONSISTENT = "inconsistent"
+REASONS = (INVALID_JSON, WRONG_TYPE, NEGATIVE, NON_FINITE, INCONSISTENT)
 
 
 def looks_like_jsonl(head: bytes) -> bool:
@@ -58,7 +76,34 @@ def looks_like_jsonl(head: bytes) -> bool:
 
 
 def read_parquet(src: Source) -> pl.LazyFrame:
-    """Steps from a Parquet event file, lazily, conformed to the steps schema."""
+    """Steps from a Parquet event file, lazily, conformed to the steps schema; invalid rows
+    (see :func:`read_parquet_checked`) are left out."""
+    return _scan_parquet(src).filter(~_invalid())
+
+
+def read_parquet_checked(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
+    """Steps from a Parquet event file and the rows skipped as ``FILE:ROW: why``.
+
+    A row is skipped whole when a value breaks the invariants of :func:`check_record`
+    (negative counts, non-finite numbers, accepted above drafted, per-position counts that
+    contradict each other or are longer than k).
+    """
+    frame = _scan_parquet(src)
+    try:
+        bad = frame.with_row_index("__row", offset=1).filter(_invalid()).collect()
+    except Exception as exc:
+        raise InputError(src.name, f"unreadable Parquet file ({str(exc).splitlines()[0]})") from None
+    if bad.is_empty():
+        return frame, []
+    skipped = []
+    for row in bad.iter_rows(named=True):
+        number = row.pop("__row")
+        found = check_record(row)
+        skipped.append(Skipped(src.name, number, found[1] if found else "per-position counts contradict each other"))
+    return frame.filter(~_invalid()), skipped
+
+
+def _scan_parquet(src: Source) -> pl.LazyFrame:
     try:
         if src.path is not None and not src.compressed:
             frame = pl.scan_parquet(src.path)
@@ -81,7 +126,7 @@ def read_jsonl(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
         data = stream.read()
     try:
         frame = pl.read_ndjson(io.BytesIO(data), schema=schema.STEPS, ignore_errors=False)
-        if not frame.select(_contradictory().any()).item():
+        if not frame.select(_invalid().any()).item():
             return frame.lazy(), []
     except Exception:
         pass  # the line-by-line path below names the bad lines
@@ -101,33 +146,91 @@ def read_jsonl(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
 
 
 def _record(line: bytes) -> tuple[dict[str, Any], str | None]:
+    record, _, why = parse_line(line)
+    return (record, None) if record is not None else ({}, why)
+
+
+def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """One JSON Lines record: ``(steps row, None, None)`` or ``(None, reason, why)``.
+
+    ``reason`` is one of :data:`REASONS`; ``why`` says it for a person.
+    """
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        return {}, f"not valid JSON ({exc.msg})"
+        return None, INVALID_JSON, f"not valid JSON ({exc.msg})"
     except UnicodeDecodeError as exc:  # json.loads decodes bytes first; it has no .msg
-        return {}, f"not valid UTF-8 ({exc.reason})"
+        return None, INVALID_JSON, f"not valid UTF-8 ({exc.reason})"
+    except RecursionError:
+        return None, INVALID_JSON, "not valid JSON (nested too deeply)"
     if not isinstance(record, dict):
-        return {}, "not a JSON object"
+        return None, INVALID_JSON, "not a JSON object"
     out: dict[str, Any] = {}
     for name in schema.STEPS:
         value = record.get(name)
         if value is None:
             out[name] = None
         elif name in _INT_COLUMNS and not (isinstance(value, int) and not isinstance(value, bool)):
-            return {}, f"{name} is not an integer ({value!r})"
+            return None, WRONG_TYPE, f"{name} is not an integer ({_short(value)})"
         elif name in _FLOAT_COLUMNS and not (isinstance(value, int | float) and not isinstance(value, bool)):
-            return {}, f"{name} is not a number ({value!r})"
+            return None, WRONG_TYPE, f"{name} is not a number ({_short(value)})"
         elif name in _STRING_COLUMNS and not isinstance(value, str):
             out[name] = str(value)
             continue
         elif name in _LIST_COLUMNS and not (
-            isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+            isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
         ):
-            return {}, f"{name} is not a list of non-negative integers"
+            return None, WRONG_TYPE, f"{name} is not a list of integers"
         out[name] = value
-    why = _per_position_contradiction(out)
-    return ({}, why) if why else (out, None)
+    found = check_record(out)
+    return (None, *found) if found else (out, None, None)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_record(record: dict[str, Any]) -> tuple[str, str] | None:
+    """``(reason, why)`` when a typed steps row breaks an invariant, else None.
+
+    Counts and timings are non-negative, numbers finite, ``num_accepted_tokens`` at most
+    ``num_draft_tokens``, the accepted per-position list no longer than k unless
+    ``num_drafts_per_pos`` covers it, and the per-position counts agree with each other.
+    """
+    for name in _INT_COLUMNS:
+        value = record.get(name)
+        if value is not None and value < 0:
+            return NEGATIVE, f"{name} is negative ({value})"
+        if value is not None and value > _MAX_INT:
+            return WRONG_TYPE, f"{name} is out of range ({value})"
+    for name in _FLOAT_COLUMNS:
+        value = record.get(name)
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            return NON_FINITE, f"{name} is not a finite number ({value})"
+        if name in schema.TIMINGS and value < 0:
+            return NEGATIVE, f"{name} is negative ({value})"
+    for name in _LIST_COLUMNS:
+        values = record.get(name)
+        for i, v in enumerate(values or []):
+            if v is None:
+                return WRONG_TYPE, f"{name}[{i}] is empty"
+            if v < 0:
+                return NEGATIVE, f"{name}[{i}] is negative ({v})"
+            if v > _MAX_INT:
+                return WRONG_TYPE, f"{name}[{i}] is out of range ({v})"
+    drafted, accepted = record.get("num_draft_tokens"), record.get("num_accepted_tokens")
+    if drafted is not None and accepted is not None and accepted > drafted:
+        return INCONSISTENT, f"num_accepted_tokens ({accepted}) exceeds num_draft_tokens ({drafted})"
+    k, per_pos, reached = (
+        record.get(c) for c in ("num_spec_tokens", "num_accepted_tokens_per_pos", "num_drafts_per_pos")
+    )
+    if k is not None and per_pos is not None and len(per_pos) > max(k, len(reached or ())):
+        return INCONSISTENT, f"num_accepted_tokens_per_pos has {len(per_pos)} positions, more than k ({k})"
+    why = _per_position_contradiction(record)
+    return (INCONSISTENT, why) if why else None
 
 
 def _per_position_contradiction(record: dict[str, Any]) -> str | None:
@@ -184,6 +287,25 @@ def _exceeds_drafts(name: str, counts: list[int], drafts: int | None) -> str | N
     if drafts is not None and counts and counts[0] > drafts:
         return f"{name}[0] ({counts[0]}) exceeds num_drafts ({drafts})"
     return None
+
+
+def _invalid() -> pl.Expr:
+    """Rows :func:`check_record` would reject, as one vectorised expression."""
+    bad = _contradictory()
+    for name in _INT_COLUMNS:
+        bad = bad | (pl.col(name) < 0)
+    for name in _FLOAT_COLUMNS:
+        bad = bad | ~pl.col(name).is_finite()
+    for name in schema.TIMINGS:
+        bad = bad | (pl.col(name) < 0)
+    for name in _LIST_COLUMNS:
+        bad = bad | pl.col(name).list.eval(pl.element().is_null().any()).list.first()
+    bad = bad | (pl.col("num_accepted_tokens") > pl.col("num_draft_tokens"))
+    longest_allowed = pl.max_horizontal(pl.col("num_spec_tokens"), pl.col("num_drafts_per_pos").list.len().fill_null(0))
+    bad = bad | (
+        pl.col("num_spec_tokens").is_not_null() & (pl.col("num_accepted_tokens_per_pos").list.len() > longest_allowed)
+    )
+    return bad.fill_null(False)
 
 
 def _contradictory() -> pl.Expr:
