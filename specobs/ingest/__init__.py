@@ -7,6 +7,8 @@ plus what was skipped and why. Parsers live one per source format in this packag
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -146,7 +148,12 @@ def load(
     result = Ingested()
     inputs: list[tuple[str, bool, bytes | None]] = [(n, e, None) for n, e in expand_paths(list(paths))]
     inputs += [(name, True, data) for name, data in uploads]
+    seen = _Seen()
     for name, explicit, data in inputs:
+        first = seen.first(name, data)
+        if first is not None:  # the same input twice would count every record twice
+            result.skipped.append(Skipped(name, None, f"the same {first[1]} as {first[0]}: read once"))
+            continue
         try:
             src = open_source(name) if data is None else open_bytes(name, data)
             progress = progress_factory(src) if progress_factory else None
@@ -161,6 +168,55 @@ def load(
             continue
         result.add(frame, report, skipped)
     return result
+
+
+#: Bytes from each end of a file that make its content fingerprint (with its size).
+FINGERPRINT_BYTES = 1 << 20
+
+
+class _Seen:
+    """Inputs already read, by resolved path and by content (size and a hash of both ends), so a
+    file named twice, a folder with a file inside it also named, or a copy is read once."""
+
+    def __init__(self) -> None:
+        self.paths: dict[str, str] = {}
+        self.contents: dict[tuple[int, bytes], str] = {}
+
+    def first(self, name: str, data: bytes | None) -> tuple[str, str] | None:
+        """(the earlier input, "file" or "content") when ``name`` was read already, else None."""
+        if data is None and name == "-":
+            return None
+        path = None
+        if data is None:
+            path = os.path.realpath(name)
+            if path in self.paths:
+                return self.paths[path], "file"
+            if not os.path.isfile(path):  # a pipe, a device: read it, never twice-opened
+                return None
+        key = _fingerprint(path, data)
+        if key is not None and key in self.contents:
+            return self.contents[key], "content"
+        if path is not None:
+            self.paths[path] = name
+        if key is not None:
+            self.contents[key] = name
+        return None
+
+
+def _fingerprint(path: str | None, data: bytes | None) -> tuple[int, bytes] | None:
+    if data is not None:
+        return len(data), hashlib.blake2b(data[:FINGERPRINT_BYTES] + data[-FINGERPRINT_BYTES:]).digest()
+    try:
+        size = os.path.getsize(path or "")
+        if size == 0:
+            return None  # empty files are all alike, and count nothing
+        with open(path or "", "rb") as f:
+            head = f.read(FINGERPRINT_BYTES)
+            f.seek(max(size - FINGERPRINT_BYTES, 0))
+            tail = f.read(FINGERPRINT_BYTES)
+    except OSError:
+        return None  # the reader will say what is wrong with it
+    return size, hashlib.blake2b(head + tail).digest()
 
 
 def counted_sources(ingested: Ingested) -> list[SourceReport]:
