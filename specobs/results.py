@@ -176,6 +176,7 @@ class Summary(Result):
     num_drafts_allowed_per_pos: tuple[int | None, ...] | None = internal()
     drafts_for_length: int | None = internal()
     draft_tokens_per_draft: float | None = internal()  # T/D over the rows with per-position counts
+    windows_contradicting: int | None = internal()  # printed length or rate off their own counts
     supported_positions: tuple[int, ...] = field(default=(), metadata={"json": False}, compare=False)
     wasted_positions: tuple[int, ...] = field(default=(), metadata={"json": False}, compare=False)
     truncation: tuple[Truncation, ...] = field(default=(), metadata={"json": False}, compare=False)

@@ -55,6 +55,8 @@ GROUP_KEYS = {
 
 #: Minimum drafts reaching a position before its conditional rate is used for the diagnosis.
 MIN_SUPPORT = 30
+#: How far a printed mean acceptance length (2 decimals) may sit from its own counts.
+PRINTED_SLACK = 0.006
 #: Positions accepted in fewer than this share of drafts are called wasted.
 WASTED_THRESHOLD = 0.10
 #: Below this largest gap between r_i and α^(i+1), the iid formula is called a fair model.
@@ -130,6 +132,15 @@ def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
     rate_known = tokens.is_not_null() & accepted.is_not_null()
     pos_known = per_pos.is_not_null() & drafts.is_not_null() & (drafts > 0)
     reported_only = ~length_known & pl.col("reported_mean_acceptance_length").is_not_null()
+    # A printed length (2 decimals) or rate (a percentage, 1 decimal) off its own counts by more
+    # than the rounding: the counts are used, and the report says so.
+    printed_length = pl.col("reported_mean_acceptance_length")
+    printed_rate = pl.col("reported_draft_acceptance_rate")
+    contradicts = (
+        length_known & printed_length.is_not_null() & ((1 + accepted / drafts - printed_length).abs() > PRINTED_SLACK)
+    ) | (
+        rate_known & (tokens > 0) & printed_rate.is_not_null() & ((accepted / tokens - printed_rate).abs() > 0.0006)
+    )
     weight = pl.col("batch_size").fill_null(1).cast(pl.Float64)
 
     def masked(value: pl.Expr, mask: pl.Expr) -> pl.Expr:
@@ -155,6 +166,7 @@ def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
         (masked(pl.col("reported_mean_acceptance_length") * weight, reported_only)).sum().alias("reported_weighted"),
         masked(weight, reported_only).sum().alias("reported_weight"),
         reported_only.sum().alias("windows_reported_only"),
+        contradicts.fill_null(False).sum().alias("windows_contradicting"),
         masked(pl.col("reported_draft_acceptance_rate"), ~rate_known).sum().alias("reported_rate_sum"),
         masked(pl.col("reported_draft_acceptance_rate"), ~rate_known).count().alias("reported_rate_count"),
         per_pos.list.len().max().alias("longest_list"),

@@ -134,6 +134,11 @@ def acceptance_findings(s: Summary) -> list[Finding]:
                 f"{widest.rate:.2f} but may be up to {widest.rate_high:.2f}. In-engine capture counts the "
                 "drafts that reached each position."
             )))  # fmt: skip
+    if s.windows_contradicting:
+        out.append(Finding("printed_values_contradict_counts", (
+            f"{s.windows_contradicting:,} window(s) print a mean acceptance length or acceptance rate that their own "
+            "counts contradict (beyond the printed rounding); the counts are used, the printed values are not."
+        )))  # fmt: skip
     if s.num_drafts_derived:
         out.append(Finding("drafts_derived", (
             "The number of drafts is derived from the printed acceptance rates (vLLM's log line does not print it)."
