@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
+import subprocess
+import sys
+import threading
+import time
 import zlib
 from pathlib import Path
 
 import pytest
 
 from specobs.errors import InputError
-from specobs.ingest import load
+from specobs.ingest import load, source
 from tests.conftest import run_cli, windows_of
 
 DATA = Path(__file__).parent.parent / "examples" / "data"
@@ -89,3 +94,81 @@ def test_utf16_is_refused_with_a_hint(tmp_path: Path, encoding: str) -> None:
     err = result.stderr.decode().strip()
     assert len(err.splitlines()) == 1
     assert "iconv -f UTF-16 -t UTF-8" in err
+
+
+# --- 3. pipes, FIFOs and process substitution are read as streams --------------------------
+
+
+def _report_from_fd(args: list[str], data: bytes) -> subprocess.CompletedProcess:
+    """``specobs report /dev/fd/N`` with N the read end of a real pipe (as ``<(cat log)`` gives)."""
+    read_end, write_end = os.pipe()
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specobs.cli", "report", f"/dev/fd/{read_end}", *args],
+        pass_fds=(read_end,),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    os.close(read_end)
+    with os.fdopen(write_end, "wb") as writer:
+        writer.write(data)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_report_reads_a_pipe_as_a_stream() -> None:
+    result = _report_from_fd(["--format", "json"], SWEEP.read_bytes())
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert b"panicked" not in result.stderr
+    report = json.loads(result.stdout)
+    expected = json.loads(run_cli("report", str(SWEEP), "--format", "json").stdout)
+    assert report["summary"] == expected["summary"]
+
+
+def test_report_reads_a_gzip_pipe() -> None:
+    result = _report_from_fd(["--format", "json"], gzip.compress(SWEEP.read_bytes()))
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+
+
+def test_fifo_with_a_writer_is_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+
+    def writer() -> None:
+        with open(fifo, "wb") as f:
+            f.write(SWEEP.read_bytes())
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    result = run_cli("report", str(fifo), "--format", "json")
+    thread.join(5)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert (
+        json.loads(result.stdout)["summary"]
+        == json.loads(run_cli("report", str(SWEEP), "--format", "json").stdout)["summary"]
+    )
+
+
+def test_fifo_without_a_writer_times_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fifo = tmp_path / "silent.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(source, "STREAM_READ_TIMEOUT_S", 0.3)
+    started = time.monotonic()
+    with pytest.raises(InputError, match=r"nothing to read for 0\.3 s"):
+        load([str(fifo)], None)
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.slow
+def test_cli_fifo_without_a_writer_fails_in_one_line(tmp_path: Path) -> None:
+    fifo = tmp_path / "silent.fifo"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    result = run_cli("report", str(fifo))
+    elapsed = time.monotonic() - started
+    assert result.returncode == 2
+    err = result.stderr.decode().strip()
+    assert len(err.splitlines()) == 1, err
+    assert "nothing to read" in err
+    assert source.STREAM_READ_TIMEOUT_S <= elapsed < source.STREAM_READ_TIMEOUT_S + 30

@@ -9,6 +9,8 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import select
+import stat
 import sys
 import zlib
 from collections.abc import Iterator
@@ -22,6 +24,11 @@ HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 #: Byte-order marks of UTF-16 text, which the line scanner cannot read.
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+#: Seconds a pipe, FIFO or character device may stay silent before reading it fails
+#: (a FIFO nobody writes to would otherwise hang the command).
+STREAM_READ_TIMEOUT_S = 10.0
+#: Bytes read per step from a pipe, FIFO or character device.
+STREAM_PIECE_BYTES = 1024 * 1024
 #: Compressed bytes decompressed per step when a gzip stream is read incrementally.
 GZIP_PIECE_BYTES = 64 * 1024
 
@@ -67,6 +74,11 @@ def open_source(name: str) -> Source:
         if path.is_dir():
             raise InputError(name, "is a folder (folders are expanded by the caller)")
         try:
+            mode = path.stat().st_mode
+            if not stat.S_ISREG(mode):
+                # Pipes, FIFOs, process substitution (/dev/fd/N) and character devices cannot be
+                # memory-mapped or read twice: read them once, as a stream, into memory.
+                return open_bytes(name, read_stream(path, name))
             with open(path, "rb") as f:
                 raw_head = f.read(2)
             size = path.stat().st_size
@@ -75,6 +87,28 @@ def open_source(name: str) -> Source:
         src = Source(name, path, raw_head.startswith(GZIP_MAGIC), size)
     src.head = _read_head(src)
     return src
+
+
+def read_stream(path: Path, name: str, timeout: float | None = None) -> bytes:
+    """Everything a pipe, FIFO or character device yields until its end; :class:`InputError`
+    when it stays silent for ``timeout`` seconds (a FIFO without a writer, say)."""
+    timeout = STREAM_READ_TIMEOUT_S if timeout is None else timeout
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    pieces: list[bytes] = []
+    try:
+        while True:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if not ready:
+                raise InputError(name, f"nothing to read for {timeout:g} s (a pipe or FIFO without a writer?)")
+            try:
+                piece = os.read(fd, STREAM_PIECE_BYTES)
+            except BlockingIOError:
+                continue
+            if not piece:
+                return b"".join(pieces)
+            pieces.append(piece)
+    finally:
+        os.close(fd)
 
 
 def open_bytes(name: str, data: bytes) -> Source:
