@@ -142,7 +142,7 @@ def _read_all(src: Source) -> tuple[bytes, str | None]:
     data = unpacked.data[: unpacked.data.rfind(b"\n") + 1]
     lines = data.count(b"\n")
     notice = (
-        f"gzip stream cut short or corrupt at compressed byte {unpacked.cut_at} ({unpacked.error}), "
+        f"gzip stream truncated or corrupt at compressed byte {unpacked.cut_at} ({unpacked.error}), "
         f"in line {lines + 1}; the {lines} complete lines before it are kept"
     )
     return data, notice
