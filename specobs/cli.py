@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 from enum import StrEnum
@@ -116,7 +117,8 @@ def _emit(result, output_format: OutputFormat, names: tuple[str, str] = ("A", "B
 
 
 def user_errors(command):
-    """Turn :class:`SpecobsError` into one line on stderr and exit status 2 (no traceback)."""
+    """Turn :class:`SpecobsError` into one line on stderr and exit status 2 (no traceback), and
+    a closed stdout (a pipe whose reader quit) into a quiet exit 0."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -125,6 +127,9 @@ def user_errors(command):
         except SpecobsError as exc:
             say(str(exc))
             raise typer.Exit(EXIT_USAGE) from None
+        except BrokenPipeError:  # `specobs report ... | head`: the reader has all it wants
+            _quiet_stdout()
+            raise typer.Exit(EXIT_OK) from None
 
     return wrapper
 
@@ -188,7 +193,7 @@ def report(
     input_format: InputFormatOption = None,
     by: Annotated[
         str,
-        typer.Option(help=f"Group by a comma-separated subset of: {', '.join(GROUP_KEYS)}."),
+        typer.Option(help=f"Group by a comma-separated subset (one or more, each once) of: {', '.join(GROUP_KEYS)}."),
     ] = ",".join(DEFAULT_BY),
     prometheus: PrometheusOption = None,
     since: SinceOption = "6h",
@@ -200,13 +205,10 @@ def report(
     timing by batch size, what it means, where acceptance changed, and a recommendation."""
     from specobs.reporting import analyze
 
-    paths = _require_inputs("report", paths, prometheus)
-    groups = [b.strip() for b in by.split(",") if b.strip()]
-    try:
-        group_columns(groups)
-    except ValueError as exc:  # the one place that knows the --by names
-        raise SpecobsError(str(exc)) from None
+    groups = _by(by)
+    _check_prometheus_options(since, step)
     method = _method(method)
+    paths = _require_inputs("report", paths, prometheus)
     ingested = _inputs(paths, input_format, prometheus, since, match, step)
     result = analyze(ingested, groups, method=method)
     if result.empty:
@@ -221,6 +223,47 @@ def report(
         if len(ingested.skipped) > 5:
             say(f"skipped {len(ingested.skipped):,} line(s) in all")
     _emit(result, output_format)
+
+
+def _by(by: str) -> list[str]:
+    """``--by`` names, checked: at least one, each known, none twice (``--by ''`` is an error)."""
+    groups = [b.strip() for b in by.split(",")]
+    if not any(groups):
+        raise SpecobsError(f"--by needs at least one of: {', '.join(GROUP_KEYS)} (default: {','.join(DEFAULT_BY)})")
+    groups = [g for g in groups if g]
+    try:
+        group_columns(groups)
+    except ValueError as exc:  # the one place that knows the --by names
+        raise SpecobsError(str(exc)) from None
+    twice = sorted({g for g in groups if groups.count(g) > 1})
+    if twice:
+        raise SpecobsError(f"--by {by}: {', '.join(twice)} named more than once")
+    return groups
+
+
+def _check_prometheus_options(since: str, step: str | None) -> None:
+    """``--since`` and ``--step`` are durations whether or not --prometheus is given."""
+    from specobs.ingest.prometheus_api import parse_duration
+
+    for name, value in (("--since", since), ("--step", step)):
+        if value is None:
+            continue
+        try:
+            seconds = parse_duration(value)
+        except SpecobsError:
+            seconds = None
+        if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+            raise SpecobsError(f"{name} {value}: not a duration (use e.g. 30m, 6h, 2d)")
+
+
+def _at_least(name: str, value: float | None, low: float, *, strict: bool = False) -> None:
+    """A numeric option outside its range (or NaN) is a usage error naming the option."""
+    if value is None:
+        return
+    ok = math.isfinite(value) and (value > low if strict else value >= low)
+    if not ok:
+        bound = f"greater than {low:g}" if strict else f"at least {low:g}"
+        raise SpecobsError(f"{name} {value:g}: must be {bound}")
 
 
 def _inputs(
@@ -282,8 +325,13 @@ def recommend(
     predicted speedups, intervals, a ready --speculative-config and the reasons."""
     from specobs.tuning.recommend import recommend as run
 
-    paths = _require_inputs("recommend", paths, prometheus)
+    _check_prometheus_options(since, step)
+    _at_least("--max-k", max_k, 1)
+    _at_least("--margin", margin, 0)
+    _at_least("--cost-ratio", cost_ratio, 0)
+    _at_least("--bootstrap", bootstrap, 0)
     method = _method(method)
+    paths = _require_inputs("recommend", paths, prometheus)
     ingested = _inputs(paths, input_format, prometheus, since, match, step)
     result = run(
         ingested.windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, method=method
@@ -384,15 +432,34 @@ def simulate(
         batches = [int(x) for x in batch.split(",")]
     except ValueError:
         raise SpecobsError("--k and --batch take comma-separated integers") from None
+    if not ks or min(ks) < 0:
+        raise SpecobsError(f"--k {k}: k values are 0 (plain decoding) or more")
+    if len(set(ks)) != len(ks):
+        raise SpecobsError(f"--k {k}: a k value named more than once")
+    if not batches or min(batches) < 1:
+        raise SpecobsError(f"--batch {batch}: batch sizes are 1 or more")
+    _at_least("--steps", steps, 1)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise SpecobsError(f"{out}: exists and is not a folder (simulate writes event files into a folder)")
     positions = len(betas) if betas is not None else len(sim.PROFILES[method].betas)
     if max(ks, default=0) > positions:
         raise SpecobsError(f"--k {max(ks)}: the acceptance profile has {positions} positions")
     for value in ks:  # one event file per k, as separate engines would write them
         frame = sim.simulate(method, [value], batches, steps, seed=seed, betas=betas)
-        sink = JsonlSink(out, f"sim-{method if value else 'plain'}-k{value}")
-        sink.write(frame.to_dicts())
-        sink.close()
+        try:
+            sink = JsonlSink(out, f"sim-{method if value else 'plain'}-k{value}")
+            sink.write(frame.to_dicts())
+            sink.close()
+        except OSError as exc:
+            raise SpecobsError(f"{exc.filename or out}: cannot write ({exc.strerror or exc})") from None
     say(f"wrote {len(ks) * len(batches) * steps:,} simulated steps to {out}")
+
+
+def _listen_address(listen: str) -> None:
+    """``--listen host:port`` (host may be empty or ``[ipv6]``; port 0-65535, 0: any free port)."""
+    host, colon, port = listen.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535 or (":" in host and not host.startswith("[")):
+        raise SpecobsError(f"--listen {listen}: expected host:port with a port from 0 to 65535 (e.g. 127.0.0.1:9464)")
 
 
 @app.command(
@@ -416,15 +483,18 @@ def exporter(
     from specobs.exporters.prometheus import PrometheusMetrics, serve
     from specobs.exporters.sidecar import Sidecar, SidecarHealth
 
+    _listen_address(listen)
+    _at_least("--poll", poll, 0, strict=True)
+    _at_least("--tuning-interval", tuning_interval, 0, strict=True)
     _require_inputs("exporter", paths)
     metrics = PrometheusMetrics()
     sidecar = Sidecar(paths, metrics, from_end=from_end, tuning_interval=tuning_interval)
     metrics.registry.register(SidecarHealth(sidecar))
     try:
-        serve(metrics, listen)
+        bound = serve(metrics, listen)
     except OSError as exc:
         raise SpecobsError(f"cannot listen on {listen} ({exc.strerror or exc})") from None
-    say(f"serving /metrics on http://{listen}/metrics, following {', '.join(paths)}")
+    say(f"serving /metrics on http://{bound}/metrics, following {', '.join(paths)}")
     try:
         sidecar.run(poll)
     except KeyboardInterrupt:
@@ -470,6 +540,22 @@ def dashboard(
     os.execve(sys.executable, command, env)
 
 
+def _is_panic(exc: BaseException) -> bool:
+    """A panic in a compiled library (polars' ``pyo3_runtime.PanicException`` derives from
+    ``BaseException``, not ``Exception``), recognised by name without importing pyo3."""
+    return any(cls.__name__ == "PanicException" for cls in type(exc).__mro__)
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout went away (``| head``): point stdout at /dev/null so that the
+    interpreter's final flush does not complain about the broken pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main() -> None:
     """Entry point for the console script."""
     try:
@@ -477,8 +563,11 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
+        _quiet_stdout()
         sys.exit(EXIT_OK)
-    except Exception as exc:  # a bug in specobs, not bad input: say so in one line
+    except BaseException as exc:  # a bug in specobs, not bad input: say so in one line
+        if not (isinstance(exc, Exception) or _is_panic(exc)):
+            raise  # SystemExit and the like
         if SPECOBS_DEBUG.flag():
             raise
         first = str(exc).splitlines()[0] if str(exc) else ""

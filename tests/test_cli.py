@@ -5,6 +5,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
+import subprocess
+import sys
+import urllib.request
 
 import pytest
 from conftest import report_json, run_cli
@@ -161,3 +165,161 @@ def test_simulate_acceptance_profile_takes_a_length(tmp_path):
     assert longer.returncode == 2 and "has 8 positions" in longer.stderr.decode()
     fractional = run_cli(*args, "--acceptance", "falling:0.9:0.05:8.5")
     assert fractional.returncode == 2 and "--acceptance falling:0.9:0.05:8.5" in fractional.stderr.decode()
+
+
+# --- issue 15: every option checked up front, output that never crashes and fits -------------------
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
+NGRAM_LOG = os.path.join(EXAMPLES, "vllm-cpu-ngram-k3.log")
+SWEEP = os.path.join(EXAMPLES, "vllm-cpu-sweep")
+
+
+def _one_usage_line(result, *words: str) -> str:
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert err.startswith("specobs: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("report", NGRAM_LOG, "--by", ""), ("--by needs at least one of",)),
+        (("report", NGRAM_LOG, "--by", " , "), ("--by needs at least one of",)),
+        (("report", NGRAM_LOG, "--by", "k,k"), ("--by k,k", "more than once")),
+        (("report", NGRAM_LOG, "--since", "garbage"), ("--since garbage", "not a duration")),
+        (("report", NGRAM_LOG, "--since", "0s"), ("--since 0s",)),
+        (("recommend", SWEEP, "--step", "soon"), ("--step soon",)),
+        (("recommend", SWEEP, "--bootstrap", "-1"), ("--bootstrap -1",)),
+        (("recommend", SWEEP, "--margin", "-0.5"), ("--margin -0.5",)),
+        (("recommend", SWEEP, "--margin", "nan"), ("--margin nan",)),
+        (("recommend", SWEEP, "--max-k", "0"), ("--max-k 0",)),
+        (("recommend", SWEEP, "--max-k", "-3"), ("--max-k -3",)),
+        (("recommend", SWEEP, "--cost-ratio", "-0.1"), ("--cost-ratio -0.1",)),
+        (("exporter", SWEEP, "--listen", "localhost"), ("--listen localhost", "host:port")),
+        (("exporter", SWEEP, "--listen", ":99999"), ("--listen :99999",)),
+        (("exporter", SWEEP, "--listen", "127.0.0.1:http"), ("--listen 127.0.0.1:http",)),
+        (("exporter", SWEEP, "--poll", "0"), ("--poll 0",)),
+        (("simulate", "{tmp}/sim", "--k", "-1"), ("--k -1",)),
+        (("simulate", "{tmp}/sim", "--k", "4,4"), ("--k 4,4",)),
+        (("simulate", "{tmp}/sim", "--batch", "0"), ("--batch 0",)),
+        (("simulate", "{tmp}/sim", "--steps", "0"), ("--steps 0",)),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(tmp_path, args, words):
+    result = run_cli(*(a.format(tmp=tmp_path) for a in args))
+    _one_usage_line(result, *words)
+    assert result.stdout == b""
+
+
+def test_by_empty_is_an_error_not_a_shifted_table():
+    # `--by ''` used to group by nothing and shift every column of the group table one place left.
+    _one_usage_line(run_cli("report", NGRAM_LOG, "--by", "", "--format", "markdown"), "--by")
+
+
+def test_simulate_into_an_existing_file_names_it(tmp_path):
+    target = tmp_path / "taken.jsonl"
+    target.write_text("keep me\n")
+    result = run_cli("simulate", str(target), "--steps", "5", "--batch", "1")
+    _one_usage_line(result, str(target), "not a folder")
+    assert target.read_text() == "keep me\n"  # left alone
+    below = run_cli("simulate", str(target / "sub"), "--steps", "5", "--batch", "1")
+    _one_usage_line(below, "cannot write")
+
+
+def test_json_writer_turns_non_finite_floats_into_null():
+    import dataclasses
+    import math
+
+    from specobs.ingest import load
+    from specobs.render import to_json
+    from specobs.tuning.recommend import recommend
+
+    result = recommend(load([SWEEP]).windows, bootstrap=0)
+    assert result is not None
+    headline = dataclasses.replace(result.recommended, predicted_speedup=math.nan, interval=(math.nan, math.inf))
+    data = json.loads(to_json(dataclasses.replace(result, recommended=headline)))
+    assert data["recommended"]["predicted_speedup"] is None
+    assert data["recommended"]["interval"] == [None, None]
+    assert data["recommended"]["num_speculative_tokens"] == result.recommended.num_speculative_tokens
+
+
+def _cli_with_patched_command(code: str) -> subprocess.CompletedProcess:
+    """The real entry point, ``specobs.cli.main()``, after ``code`` patched something in it."""
+    script = (
+        f"import sys\nimport specobs.cli as cli\n{code}\nsys.argv = ['specobs', 'report', {NGRAM_LOG!r}]\ncli.main()\n"
+    )
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    env.pop("SPECOBS_DEBUG", None)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, env=env, timeout=120)
+
+
+def test_a_panic_in_a_compiled_library_is_one_line_exit_70():
+    import polars as pl
+
+    # polars' own PanicException (pyo3_runtime), raised where the command analyzes its input.
+    assert not issubclass(pl.exceptions.PanicException, Exception)
+    result = _cli_with_patched_command(
+        "import polars as pl\n"
+        "import specobs.reporting as reporting\n"
+        "def boom(*a, **k):\n    raise pl.exceptions.PanicException('index out of bounds: the len is 0')\n"
+        "reporting.analyze = boom"
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 70, err
+    assert err == (
+        "specobs: internal error: PanicException: index out of bounds: the len is 0 "
+        "(set SPECOBS_DEBUG=1 for the traceback)\n"
+    )
+
+
+def test_exporter_prints_the_port_it_bound(tmp_path):
+    env = {**os.environ, "NO_COLOR": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specobs.cli", "exporter", SWEEP, "--listen", "127.0.0.1:0", "--poll", "0.2"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline().decode()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
+        assert match, line
+        port = int(match.group(1))
+        assert port != 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            assert response.status == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_rich_tables_on_a_pipe_are_wide_not_80_columns():
+    from specobs.render import PIPE_WIDTH
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["NO_COLOR"] = "1"
+    result = subprocess.run(
+        [sys.executable, "-m", "specobs.cli", "report", SWEEP], capture_output=True, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    widths = [len(line) for line in result.stdout.decode().splitlines()]
+    assert max(widths) > 80 and max(widths) <= PIPE_WIDTH
+    assert "sweep-ngram" in result.stdout.decode()  # the source column is not cut to a few letters
+
+
+@pytest.mark.parametrize("fmt", ["rich", "markdown", "json"])
+def test_output_into_a_closed_pipe_exits_quietly(fmt):
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["NO_COLOR"] = "1"
+    command = [sys.executable, "-m", "specobs.cli", "report", SWEEP, "--format", fmt]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.readline()  # `| head -1`: read one line, then go away
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 0, err
+    assert "BrokenPipe" not in err and "Traceback" not in err and "Exception ignored" not in err, err
