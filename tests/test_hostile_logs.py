@@ -172,3 +172,102 @@ def test_cli_fifo_without_a_writer_fails_in_one_line(tmp_path: Path) -> None:
     assert len(err.splitlines()) == 1, err
     assert "nothing to read" in err
     assert source.STREAM_READ_TIMEOUT_S <= elapsed < source.STREAM_READ_TIMEOUT_S + 30
+
+
+# --- 1. a metrics line is counted whole or not at all --------------------------------------
+
+V1 = (
+    "INFO 11-30 03:13:{s:02d} [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 3.46, "
+    "Accepted throughput: 564.02 tokens/s, Drafted throughput: 662.37 tokens/s, Accepted: {acc} tokens, "
+    "Drafted: {dra} tokens, Per-position acceptance rate: {pos}, Avg Draft acceptance rate: {rate}"
+)
+GOOD = {"acc": "1124", "dra": "1320", "pos": "0.877, 0.807, 0.781", "rate": "85.2%"}
+CONFIG = (
+    "(EngineCore_DP0 pid=9) INFO 11-30 03:10:00 [core.py:77] Initializing a V1 LLM engine (v0.32.0) with config: "
+    "model='/models/tiny', speculative_config=SpeculativeConfig(method='draft_model', model='/models/draft', "
+    "num_spec_tokens=3), served_model_name=tiny"
+)
+
+
+def _v1(second: int, **fields: str) -> str:
+    return V1.format(s=second, **{**GOOD, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"acc": "11x4"}, "accepted and drafted"),
+        ({"acc": "11.5"}, "accepted and drafted"),
+        ({"dra": "1320abc"}, "accepted and drafted"),
+        ({"dra": "99999999999999999999999"}, "accepted and drafted"),
+        ({"pos": "0.877, ,"}, "Per-position"),
+        ({"pos": "0.877, 0.8x07, 0.781"}, "Per-position"),
+        ({"pos": "0.877, inf, 0.781"}, "Per-position"),
+        ({"pos": "0.877, -0.807"}, "Per-position"),
+        ({"pos": "0.877, 1.807"}, "outside [0, 1]"),
+        ({"pos": "1.877, 0.807"}, "outside [0, 1]"),
+        ({"pos": "0.577, 0.807, 0.781"}, "rise"),
+        ({"pos": "0.877, 0.807, 0.781, 0.5"}, "4 per-position rates for k = 3"),
+        ({"acc": "1500"}, "exceed drafted"),
+        ({"rate": "185.2%"}, "draft acceptance rate outside"),
+        ({"rate": "85..2%"}, "Draft acceptance rate"),
+    ],
+)
+def test_a_malformed_v1_line_is_skipped_whole(write, fields: dict[str, str], why: str) -> None:
+    bad = _v1(17, **fields)
+    path = write("hostile.log", "\n".join([CONFIG, _v1(7), bad, _v1(27)]) + "\n")
+    result = load([str(path)], None)
+    windows = result.windows.collect()
+    assert windows["source_line"].to_list() == [2, 4]
+    assert windows["num_accepted_tokens"].to_list() == [1124, 1124]
+    assert [(s.source, s.line) for s in result.skipped] == [(str(path), 3)]
+    assert why in result.skipped[0].why
+
+
+def test_mean_acceptance_length_must_be_a_number_of_at_least_one(write) -> None:
+    for mal in ("3.4.6", "0.5", "3.46abc"):
+        bad = _v1(17).replace("Mean acceptance length: 3.46", f"Mean acceptance length: {mal}")
+        path = write("mal.log", "\n".join([_v1(7), bad]) + "\n")
+        result = load([str(path)], None)
+        assert result.windows.collect()["source_line"].to_list() == [1], mal
+        assert [s.line for s in result.skipped] == [2], mal
+
+
+def test_good_v1_lines_still_read(write) -> None:
+    lines = [
+        _v1(7),
+        # The list last on the line, with a trailing comma (vLLM 0.11); no k known here.
+        _v1(8, pos="0.600, 0.385, 0.215, 0.000, 0.000, ").split(", Avg Draft")[0],
+        _v1(9, acc="0", dra="0", pos="nan, nan, nan", rate="nan%"),
+        _v1(10, acc="1320", rate="100.0%"),
+    ]
+    path = write("good.log", "\r\n".join(lines) + "\r\n")
+    result = load([str(path)], None)
+    assert result.windows.collect().height == 4
+    assert result.skipped == []
+
+
+def test_the_report_counts_the_skipped_line(tmp_path: Path) -> None:
+    path = tmp_path / "hostile.log"
+    path.write_text("\n".join([_v1(7), _v1(17, acc="11x4"), _v1(27)]) + "\n")
+    data = json.loads(run_cli("report", str(path), "--format", "json").stdout)
+    assert data["summary"]["num_accepted_tokens"] == 2 * 1124
+    assert data["skipped_lines"]["examples"][0]["why"].startswith("speculative metrics line without")
+
+
+V0_LINE = (
+    "INFO 10-16 19:05:{s:02d} metrics.py:367] Speculative metrics: Draft acceptance rate: 0.642, System efficiency: "
+    "0.598, Number of speculative tokens: {k}, Number of accepted tokens: {acc}, Number of draft tokens: 13311, "
+    "Number of emitted tokens: 10616."
+)
+
+
+@pytest.mark.parametrize(("k", "acc"), [("3x", "8547"), ("3", "85 47"), ("3", "20000")])
+def test_a_malformed_v0_line_is_skipped_whole(write, k: str, acc: str) -> None:
+    good = V0_LINE.format(s=47, k=3, acc=8547)
+    later = V0_LINE.format(s=57, k=3, acc=8547).replace("13311", "26622").replace("10616", "21232")
+    bad = V0_LINE.format(s=52, k=k, acc=acc)
+    path = write("v0.log", "\n".join([good, bad, later]) + "\n")
+    result = load([str(path)], None)
+    assert result.windows.collect()["source_line"].to_list() == [1, 3]
+    assert [s.line for s in result.skipped] == [2]

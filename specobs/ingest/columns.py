@@ -27,6 +27,29 @@ FULL_DATE = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
 LEADING_FULL_DATE = r"^(?:[A-Za-z][\w.-]*\s+\|\s)?\[?(" + FULL_DATE + ")"
 
 
+#: A field ends at the next comma or at the end of the line (V0 ends its lines with a period).
+END = r"(?:,|\.?\s*$)"
+#: A number as engines print it with %d / %.Nf, or ``nan``; nothing else (no sign, exponent, ``inf``).
+DECIMAL = r"(?:nan|[0-9]+(?:\.[0-9]+)?)"
+
+
+def malformed(text: pl.Expr, checks: list[tuple[str, str]]) -> pl.Expr:
+    """The first ``label: why`` for a field whose label is on the line but whose value does not
+    match its anchored pattern (``checks`` are ``(label, pattern)``; null when all are fine).
+
+    A record is taken whole or not at all, so such a line is skipped, never half-read.
+    """
+    out = pl.lit(None, pl.String)
+    for label, pattern in reversed(checks):
+        present = text.str.contains(label, literal=True)
+        out = (
+            pl.when(present & ~text.str.contains(pattern))
+            .then(pl.lit(f"'{label}' is not followed by a complete number"))
+            .otherwise(out)
+        )
+    return out
+
+
 def field_int(text: pl.Expr, pattern: str) -> pl.Expr:
     """The first capture group of ``pattern`` as an integer (null when absent or not a number)."""
     return text.str.extract(pattern, 1).cast(pl.Int64, strict=False)

@@ -55,9 +55,37 @@ NEEDLES = (
 _NEEDLE_KINDS = {0: "spec", 2: "stats", 3: "stages"}
 _CONFIG_LINE = r"speculative_config\s*[=:]\s*(?:SpeculativeConfig\(|\{)"
 
-_ACCEPTED = r"(?:Accepted|Number of accepted tokens): ([0-9]+)"
-_DRAFTED = r"(?:Drafted|Number of draft tokens(?: tokens)?): ([0-9]+)"
-_PER_POS = r"Per-position acceptance rate: ((?:nan|[0-9.]+)(?:, ?(?:nan|[0-9.]+))*)"
+# Every numeric field is anchored: its value must run up to the next comma (or the end of the
+# line), so "Accepted: 11x4 tokens" or "0.877, ," match nothing and the line is skipped.
+_N = C.DECIMAL
+_ACCEPTED = r"(?:Accepted|Number of accepted tokens): ([0-9]+)(?: tokens)?" + C.END
+_DRAFTED = r"(?:Drafted|Number of draft tokens(?: tokens)?): ([0-9]+)(?: tokens)?" + C.END
+_PER_POS = r"Per-position acceptance rate: (" + _N + r"(?:, *" + _N + r")*)(?:,?\s*$|, *[A-Z])"
+_MAL = r"Mean acceptance length: (" + _N + ")" + C.END
+_THROUGHPUT = r"Accepted throughput: (" + _N + ") tokens/s" + C.END
+_DRAFT_RATE = r"Draft acceptance rate: (" + _N + "%?)" + C.END
+_K = r"Number of speculative tokens: ([0-9]+)" + C.END
+_EMITTED = r"Number of emitted tokens(?: tokens)?: ([0-9]+)" + C.END
+#: (label, anchored pattern) of every numeric field of the spec lines: a label with a value that
+#: does not match makes the line malformed.
+_V1_CHECKS = [
+    ("Accepted:", _ACCEPTED),
+    ("Number of accepted tokens:", _ACCEPTED),
+    ("Drafted:", _DRAFTED),
+    ("Number of draft tokens", _DRAFTED),
+    ("Mean acceptance length:", _MAL),
+    ("Per-position acceptance rate:", _PER_POS),
+    ("Accepted throughput:", _THROUGHPUT),
+    ("Draft acceptance rate:", _DRAFT_RATE),
+]
+_V0_CHECKS = [
+    *_V1_CHECKS,
+    ("Number of speculative tokens:", _K),
+    ("Number of emitted tokens", _EMITTED),
+    ("System efficiency:", r"System efficiency: " + _N + C.END),
+]
+#: Slack for rates printed with three decimals.
+_RATE_SLACK = 1e-9
 # The optional "(Name pid=N) " and vLLM's own "LEVEL MM-DD HH:MM:SS": one regex pass for both.
 _PREFIX = (
     r"(?:\(([A-Za-z0-9_]+) pid=([0-9]+)\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +"
@@ -87,15 +115,19 @@ def scan_fields(head: bytes) -> Fields:
         None: every_line,
         0: {
             **counts,
-            "mal": C.field_float(text, r"Mean acceptance length: ([0-9.]+|nan)"),
+            "mal": C.field_float(text, _MAL),
             "per_pos_rates": C.float_list(text, _PER_POS),
-            "accepted_throughput": C.field_float(text, r"Accepted throughput: ([0-9.]+|nan) tokens/s"),
+            "accepted_throughput": C.field_float(text, _THROUGHPUT),
+            "draft_rate": text.str.extract(_DRAFT_RATE, 1),
+            "malformed": C.malformed(text, _V1_CHECKS),
         },
         1: {
             **counts,
             "legacy_v0": text.str.contains(r"System efficiency|Number of emitted tokens|Number of speculative tokens"),
-            "k": C.field_int(text, r"Number of speculative tokens: ([0-9]+)"),
-            "emitted": C.field_int(text, r"Number of emitted tokens(?: tokens)?: ([0-9]+)"),
+            "k": C.field_int(text, _K),
+            "emitted": C.field_int(text, _EMITTED),
+            "draft_rate": text.str.extract(_DRAFT_RATE, 1),
+            "malformed": C.malformed(text, _V0_CHECKS),
         },
         2: {
             "stats_engine": C.field_int(text, r"Engine ([0-9]+):"),
@@ -116,7 +148,7 @@ _LINE_COLUMNS: dict[str, pl.DataType] = {
     "per_pos_rates": pl.List(pl.Float64), "accepted_throughput": pl.Float64(), "legacy_v0": pl.Boolean(),
     "k": pl.Int64(), "emitted": pl.Int64(), "stats_engine": pl.Int64(), "stats_aggregated": pl.Boolean(),
     "stats_batch": pl.Int64(), "proposal_per_token": pl.Float64(), "scoring": pl.Float64(),
-    "verification": pl.Float64(),
+    "verification": pl.Float64(), "draft_rate": pl.String(), "malformed": pl.String(),
 }  # fmt: skip
 
 
@@ -244,16 +276,20 @@ def _attach_stats(spec: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
 
 def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped: list[Skipped]) -> pl.DataFrame:
     spec = lines.filter(pl.col("kind") == "spec").drop("text", "stats_engine", "stats_aggregated", "stats_batch")
-    bad = spec.filter(pl.col("accepted").is_null() | pl.col("drafted").is_null())
-    skipped.extend(
-        Skipped(source, line, "speculative metrics line without accepted and drafted token counts")
-        for line in bad["line"].to_list()
+    missing = pl.when(pl.col("accepted").is_null() | pl.col("drafted").is_null()).then(
+        _with_detail("speculative metrics line without accepted and drafted token counts")
     )
-    spec = spec.filter(pl.col("accepted").is_not_null() & pl.col("drafted").is_not_null())
+    spec = _drop_invalid(spec, pl.coalesce(missing, pl.col("malformed"), _invalid("accepted")), source, skipped)
     if spec.is_empty():
         return spec
     spec = _attach_stats(spec, lines)
     spec = _attach_config(spec, config)
+    too_long = pl.when(pl.col("per_pos_rates").list.len() > pl.col("config_k")).then(
+        pl.format("{} per-position rates for k = {}", pl.col("per_pos_rates").list.len(), pl.col("config_k"))
+    )
+    spec = _drop_invalid(spec, too_long, source, skipped)
+    if spec.is_empty():
+        return spec
 
     rate_sum = pl.col("per_pos_rates").list.sum()
     derived = (
@@ -306,6 +342,51 @@ def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
     )
 
 
+def _with_detail(why: str) -> pl.Expr:
+    """``why``, followed by the malformed field when there is one."""
+    return pl.concat_str([pl.lit(why), pl.lit(" (") + pl.col("malformed") + pl.lit(")")], ignore_nulls=True)
+
+
+def _invalid(accepted: str) -> pl.Expr:
+    """Why a spec line whose fields all parsed is still not a record (null when it is one):
+    accepted above drafted, a rate outside [0, 1], per-position rates that rise, a mean
+    acceptance length below 1 or a value too large to be finite."""
+    rates = pl.col("per_pos_rates")
+    printed_rate = pl.col("draft_rate")
+    percent = printed_rate.str.ends_with("%")
+    draft_rate = printed_rate.str.strip_suffix("%").cast(pl.Float64, strict=False).fill_nan(None)
+    draft_rate = pl.when(percent).then(draft_rate / 100).otherwise(draft_rate)
+    reasons = [
+        (
+            pl.col(accepted) > pl.col("drafted"),
+            pl.format("accepted tokens ({}) exceed drafted tokens ({})", pl.col(accepted), pl.col("drafted")),
+        ),
+        ((rates.list.max() > 1) | (rates.list.min() < 0), pl.lit("a per-position acceptance rate outside [0, 1]")),
+        (
+            rates.list.diff().list.max() > _RATE_SLACK,
+            pl.lit("per-position acceptance rates rise with the position (an accepted prefix cannot)"),
+        ),
+        ((draft_rate > 1 + _RATE_SLACK) | (draft_rate < 0), pl.lit("draft acceptance rate outside [0, 1]")),
+        (pl.col("mal") < 1, pl.lit("mean acceptance length below 1")),
+        (
+            pl.col("mal").is_infinite() | pl.col("accepted_throughput").is_infinite(),
+            pl.lit("a number too large to be finite"),
+        ),
+    ]
+    out = pl.lit(None, pl.String)
+    for condition, why in reversed(reasons):
+        out = pl.when(condition.fill_null(False)).then(why).otherwise(out)
+    return out
+
+
+def _drop_invalid(spec: pl.DataFrame, reason: pl.Expr, source: str, skipped: list[Skipped]) -> pl.DataFrame:
+    """Skip (and report) the lines for which ``reason`` is not null; keep the others whole."""
+    spec = spec.with_columns(_reason=reason)
+    bad = spec.filter(pl.col("_reason").is_not_null())
+    skipped.extend(Skipped(source, line, why) for line, why in bad.select("line", "_reason").iter_rows())
+    return spec.filter(pl.col("_reason").is_null()).drop("_reason")
+
+
 def _scale_list(rates: pl.Expr, drafts: pl.Expr) -> pl.Expr:
     """``round(rate_i × drafts)`` element-wise: per-position counts from printed rates."""
     return (rates * drafts).list.eval(pl.element().round(0).cast(pl.Int64))
@@ -314,12 +395,10 @@ def _scale_list(rates: pl.Expr, drafts: pl.Expr) -> pl.Expr:
 def _v0_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped: list[Skipped]) -> pl.DataFrame:
     spec = lines.filter(pl.col("kind") == "spec_v0").rename({"accepted": "accepted_raw"})
     required = ["k", "accepted_raw", "drafted", "emitted"]
-    bad = spec.filter(pl.any_horizontal([pl.col(c).is_null() for c in required]) | (pl.col("k") <= 0))
-    skipped.extend(
-        Skipped(source, line, "V0 speculative metrics line without k, accepted, draft or emitted counts")
-        for line in bad["line"].to_list()
+    missing = pl.when(pl.any_horizontal([pl.col(c).is_null() for c in required]) | (pl.col("k") <= 0)).then(
+        _with_detail("V0 speculative metrics line without k, accepted, draft or emitted counts")
     )
-    spec = spec.filter(pl.all_horizontal([pl.col(c).is_not_null() for c in required]) & (pl.col("k") > 0))
+    spec = _drop_invalid(spec, pl.coalesce(missing, pl.col("malformed"), _invalid("accepted_raw")), source, skipped)
     if spec.is_empty():
         return spec
     spec = (
