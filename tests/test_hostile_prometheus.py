@@ -8,10 +8,22 @@ baseline is assumed instead, a notice says how much may have been missed.
 
 from __future__ import annotations
 
-import pytest
-from conftest import windows_of
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
-from specobs.ingest import load
+import pytest
+from conftest import report_json, windows_of
+
+from specobs.errors import InputError
+from specobs.ingest import load, prometheus_api
 from specobs.ingest.prometheus_text import Notice
 
 LABELS = 'engine="0",model_name="tiny"'
@@ -108,3 +120,173 @@ def test_well_formed_scrapes_have_no_notices(write):
     result = load([str(write("m.txt", scrapes(GOOD)))])
     assert result.skipped == []
     assert totals(result.windows.collect()) == (300, 900, 640)
+
+
+# --- the fleet path: what a counter held at its first sample ------------------------------------
+
+SWEEP = Path(__file__).resolve().parent.parent / "examples" / "data" / "vllm-cpu-sweep"
+DRAFTS = "specobs_drafts_total"
+
+
+class RecordedPrometheus:
+    """Serves ``/api/v1/query_range`` from recorded results, as Prometheus shapes them."""
+
+    def __init__(self, results: dict[str, list[dict]]) -> None:
+        self.results = results
+        self.queries: list[str] = []
+        recorded = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["query"][0]
+                recorded.queries.append(query)
+                body = {
+                    "status": "success",
+                    "data": {"resultType": "matrix", "result": recorded.results.get(query, [])},
+                }
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def recorded():
+    servers: list[RecordedPrometheus] = []
+
+    def _serve(results: dict[str, list[dict]]) -> RecordedPrometheus:
+        servers.append(RecordedPrometheus(results))
+        return servers[-1]
+
+    yield _serve
+    for server in servers:
+        server.close()
+
+
+NOW = 1796126900.0
+LAB = {"engine": "0", "instance": "127.0.0.1:9464", "job": "specobs", "method": "ngram", "model_name": "tiny"}
+
+
+def series(name: str, points: list[tuple[float, float]]) -> dict:
+    """One result series exactly as query_range returns it (values are strings)."""
+    return {"metric": {"__name__": name, **LAB}, "values": [[t, repr(float(v)).removesuffix(".0")] for t, v in points]}
+
+
+def ticks(values: list[float], first: float = NOW - 300) -> list[tuple[float, float]]:
+    return [(first + 15 * i, v) for i, v in enumerate(values)]
+
+
+def test_a_counter_created_inside_the_range_counts_from_zero(recorded):
+    created = NOW - 200  # a fresh exporter: every count it holds was made inside the range
+    prom = recorded(
+        {
+            DRAFTS: [series(DRAFTS, ticks([6590, 6590, 7000], NOW - 190))],
+            "specobs_drafts_created": [series("specobs_drafts_created", ticks([created] * 3, NOW - 190))],
+        }
+    )
+    frame, notices = prometheus_api.read(prom.url, since="5m", step="15s", now=NOW)
+    assert frame["num_drafts"].sum() == 7000  # was 410: the first sample was the baseline
+    first = frame.sort("end_ts").row(0, named=True)
+    assert (first["start_ts"], first["end_ts"], first["num_drafts"]) == (created, NOW - 190, 6590)
+    assert notices == []
+    assert "specobs_drafts_created" in prom.queries
+
+
+def test_a_baseline_assumed_is_reported_with_what_it_may_miss(recorded):
+    old = NOW - 86400  # created a day before the range
+    prom = recorded(
+        {
+            DRAFTS: [series(DRAFTS, ticks([5000, 5100, 5300]))],
+            "specobs_drafts_created": [series("specobs_drafts_created", ticks([old] * 3))],
+            "specobs_draft_tokens_total": [series("specobs_draft_tokens_total", ticks([15000, 15300, 15900]))],
+        }
+    )
+    frame, notices = prometheus_api.read(prom.url, since="5m", step="15s", now=NOW)
+    assert frame["num_drafts"].sum() == 300 and frame["num_draft_tokens"].sum() == 900  # unchanged semantics
+    assert all(isinstance(n, Notice) and n.source == prom.url for n in notices)
+    whys = sorted(n.why for n in notices)
+    assert len(whys) == 2
+    assert whys[0].startswith("specobs_draft_tokens_total:") and "no _created series" in whys[0]
+    assert "up to 15,000 counted before it" in whys[0]
+    assert whys[1].startswith(f"{DRAFTS}:") and "created before the range" in whys[1]
+    assert "up to 5,000 counted before it" in whys[1]
+    # load() keeps its signature: the frame alone
+    assert prometheus_api.load(prom.url, since="5m", step="15s").height >= 0
+
+
+def test_a_restart_seen_in_created_counts_from_the_new_value(recorded):
+    # The engine restarted between the 2nd and 3rd sample and overtook its old total before the
+    # next scrape: the value did not fall, but its _created time changed.
+    prom = recorded(
+        {
+            DRAFTS: [series(DRAFTS, ticks([100, 150, 400]))],
+            "specobs_drafts_created": [series("specobs_drafts_created", ticks([NOW - 900, NOW - 900, NOW - 280]))],
+        }
+    )
+    frame, _ = prometheus_api.read(prom.url, since="5m", step="15s", now=NOW)
+    assert sorted(frame["num_drafts"].to_list()) == [50, 400]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs Debian's prometheus (CI installs it)")
+def test_fleet_path_counts_a_fresh_exporter_whole(tmp_path):
+    """The issue's reproduction: a real Prometheus scrapes `specobs exporter` on the bundled sweep;
+    `specobs report --prometheus URL --since 5m` gave 0 drafts where the files hold 22,644."""
+    files = report_json(str(SWEEP))["summary"]
+    exporter_port, prom_port = free_port(), free_port()
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "specobs.cli", "exporter", str(SWEEP), "--listen", f"127.0.0.1:{exporter_port}",
+         "--poll", "0.2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n"
+        "scrape_configs:\n  - job_name: specobs\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{exporter_port}']\n"
+    )
+    prometheus = subprocess.Popen(
+        [shutil.which("prometheus") or "prometheus", f"--config.file={config}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{prom_port}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                got = prometheus_api.PrometheusAPI(base).query_range(DRAFTS, time.time() - 60, time.time(), 1)
+                if sum(float(s["values"][-1][1]) for s in got) == files["num_drafts"]:
+                    break
+            except InputError:
+                pass
+            time.sleep(0.5)
+        time.sleep(2.0)  # a few more scrapes of the same totals
+        frame, notices = prometheus_api.read(base, since="5m", step="1s")
+        assert frame["num_drafts"].sum() == files["num_drafts"] == 22644
+        assert frame["num_accepted_tokens"].sum() == files["num_accepted_tokens"]
+        assert notices == []
+    finally:
+        prometheus.terminate()
+        exporter.terminate()
+        prometheus.wait(10)
+        exporter.wait(10)

@@ -5,9 +5,16 @@ engine's counters. For the range ``[now − since, now]`` this asks ``/api/v1/qu
 the raw spec-decode counters (vLLM's ``vllm:spec_decode_*_total``, or specobs' own
 ``specobs_*_total`` where vLLM's are missing) at ``step`` resolution, optionally narrowed by a
 ``--match`` label selector, and turns each series into windows: the difference between
-consecutive samples (a counter that falls restarted, and the window is its new value). The
-first sample of each series is the baseline, not a window, so totals are exactly what was
-counted inside the range. specobs' timing histograms become timed windows per batch bucket.
+consecutive samples (a counter that falls, or whose ``_created`` time changes, restarted,
+and the window is its new value). specobs' timing histograms become timed windows per batch
+bucket.
+
+The first sample of a series: specobs' exporter and vLLM's client publish ``*_created``
+series (the Unix time each counter was created). A counter created inside the range counts
+from zero, so its first sample is a window from its creation. Otherwise (no ``_created``
+series, or created before the range) the first sample is the baseline, not a window, and
+:func:`read` returns a notice per counter saying so and how much may be missed: at most the
+first samples' values.
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any, TypedDict
 
 import polars as pl
 
 from specobs import schema
-from specobs.errors import InputError
+from specobs.errors import InputError, Skipped
+from specobs.ingest.prometheus_text import Notice
 
 FORMAT = "prometheus-api"
 VLLM = {
@@ -95,19 +104,113 @@ def _selector(metric: str, match: str) -> str:
     return f"{metric}{{{inner}}}" if inner else metric
 
 
-def _diffs(values: list[list[float | str]]) -> list[tuple[float, float, float]]:
-    """``(start, end, increase)`` between consecutive samples; a fall is a restart."""
-    out = []
+#: Labels of a series without its name: how a counter finds its ``_created`` series.
+_SeriesKey = tuple[tuple[str, str], ...]
+
+
+def _series_key(labels: dict[str, str]) -> _SeriesKey:
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "le")))
+
+
+def created_metric(metric: str) -> str:
+    """``x_total`` → ``x_created`` (``x_sum``, ``x_count`` of a histogram → ``x_created``)."""
+    for suffix in ("_total", "_sum", "_count"):
+        if metric.endswith(suffix):
+            return metric.removesuffix(suffix) + "_created"
+    return metric + "_created"
+
+
+def _created(
+    api: PrometheusAPI, metric: str, match: str, start: float, end: float, step: float
+) -> dict[_SeriesKey, dict[float, float]]:
+    """Each series' ``_created`` samples (time → creation time), by its labels."""
+    out: dict[_SeriesKey, dict[float, float]] = {}
+    for series in api.query_range(_selector(created_metric(metric), match), start, end, step):
+        out[_series_key(series["metric"])] = {float(t): float(v) for t, v in series["values"]}
+    return out
+
+
+class _Baselines:
+    """Series whose first sample was taken as the baseline, per metric (for the notices)."""
+
+    def __init__(self) -> None:
+        self.by_metric: dict[str, list[tuple[float, bool]]] = defaultdict(list)
+
+    def add(self, metric: str, value: float, has_created: bool) -> None:
+        self.by_metric[metric].append((value, has_created))
+
+    def notices(self, source: str) -> list[Skipped]:
+        out: list[Skipped] = []
+        for metric, baselines in self.by_metric.items():
+            missed = sum(v for v, _ in baselines)
+            if not missed:
+                continue  # a baseline of zero misses nothing
+            without = sum(1 for _, has in baselines if not has)
+            why = (
+                "no _created series"
+                if without == len(baselines)
+                else "created before the range"
+                if not without
+                else f"{without} without a _created series, the others created before the range"
+            )
+            out.append(
+                Notice(
+                    source,
+                    None,
+                    f"{metric}: the first sample in the range of {len(baselines)} series ({why}) taken as the "
+                    f"baseline; up to {missed:,.0f} counted before it is not in the report",
+                )
+            )
+        return out
+
+
+def _diffs(
+    values: list[list[float | str]],
+    created: dict[float, float] | None = None,
+    start: float | None = None,
+    baseline: Callable[[float], None] | None = None,
+) -> list[tuple[float, float, float]]:
+    """``(start, end, increase)`` between consecutive samples; a fall, or a new ``_created``
+    time, is a restart. With ``created`` (the series' ``_created`` samples) a counter created
+    at or after ``start`` counts from zero: its first sample is a window from its creation.
+    Otherwise ``baseline`` is called with the first sample's value."""
+    out: list[tuple[float, float, float]] = []
     points = [(float(t), float(v)) for t, v in values]
+    if not points:
+        return out
+    created = created or {}
+    first_created = created.get(points[0][0], next(iter(created.values()), None))
+    if first_created is not None and start is not None and first_created >= start:
+        out.append((min(first_created, points[0][0]), points[0][0], points[0][1]))
+    elif baseline is not None:
+        baseline(points[0][1])
     for (t0, v0), (t1, v1) in itertools.pairwise(points):
-        out.append((t0, t1, v1 - v0 if v1 >= v0 else v1))
+        c0, c1 = created.get(t0), created.get(t1)
+        recreated = c0 is not None and c1 is not None and c1 > c0
+        out.append((t0, t1, v1 - v0 if v1 >= v0 and not recreated else v1))
     return out
 
 
 def load(url: str, *, since: str = "6h", step: str | None = None, match: str = "") -> pl.DataFrame:
-    """Windows for ``[now − since, now]`` (see the module docstring)."""
+    """Windows for ``[now − since, now]`` as before ``_created`` was read: every first sample is
+    the baseline. Kept for callers that have not moved to :func:`read`, which counts a counter
+    created inside the range from zero and returns the notices of the baselines it assumed."""
+    return read(url, since=since, step=step, match=match, created=False)[0]
+
+
+def read(
+    url: str,
+    *,
+    since: str = "6h",
+    step: str | None = None,
+    match: str = "",
+    now: float | None = None,
+    created: bool = True,
+) -> tuple[pl.DataFrame, list[Skipped]]:
+    """Windows for ``[now − since, now]`` and the notices of the baselines assumed (see the module
+    docstring); ``created=False`` ignores the ``_created`` series (every first sample is a baseline)."""
     api = PrometheusAPI(url)
-    end = time.time()
+    end = time.time() if now is None else now
     span = parse_duration(since)
     step_seconds = parse_duration(step) if step else max(15.0, span / 1000)
     start = end - span
@@ -116,17 +219,21 @@ def load(url: str, *, since: str = "6h", step: str | None = None, match: str = "
     if not probe:
         counters = SPECOBS
     windows: dict[_CounterKey, dict[str, Any]] = defaultdict(dict)
+    baselines = _Baselines()
     for column, metric in counters.items():
         results = (
             probe
             if metric == VLLM["num_drafts"]
             else api.query_range(_selector(metric, match), start, end, step_seconds)
         )
+        born = _created(api, metric, match, start, end, step_seconds) if results and created else {}
         for series in results:
             labels = series["metric"]
             key = (labels.get("instance", ""), labels.get("job", ""), labels.get("model_name"), labels.get("engine"),
                    labels.get("method"))  # fmt: skip
-            for t0, t1, inc in _diffs(series["values"]):
+            own = born.get(_series_key(labels))
+            note = _baseline_recorder(baselines, metric, own is not None)
+            for t0, t1, inc in _diffs(series["values"], own, start, note):
                 row = windows[(*key, t1)]
                 row.update(start_ts=t0, end_ts=t1, key=key)
                 if column == "per_pos":
@@ -155,23 +262,29 @@ def load(url: str, *, since: str = "6h", step: str | None = None, match: str = "
                 "counters": "cumulative",
             }
         )
-    rows += _timing_windows(api, match, start, end, step_seconds, source)
+    rows += _timing_windows(api, match, start, end, step_seconds, source, created=created)
     frame = pl.DataFrame(rows, schema=schema.WINDOWS) if rows else schema.empty(schema.WINDOWS)
-    return frame
+    return frame, baselines.notices(source)
+
+
+def _baseline_recorder(baselines: _Baselines, metric: str, has_created: bool) -> Callable[[float], None]:
+    return lambda value: baselines.add(metric, value, has_created)
 
 
 def _timing_windows(
-    api: PrometheusAPI, match: str, start: float, end: float, step: float, source: str
+    api: PrometheusAPI, match: str, start: float, end: float, step: float, source: str, *, created: bool = True
 ) -> list[dict[str, Any]]:
     """Timed windows per batch bucket from specobs' histograms (sums and counts)."""
     buckets: dict[_TimingKey, dict[str, Any]] = defaultdict(dict)
     for column, metric in TIMINGS.items():
         for part in ("sum", "count"):
-            for series in api.query_range(_selector(f"{metric}_{part}", match), start, end, step):
+            results = api.query_range(_selector(f"{metric}_{part}", match), start, end, step)
+            born = _created(api, metric, match, start, end, step) if results and created else {}
+            for series in results:
                 labels = series["metric"]
                 key = (labels.get("model_name"), labels.get("engine"), labels.get("method"),
                        labels.get("batch_size_bucket"))  # fmt: skip
-                for t0, t1, inc in _diffs(series["values"]):
+                for t0, t1, inc in _diffs(series["values"], born.get(_series_key(labels)), start):
                     row = buckets[(*key, t1)]
                     row.update(start_ts=t0, end_ts=t1)
                     row[f"{column}_{part}"] = inc
