@@ -15,7 +15,12 @@ Names and labels are a contract (docs/exporters.md, rules in exporters/prometheu
 - ``specobs_dropped_events_total``, ``specobs_hook_errors_total`` (read from the recorder at scrape).
 
 Labels are ``model_name``, ``engine``, ``method`` (+ ``position``, ``batch_size_bucket``): all
-bounded. Never request ids or prompt text.
+bounded. Never request ids or prompt text. ``model_name``, ``engine`` and ``method`` come from
+the input, so their values are capped (:data:`LABEL_BUDGET` distinct values per label, ``method``
+limited to :data:`specobs.schema.KNOWN_METHODS`); a value over the budget, longer than
+:data:`MAX_LABEL_LENGTH` or with whitespace or control characters is published as ``other``
+and counted in ``specobs_label_overflow_total{label}``. Non-finite or negative values never
+reach a metric: such a timing is not observed, such a count not added.
 
 The accepted-tokens-per-draft histogram is rebuilt from per-position counts
 (``analysis.acceptance.accepted_length_counts``) and kept by a snapshot collector, because
@@ -26,6 +31,7 @@ the traffic-weighted speedup): the exporter only counts and publishes.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -35,6 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from specobs import schema
 from specobs.analysis.acceptance import accepted_length_counts, bucket_label, bucket_of, drafts_per_position
 from specobs.analysis.cost import cost_ratio
 from specobs.results import Recommendation
@@ -43,6 +50,57 @@ from specobs.tuning.recommend import traffic_speedup
 LABELS = ("model_name", "engine", "method")
 TIME_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 MAX_POSITIONS = 16
+#: Distinct values each input-derived label may take before the rest are folded into ``other``.
+LABEL_BUDGET = {"model_name": 32, "engine": 16, "num_speculative_tokens": 16}
+#: ``method`` takes vLLM's method names, ``none`` (no method in the input) and ``other``.
+METHODS = frozenset((*schema.KNOWN_METHODS, "none"))
+MAX_LABEL_LENGTH = 100
+OTHER = "other"
+
+
+def _plain(value: str) -> bool:
+    """A label value fit to publish: short, printable, no whitespace (never prompt-like text)."""
+    return len(value) <= MAX_LABEL_LENGTH and value.isprintable() and not any(c.isspace() for c in value)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: Any) -> Any:
+    """``value`` when it can be added to a counter (finite, positive), else None."""
+    return value if _finite(value) and value > 0 else None
+
+
+class _LabelCap:
+    """Folds input-derived label values into ``other`` past a budget of distinct values."""
+
+    def __init__(self, budget: dict[str, int], overflow: Any) -> None:
+        self.budget = dict(budget)
+        self._kept: dict[str, set[str]] = defaultdict(set)
+        self._overflow = overflow
+        self._overflow_children: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def published(self, label: str, value: str) -> str:
+        """What ``value`` is published as, without counting or keeping it."""
+        return value if value in self._kept[label] else OTHER
+
+    def __call__(self, label: str, value: str) -> str:
+        kept = self._kept[label]
+        if value in kept:
+            return value
+        with self._lock:
+            if value in kept:
+                return value
+            if _plain(value) and (value in METHODS if label == "method" else len(kept) < self.budget.get(label, 32)):
+                kept.add(value)
+                return value
+            child = self._overflow_children.get(label)
+            if child is None:
+                child = self._overflow_children[label] = self._overflow.labels(label)
+            child.inc()
+        return OTHER
 
 
 def batch_size_bucket(batch: int | None) -> str:
@@ -151,8 +209,13 @@ class PrometheusMetrics:
     _gauge_cls = Gauge
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, health: Callable[[], dict[str, int]] | None = None
+        self,
+        registry: CollectorRegistry | None = None,
+        health: Callable[[], dict[str, int]] | None = None,
+        label_budget: dict[str, int] | None = None,
     ) -> None:
+        """``label_budget``: distinct values per label (``model_name``, ``engine``,
+        ``num_speculative_tokens``) before the rest become ``other``; :data:`LABEL_BUDGET` by default."""
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
 
@@ -192,6 +255,15 @@ class PrometheusMetrics:
         r.register(self.tuning)
         if health is not None:
             r.register(_Health(health))
+        self.label_overflow = self._counter_cls(
+            "specobs_label_overflow",
+            'Observations whose label value was published as "other" (over the budget of distinct values, '
+            "too long, or with whitespace).",
+            ["label"], registry=r,
+        )  # fmt: skip
+        for label in ("model_name", "engine", "method"):
+            self.label_overflow.labels(label)
+        self.cap = _LabelCap({**LABEL_BUDGET, **(label_budget or {})}, self.label_overflow)
         self._timing: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0, 0, 0.0, 0])
         self._children: dict[tuple, Any] = {}
 
@@ -203,10 +275,15 @@ class PrometheusMetrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    @staticmethod
-    def labels_of(row: dict[str, Any]) -> tuple[str, str, str]:
+    def labels_of(self, row: dict[str, Any]) -> tuple[str, str, str]:
+        """``(model_name, engine, method)`` of a row, each capped (see :class:`_LabelCap`)."""
         engine = row.get("engine")
-        return (str(row.get("model") or ""), "" if engine is None else str(engine), str(row.get("method") or "none"))
+        cap = self.cap
+        return (
+            cap("model_name", str(row.get("model") or "")),
+            "" if engine is None else cap("engine", str(engine)),
+            cap("method", str(row.get("method") or "none")),
+        )
 
     def observe_step(self, row: dict[str, Any]) -> None:
         """One steps row (a capture row or an event-file record)."""
@@ -215,14 +292,15 @@ class PrometheusMetrics:
     def observe_window(self, row: dict[str, Any], steps: int | None = None) -> None:
         """A window of counts (a log interval) or a single step; timings only when timed."""
         labels = self.labels_of(row)
-        k = row.get("num_spec_tokens")
+        k = _count(row.get("num_spec_tokens"))
         if k:
-            self._child(self.config_info, *labels, str(k)).set(1)
-        timed = row.get("num_timed_steps") if steps is None else steps
+            self._child(self.config_info, *labels, self.cap("num_speculative_tokens", str(k))).set(1)
+        timed = _count(row.get("num_timed_steps")) if steps is None else steps
         if timed:
             self._child(self.steps, *labels).inc(timed)
-        drafts = row.get("num_drafts") or 0
-        if drafts:
+        drafts = _count(row.get("num_drafts")) or 0
+        per_pos_ok = all(_count(v) is not None or v == 0 for v in row.get("num_accepted_tokens_per_pos") or [])
+        if drafts and per_pos_ok:
             self._child(self.drafts, *labels).inc(drafts)
             per_pos = row.get("num_accepted_tokens_per_pos") or []
             reached = drafts_per_position(row, drafts, k)
@@ -239,7 +317,7 @@ class PrometheusMetrics:
                 self.accepted_per_draft.add(labels, drafts, per_pos)
         for counter, key in ((self.draft_tokens, "num_draft_tokens"), (self.accepted, "num_accepted_tokens"),
                              (self.generated, "num_generated_tokens")):  # fmt: skip
-            value = row.get(key)
+            value = _count(row.get(key))
             if value:
                 self._child(counter, *labels).inc(value)
         if timed == 1:  # a single step: its timings are one observation each
@@ -247,13 +325,16 @@ class PrometheusMetrics:
             for histogram, key in ((self.draft_seconds, "draft_seconds"), (self.verify_seconds, "verify_seconds"),
                                    (self.step_seconds, "step_seconds")):  # fmt: skip
                 value = row.get(key)
-                if value is not None:
+                if _finite(value) and value >= 0:  # type: ignore[operator]  # a NaN would poison the sum for good
                     self._child(histogram, *labels, bucket).observe(value)
             self._update_cost_ratio(labels, row)
 
     def _update_cost_ratio(self, labels: tuple[str, ...], row: dict[str, Any]) -> None:
         draft, tokens, verify = row.get("draft_seconds"), row.get("num_draft_tokens"), row.get("verify_seconds")
-        if draft is None or not tokens or verify is None:
+        if not (_finite(draft) and _finite(verify) and _count(tokens)):
+            return
+        assert draft is not None and verify is not None and tokens is not None
+        if draft < 0 or verify < 0:
             return
         t = self._timing[labels]
         t[0] += draft
@@ -295,19 +376,9 @@ class PrometheusSink:
         pass
 
 
-def serve(metrics: PrometheusMetrics, address: str = "127.0.0.1:9464") -> str:
-    """Expose ``metrics`` over HTTP (``/metrics``) on ``address`` (host:port; 127.0.0.1 by default;
-    ``[::1]:9464`` for IPv6). Returns the address actually bound, ``host:port`` (port 0 asks the
-    system for a free port, and this names it)."""
+def serve(metrics: PrometheusMetrics, address: str = "127.0.0.1:9464"):
+    """Expose ``metrics`` over HTTP (``/metrics``) on ``address`` (host:port; 127.0.0.1 by default)."""
     from prometheus_client import start_http_server
 
     host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    started = start_http_server(int(port), addr=host, registry=metrics.registry)
-    server = started[0] if isinstance(started, tuple) else None  # prometheus_client >= 0.17
-    if server is None:
-        return f"{host}:{port}"
-    bound = server.server_address
-    bound_host = bound[0].decode() if isinstance(bound[0], bytes) else str(bound[0])
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    return f"{shown}:{bound[1]}"
+    return start_http_server(int(port), addr=host or "127.0.0.1", registry=metrics.registry)

@@ -6,11 +6,16 @@ feed the counters; Parquet parts are read once when they appear. Every ``tuning_
 seconds the recommendation is refitted on the most recent steps (or windows) and published as
 gauges. vLLM V0 logs print running totals, which cannot be followed piecewise: they are
 reported once and skipped.
+
+Event-file records go through the validated reader (:func:`specobs.ingest.events.parse_line`,
+:func:`~specobs.ingest.events.read_parquet_checked`): a bad record is skipped whole, logged as
+``FILE:LINE: why`` (the first of each reason per file) and counted in
+``specobs_skipped_records_total{reason}``; it never drops its neighbours, and a row that still
+fails inside the metrics update is counted there too (reason ``error``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -24,13 +29,16 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from specobs import schema
-from specobs.exporters.follow import Follower, _Followed
+from specobs.exporters.follow import Follower, Lines, _Followed
 from specobs.exporters.prometheus import PrometheusMetrics
 from specobs.ingest import detect, events, read_source
 from specobs.ingest.source import Source
 
 logger = logging.getLogger("specobs")
 RECENT_ROWS = 20_000
+#: ``reason`` of ``specobs_skipped_records_total``: the event reader's reasons, and ``error`` for a
+#: row the metrics update could not take.
+SKIP_REASONS = (*events.REASONS, "error")
 
 
 class Sidecar:
@@ -50,6 +58,7 @@ class Sidecar:
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_ROWS)
         self.rows_seen = 0
         self.errors = 0
+        self.skipped: dict[str, int] = dict.fromkeys(SKIP_REASONS, 0)
         self._last_tuning = 0.0
         self._stop = threading.Event()
         self._warned: set[str] = set()
@@ -59,7 +68,12 @@ class Sidecar:
         fed = 0
         for path in self.follower.new_parquet_files():
             try:
-                fed += self._feed_frame(schema.conform(pl.read_parquet(path), schema.STEPS), step=True)
+                src = Source(str(path), path, False, path.stat().st_size)
+                reasons: list[str] = []
+                frame, skipped = events.read_parquet_checked(src, reasons)
+                for reason, bad in zip(reasons, skipped, strict=True):
+                    self._skip(reason, str(bad), key=str(path))
+                fed += self._feed_frame(frame.collect(), step=True)
             except Exception as exc:
                 self.errors += 1
                 self._warn(str(path), f"specobs exporter: {path}: {type(exc).__name__}: {exc}")
@@ -80,18 +94,7 @@ class Sidecar:
             src = Source(str(state.path), None, False, len(data), head=data[:65536], data=data)
             state.kind = detect(src)
         if state.kind == events.FORMAT_JSONL:
-            rows = []
-            for line in data.splitlines():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    continue
-            for row in rows:
-                if row.get("request_id") is None:
-                    self.metrics.observe_step(row)
-                    self.recent.append(row)
-            self.rows_seen += len(rows)
-            return len(rows)
+            return self._feed_jsonl(state, data)
         src = Source(str(state.path), None, False, len(data), head=data[:65536], data=data)
         windows, _, _ = read_source(src, state.kind)
         frame = windows.collect()
@@ -100,16 +103,47 @@ class Sidecar:
             frame = frame.filter(pl.col("counters") != "cumulative")
         return self._feed_frame(frame, step=False)
 
+    def _feed_jsonl(self, state: _Followed, data: bytes) -> int:
+        first = data.first_line if isinstance(data, Lines) else None
+        fed = 0
+        for number, raw in enumerate(data.split(b"\n"), start=first or 1):
+            line = raw.strip()
+            if not line:
+                continue
+            row, reason, why = events.parse_line(line)
+            if row is None:
+                where = f"{state.path}:{number}" if first is not None else str(state.path)
+                self._skip(reason or events.INVALID_JSON, f"{where}: {why}", key=str(state.path))
+                continue
+            self.rows_seen += 1
+            if row.get("request_id") is None and self._observe(row, step=True, where=state.path):
+                fed += 1
+        return fed
+
     def _feed_frame(self, frame: pl.DataFrame, *, step: bool) -> int:
-        rows = frame.to_dicts()
-        for row in rows:
+        fed = 0
+        for row in frame.iter_rows(named=True):
+            self.rows_seen += 1
+            if (not step or row.get("request_id") is None) and self._observe(row, step=step, where="rows"):
+                fed += 1
+        return fed
+
+    def _observe(self, row: dict[str, Any], *, step: bool, where: object) -> bool:
+        """Feed one row; a row that fails is counted (``error``) and its neighbours still go in."""
+        try:
             if step:
                 self.metrics.observe_step(row)
             else:
                 self.metrics.observe_window(row)
-            self.recent.append(row)
-        self.rows_seen += len(rows)
-        return len(rows)
+        except Exception as exc:
+            self._skip("error", f"{where}: {type(exc).__name__}: {exc}", key=str(where))
+            return False
+        self.recent.append(row)
+        return True
+
+    def _skip(self, reason: str, message: str, *, key: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        self._warn(f"skip {reason} {key}", f"specobs exporter: skipped {message} (further ones counted only)")
 
     def _tune(self) -> None:
         from specobs.ingest.events import steps_to_windows
@@ -122,8 +156,16 @@ class Sidecar:
                 windows = schema.conform(frame, schema.WINDOWS)
             else:
                 windows = steps_to_windows(schema.conform(frame, schema.STEPS).lazy(), "exporter", "events")
+            # one refit per published model_name: models over the label budget are folded into "other"
+            windows = windows.lazy().collect()
+            cap = self.metrics.cap.published
+            models = [cap("model_name", str(m or "")) for m in windows["model"]]
+            methods = [None if m is None else cap("method", str(m)) for m in windows["method"]]
+            windows = windows.with_columns(
+                model=pl.Series(models, dtype=pl.String), method=pl.Series(methods, dtype=pl.String)
+            )
             latest = {}
-            for (model,), part in windows.lazy().collect().group_by(["model"]):
+            for (model,), part in windows.group_by(["model"]):
                 rec = recommend(part, bootstrap=0)
                 if rec is None:
                     continue
@@ -166,3 +208,12 @@ class SidecarHealth(Collector):
         yield CounterMetricFamily(
             "specobs_exporter_errors", "Inputs the exporter could not read.", value=self.sidecar.errors
         )
+        skipped = CounterMetricFamily(
+            "specobs_skipped_records",
+            "Event-file records skipped whole (invalid JSON, wrong type, negative, non-finite, inconsistent counts) "
+            "or rows the metrics update could not take (error).",
+            labels=["reason"],
+        )
+        for reason, count in self.sidecar.skipped.items():
+            skipped.add_metric([reason], count)
+        yield skipped

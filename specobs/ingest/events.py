@@ -81,12 +81,13 @@ def read_parquet(src: Source) -> pl.LazyFrame:
     return _scan_parquet(src).filter(~_invalid())
 
 
-def read_parquet_checked(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
+def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple[pl.LazyFrame, list[Skipped]]:
     """Steps from a Parquet event file and the rows skipped as ``FILE:ROW: why``.
 
     A row is skipped whole when a value breaks the invariants of :func:`check_record`
     (negative counts, non-finite numbers, accepted above drafted, per-position counts that
-    contradict each other or are longer than k).
+    contradict each other or are longer than k). ``reasons``, when given, receives the reason
+    (one of :data:`REASONS`) of each skipped row, in order.
     """
     frame = _scan_parquet(src)
     try:
@@ -98,8 +99,10 @@ def read_parquet_checked(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
     skipped = []
     for row in bad.iter_rows(named=True):
         number = row.pop("__row")
-        found = check_record(row)
-        skipped.append(Skipped(src.name, number, found[1] if found else "per-position counts contradict each other"))
+        found = check_record(row) or (INCONSISTENT, "per-position counts contradict each other")
+        skipped.append(Skipped(src.name, number, found[1]))
+        if reasons is not None:
+            reasons.append(found[0])
     return frame.filter(~_invalid()), skipped
 
 
