@@ -271,3 +271,42 @@ def test_a_malformed_v0_line_is_skipped_whole(write, k: str, acc: str) -> None:
     result = load([str(path)], None)
     assert result.windows.collect()["source_line"].to_list() == [1, 3]
     assert [s.line for s in result.skipped] == [2]
+
+
+SGLANG = (
+    "[2026-07-21 15:00:{s:02d} TP0] Decode batch, #running-req: {run}, #token: 233600, token usage: 0.66, "
+    "accept len: {alen}, accept rate: {rate}, cuda graph: True, gen throughput (token/s): 239.06, #queue-req: 2"
+)
+
+
+def _sglang(second: int, run: str = "24", alen: str = "3.05", rate: str = "0.68") -> str:
+    return SGLANG.format(s=second, run=run, alen=alen, rate=rate)
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"alen": "3.0.5"}, "accept len"),
+        ({"alen": "3x05"}, "accept len"),
+        ({"alen": "-3.05"}, "accept len"),
+        ({"alen": "inf"}, "accept len"),
+        ({"alen": "0.5"}, "accept len below 1"),
+        ({"rate": "1.68"}, "accept rate outside"),
+        ({"rate": "0.6.8"}, "accept rate"),
+        ({"run": "24x"}, "#running-req"),
+    ],
+)
+def test_a_malformed_sglang_line_is_skipped_whole(write, fields: dict[str, str], why: str) -> None:
+    path = write("sglang.log", "\n".join([_sglang(10), _sglang(20, **fields), _sglang(30)]) + "\n")
+    result = load([str(path)], None)
+    assert result.windows.collect()["source_line"].to_list() == [1, 3]
+    assert [s.line for s in result.skipped] == [2]
+    assert why in result.skipped[0].why
+
+
+def test_good_sglang_lines_still_read(write) -> None:
+    lines = [_sglang(10), _sglang(20, alen="1.00", rate="0.00"), _sglang(30, alen="nan", rate="nan")]
+    path = write("sglang.log", "\r\n".join(lines) + "\r\n")
+    result = load([str(path)], None)
+    assert result.windows.collect()["source_line"].to_list() == [1, 2]
+    assert result.skipped == []

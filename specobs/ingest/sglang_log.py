@@ -31,6 +31,20 @@ NEEDLES = (b"Decode batch", b"ServerArgs(")
 _METHODS = {"eagle": "eagle", "eagle3": "eagle3", "nextn": "mtp", "standalone": "draft_model", "ngram": "ngram"}
 
 
+# Numeric fields are anchored: the value runs up to the next comma or the end of the line.
+_RUNNING = r"#running-req: ([0-9]+)" + C.END
+_ACCEPT_LEN = r"accept len: (" + C.DECIMAL + ")" + C.END
+_ACCEPT_RATE = r"accept rate: (" + C.DECIMAL + ")" + C.END
+_CHECKS = [
+    ("#running-req:", _RUNNING),
+    ("accept len:", _ACCEPT_LEN),
+    ("accept rate:", _ACCEPT_RATE),
+    ("#token:", r"#token: [0-9]+" + C.END),
+    ("token usage:", r"token usage: " + C.DECIMAL + C.END),
+    ("gen throughput (token/s):", r"gen throughput \(token/s\): " + C.DECIMAL + C.END),
+]
+
+
 def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
     """Windows from the lines ``scan.find_lines`` found for :data:`NEEDLES`."""
     lines = found.frame
@@ -49,17 +63,30 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
         .sort("config_line")
     )
     decode = lines.filter(text.str.contains(r"Decode batch(?: \[\d+\])?[.,]")).with_columns(
-        running=C.field_int(text, r"#running-req: (\d+)"),
-        accept_len=C.field_float(text, r"accept len: (" + C.NUMBER + ")"),
-        accept_rate=C.field_float(text, r"accept rate: (" + C.NUMBER + ")"),
+        running=C.field_int(text, _RUNNING),
+        accept_len=C.field_float(text, _ACCEPT_LEN),
+        accept_rate=C.field_float(text, _ACCEPT_RATE),
         ts=C.full_date_timestamp(text),
         engine=C.field_int(text.str.extract(r"^(.*?)Decode batch", 1), r"(?-u:\b)DP(\d+)(?-u:\b)").fill_null(0),
+        malformed=C.malformed(text, _CHECKS),
     )
-    skipped = [
-        Skipped(source, line, "Decode batch line without '#running-req'")
-        for line in decode.filter(pl.col("running").is_null())["line"].to_list()
+    # A line is taken whole or not at all: every field it prints must be a complete number.
+    reasons = [
+        (pl.col("running").is_null(), pl.lit("Decode batch line without '#running-req'")),
+        (pl.col("malformed").is_not_null(), pl.col("malformed")),
+        (pl.col("accept_len").is_infinite(), pl.lit("accept len too large to be finite")),
+        (pl.col("accept_len") < 1, pl.lit("accept len below 1")),
+        ((pl.col("accept_rate") < 0) | (pl.col("accept_rate") > 1), pl.lit("accept rate outside [0, 1]")),
     ]
-    spec = decode.filter(pl.col("running").is_not_null() & pl.col("accept_len").is_not_null()).sort("line")
+    why = pl.lit(None, pl.String)
+    for condition, reason in reversed(reasons):
+        why = pl.when(condition.fill_null(False)).then(reason).otherwise(why)
+    decode = decode.with_columns(_why=why)
+    skipped = [
+        Skipped(source, line, reason)
+        for line, reason in decode.filter(pl.col("_why").is_not_null()).select("line", "_why").iter_rows()
+    ]
+    spec = decode.filter(pl.col("_why").is_null() & pl.col("accept_len").is_not_null()).sort("line")
     if not config.is_empty():
         spec = spec.join_asof(config, left_on="line", right_on="config_line", strategy="backward")
     windows = spec.select(
