@@ -78,7 +78,8 @@ def looks_like_jsonl(head: bytes) -> bool:
 def read_parquet(src: Source) -> pl.LazyFrame:
     """Steps from a Parquet event file, lazily, conformed to the steps schema; invalid rows
     (see :func:`read_parquet_checked`) are left out."""
-    return _scan_parquet(src).filter(~_invalid())
+    frame = _scan_parquet(src)
+    return frame.filter(~_invalid(_longest(frame)))
 
 
 def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple[pl.LazyFrame, list[Skipped]]:
@@ -91,7 +92,8 @@ def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple
     """
     frame = _scan_parquet(src)
     try:
-        bad = frame.with_row_index("__row", offset=1).filter(_invalid()).collect()
+        positions = _longest(frame)
+        bad = frame.with_row_index("__row", offset=1).filter(_invalid(positions)).collect()
     except Exception as exc:
         raise InputError(src.name, f"unreadable Parquet file ({str(exc).splitlines()[0]})") from None
     if bad.is_empty():
@@ -99,11 +101,11 @@ def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple
     skipped = []
     for row in bad.iter_rows(named=True):
         number = row.pop("__row")
-        found = check_record(row) or (INCONSISTENT, "per-position counts contradict each other")
+        found = check_record(row) or (INCONSISTENT, f"per-position lists longer than {MAX_CHECKED_POSITIONS} positions")
         skipped.append(Skipped(src.name, number, found[1]))
         if reasons is not None:
             reasons.append(found[0])
-    return frame.filter(~_invalid()), skipped
+    return frame.filter(~_invalid(positions)), skipped
 
 
 def _scan_parquet(src: Source) -> pl.LazyFrame:
@@ -129,7 +131,7 @@ def read_jsonl(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
         data = stream.read()
     try:
         frame = pl.read_ndjson(io.BytesIO(data), schema=schema.STEPS, ignore_errors=False)
-        if not frame.select(_invalid().any()).item():
+        if not frame.select(_invalid(_longest(frame)).any()).item():
             return frame.lazy(), []
     except Exception:
         pass  # the line-by-line path below names the bad lines
@@ -292,9 +294,29 @@ def _exceeds_drafts(name: str, counts: list[int], drafts: int | None) -> str | N
     return None
 
 
-def _invalid() -> pl.Expr:
-    """Rows :func:`check_record` would reject, as one vectorised expression."""
-    bad = _contradictory()
+def _longest(frame: pl.LazyFrame | pl.DataFrame) -> int:
+    """How many positions the per-position checks must cover in ``frame``: its longest list
+    (capped just past ``MAX_CHECKED_POSITIONS``), or 0 when no row has ``num_drafts_per_pos``
+    or ``num_drafts_accepted_before_pos`` (the checks between positions need one of them)."""
+    shape = (
+        frame.lazy()
+        .select(
+            longest=pl.max_horizontal([pl.col(c).list.len().max() for c in _LIST_COLUMNS]),
+            checked=(
+                pl.col("num_drafts_per_pos").is_not_null() | pl.col("num_drafts_accepted_before_pos").is_not_null()
+            ).any(),
+        )
+        .collect()
+    )
+    if not shape["checked"].item():
+        return 0
+    return min(int(shape["longest"].item() or 0), MAX_CHECKED_POSITIONS + 1)
+
+
+def _invalid(positions: int = MAX_CHECKED_POSITIONS) -> pl.Expr:
+    """Rows :func:`check_record` would reject, as one vectorised expression (per-position
+    checks up to ``positions``: pass the longest list of the frame, :func:`_longest`)."""
+    bad = _contradictory(positions)
     for name in _INT_COLUMNS:
         bad = bad | (pl.col(name) < 0)
     for name in _FLOAT_COLUMNS:
@@ -311,7 +333,7 @@ def _invalid() -> pl.Expr:
     return bad.fill_null(False)
 
 
-def _contradictory() -> pl.Expr:
+def _contradictory(positions: int = MAX_CHECKED_POSITIONS) -> pl.Expr:
     """Rows the checks of :func:`_record` would reject, as one vectorised expression.
 
     Positions are compared up to ``MAX_CHECKED_POSITIONS``; a file with longer lists takes the
@@ -332,7 +354,7 @@ def _contradictory() -> pl.Expr:
     bad = bad | (checked & (longest > MAX_CHECKED_POSITIONS))
     bad = bad | (reached.list.first() > pl.col("num_drafts")) | (tried.list.first() > pl.col("num_drafts"))
     bad = bad | (reached.is_not_null() & tried.is_not_null() & (at_or_0(tried, 0) != at_or_0(reached, 0)))
-    for i in range(MAX_CHECKED_POSITIONS):
+    for i in range(min(positions, MAX_CHECKED_POSITIONS)):
         n, m = at(reached, i), at(tried, i)
         if i:
             bad = bad | (n > at(reached, i - 1)) | (m > at(tried, i - 1))
