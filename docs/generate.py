@@ -367,6 +367,9 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "skipped_lines.examples[].source": "input",
         "skipped_lines.examples[].line": "line number (null when not a line)",
         "skipped_lines.examples[].why": "why it was skipped",
+        "notices": "what was assumed while reading the inputs (a counter that fell: engine restart assumed; a "
+        "baseline taken at a range's first sample; a stream cut short): objects with source, line, why; never "
+        "counted as skipped",
     },
     "recommend": {
         "recommended": "the headline: exactly the configuration to run",

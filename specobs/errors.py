@@ -50,3 +50,10 @@ class Skipped:
     def __str__(self) -> str:
         where = self.source if self.line is None else f"{self.source}:{self.line}"
         return f"{where}: {self.why}"
+
+
+@dataclass(frozen=True)
+class Notice(Skipped):
+    """Not a skipped record: something assumed about an input that was read anyway, and where
+    (a counter reset, a baseline taken, a stream cut short). Parsers return notices with their
+    skipped lines; ``Ingested.add`` keeps them apart, so they are never counted as skipped."""

@@ -52,6 +52,7 @@ def analyze(
         recommendation=recommendation,
         tax=tuple(schedule_tax(windows)),
         unsteady=unsteady_counts(windows),
+        notices=tuple(ingested.notices),
     )
 
 

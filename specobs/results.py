@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specobs.analysis.timeseries import Change
-from specobs.errors import Skipped
+from specobs.errors import Notice, Skipped
 from specobs.ingest import SourceReport
 
 #: The per-group acceptance keys of ``summary`` and each ``groups`` entry (docs/report.md).
@@ -327,6 +327,7 @@ class Report(Result):
     recommendation: Recommendation | None = None
     tax: tuple[ScheduleTax, ...] = ()
     unsteady: Mapping[str, int] = field(default_factory=dict)  # why → steps left out of timing
+    notices: tuple[Notice, ...] = ()  # what was assumed while reading the inputs
 
     @property
     def empty(self) -> bool:
@@ -363,6 +364,7 @@ class Report(Result):
                     {"source": s.source, "line": s.line, "why": s.why} for s in self.skipped[:MAX_SKIPPED_EXAMPLES]
                 ],
             },
+            "notices": [{"source": n.source, "line": n.line, "why": n.why} for n in self.notices],
         }
 
 

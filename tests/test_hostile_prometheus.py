@@ -22,9 +22,8 @@ from pathlib import Path
 import pytest
 from conftest import report_json, windows_of
 
-from specobs.errors import InputError
+from specobs.errors import InputError, Notice
 from specobs.ingest import load, prometheus_api
-from specobs.ingest.prometheus_text import Notice
 
 LABELS = 'engine="0",model_name="tiny"'
 
@@ -97,7 +96,8 @@ def test_one_counter_falling_on_its_own_restarts_only_that_series(write):
     assert w["num_accepted_tokens"].to_list() == [200, 20, 620]
     assert w["num_accepted_tokens_per_pos"].to_list() == [[90, 70, 40], [95, 75, 50], [95, 75, 50]]
     assert w["start_ts"].to_list() == [None, None, (T0 + 15000) / 1000]
-    notices = [s for s in result.skipped if isinstance(s, Notice)]
+    notices = result.notices
+    assert not any(isinstance(s, Notice) for s in result.skipped)  # a notice is never a skipped line
     assert len(notices) == 1 and notices[0].line == w["source_line"][1]
     assert "num_accepted_tokens" in notices[0].why and "on its own" in notices[0].why
     assert "num_drafts" not in notices[0].why
@@ -109,7 +109,8 @@ def test_a_restart_of_every_counter_is_reported_where_it_happened(write):
     result = load([str(path)])
     w = windows_of(path)
     assert w["num_drafts"].to_list() == [100, 100, 40]  # unchanged semantics for a real restart
-    (notice,) = result.skipped
+    assert result.skipped == []
+    (notice,) = result.notices
     assert isinstance(notice, Notice)
     assert notice.line == w["source_line"][2]
     assert "scrape 3" in notice.why and "engine restart assumed" in notice.why
@@ -290,3 +291,13 @@ def test_fleet_path_counts_a_fresh_exporter_whole(tmp_path):
         exporter.terminate()
         prometheus.wait(10)
         exporter.wait(10)
+
+
+def test_the_report_lists_notices_apart_from_skipped_lines(write):
+    from conftest import report_json
+
+    path = write("m.txt", scrapes([GOOD[0], GOOD[1], (40, 120, 70, [30, 25, 15])]))
+    data = report_json(str(path))
+    assert data["skipped_lines"]["total"] == 0 and data["sources"][0]["skipped"] == 0
+    (notice,) = data["notices"]
+    assert notice["source"] == str(path) and "engine restart assumed" in notice["why"]

@@ -11,12 +11,12 @@ import hashlib
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from specobs import schema
-from specobs.errors import InputError, Skipped
+from specobs.errors import InputError, Notice, Skipped
 from specobs.ingest import events, prometheus_text, sglang_log, vllm_log
 from specobs.ingest.columns import reference_year
 from specobs.ingest.scan import find_lines
@@ -51,12 +51,18 @@ class Ingested:
     skipped: list[Skipped] = field(default_factory=list)
     #: Inputs that could not be read at all (only with ``keep_going``; otherwise they raise).
     failed: list[InputError] = field(default_factory=list)
+    #: What was assumed while reading (a counter reset, a baseline): not skipped, but said.
+    notices: list[Notice] = field(default_factory=list)
 
     def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
-        """Append one input's windows."""
+        """Append one input's windows; its notices are kept apart from its skipped lines."""
         self.windows = pl.concat([self.windows, frame], how="vertical") if self.sources else frame
+        notices = [s for s in skipped if isinstance(s, Notice)]
+        if notices:
+            report = replace(report, skipped=max(report.skipped - len(notices), 0))
         self.sources.append(report)
-        self.skipped.extend(skipped)
+        self.skipped.extend(s for s in skipped if not isinstance(s, Notice))
+        self.notices.extend(notices)
 
 
 def detect(src: Source) -> str:
@@ -238,5 +244,7 @@ def add_prometheus(
     """Add a Prometheus server's windows over the last ``since`` (see :mod:`prometheus_api`)."""
     from specobs.ingest import prometheus_api
 
-    frame = prometheus_api.load(url, since=since, match=match, step=step)
-    ingested.add(frame.lazy(), SourceReport(f"{url} {match}".strip(), prometheus_api.FORMAT, None, frame.height, 0))
+    frame, notices = prometheus_api.read(url, since=since, match=match, step=step)
+    ingested.add(
+        frame.lazy(), SourceReport(f"{url} {match}".strip(), prometheus_api.FORMAT, None, frame.height, 0), notices
+    )

@@ -33,8 +33,7 @@ from typing import Any, TypedDict
 import polars as pl
 
 from specobs import schema
-from specobs.errors import InputError, Skipped
-from specobs.ingest.prometheus_text import Notice
+from specobs.errors import InputError, Notice, Skipped
 
 FORMAT = "prometheus-api"
 VLLM = {

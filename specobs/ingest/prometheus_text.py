@@ -24,12 +24,11 @@ is kept, as ``reported_draft_acceptance_rate``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import polars as pl
 from prometheus_client.parser import text_string_to_metric_families
 
-from specobs.errors import Skipped
+from specobs.errors import Notice, Skipped
 from specobs.ingest import columns as C
 from specobs.ingest.scan import FoundLines
 
@@ -45,15 +44,6 @@ _COUNTERS = {
     "num_emitted_tokens": "v0_emitted",
 }
 _GAUGES = {"draft_acceptance_rate": "v0_rate", "efficiency": "v0_efficiency"}
-
-
-@dataclass(frozen=True)
-class Notice(Skipped):
-    """Not a skipped line: something assumed about the input, and where (e.g. a counter reset).
-
-    Returned among the skipped lines (so every report lists it) until the ingest layer has a
-    list of its own for notices; ``isinstance(s, Notice)`` tells them apart.
-    """
 
 
 def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
