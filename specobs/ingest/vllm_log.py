@@ -65,6 +65,7 @@ _MAL = r"Mean acceptance length: (" + _N + ")" + C.END
 _THROUGHPUT = r"Accepted throughput: (" + _N + ") tokens/s" + C.END
 _DRAFT_RATE = r"Draft acceptance rate: (" + _N + "%?)" + C.END
 _K = r"Number of speculative tokens: ([0-9]+)" + C.END
+_EFFICIENCY = r"System efficiency: (" + _N + ")" + C.END
 _EMITTED = r"Number of emitted tokens(?: tokens)?: ([0-9]+)" + C.END
 #: (label, anchored pattern) of every numeric field of the spec lines: a label with a value that
 #: does not match makes the line malformed.
@@ -82,8 +83,11 @@ _V0_CHECKS = [
     *_V1_CHECKS,
     ("Number of speculative tokens:", _K),
     ("Number of emitted tokens", _EMITTED),
-    ("System efficiency:", r"System efficiency: " + _N + C.END),
+    ("System efficiency:", _EFFICIENCY),
 ]
+#: The parsed columns of those fields: a line where all of them parsed needs no label check.
+_V1_VALUES = ["accepted", "drafted", "mal", "per_pos_rates", "accepted_throughput", "draft_rate"]
+_V0_VALUES = ["accepted", "drafted", "k", "emitted", "draft_rate", "efficiency"]
 #: Slack for rates printed with three decimals.
 _RATE_SLACK = 1e-9
 # The optional "(Name pid=N) " and vLLM's own "LEVEL MM-DD HH:MM:SS": one regex pass for both.
@@ -119,7 +123,6 @@ def scan_fields(head: bytes) -> Fields:
             "per_pos_rates": C.float_list(text, _PER_POS),
             "accepted_throughput": C.field_float(text, _THROUGHPUT),
             "draft_rate": text.str.extract(_DRAFT_RATE, 1),
-            "malformed": C.malformed(text, _V1_CHECKS),
         },
         1: {
             **counts,
@@ -127,7 +130,7 @@ def scan_fields(head: bytes) -> Fields:
             "k": C.field_int(text, _K),
             "emitted": C.field_int(text, _EMITTED),
             "draft_rate": text.str.extract(_DRAFT_RATE, 1),
-            "malformed": C.malformed(text, _V0_CHECKS),
+            "efficiency": C.field_float(text, _EFFICIENCY),
         },
         2: {
             "stats_engine": C.field_int(text, r"Engine ([0-9]+):"),
@@ -148,7 +151,7 @@ _LINE_COLUMNS: dict[str, pl.DataType] = {
     "per_pos_rates": pl.List(pl.Float64), "accepted_throughput": pl.Float64(), "legacy_v0": pl.Boolean(),
     "k": pl.Int64(), "emitted": pl.Int64(), "stats_engine": pl.Int64(), "stats_aggregated": pl.Boolean(),
     "stats_batch": pl.Int64(), "proposal_per_token": pl.Float64(), "scoring": pl.Float64(),
-    "verification": pl.Float64(), "draft_rate": pl.String(), "malformed": pl.String(),
+    "verification": pl.Float64(), "draft_rate": pl.String(), "efficiency": pl.Float64(),
 }  # fmt: skip
 
 
@@ -275,7 +278,8 @@ def _attach_stats(spec: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
 
 
 def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped: list[Skipped]) -> pl.DataFrame:
-    spec = lines.filter(pl.col("kind") == "spec").drop("text", "stats_engine", "stats_aggregated", "stats_batch")
+    spec = _with_malformed(lines.filter(pl.col("kind") == "spec"), _V1_CHECKS, _V1_VALUES)
+    spec = spec.drop("text", "stats_engine", "stats_aggregated", "stats_batch")
     missing = pl.when(pl.col("accepted").is_null() | pl.col("drafted").is_null()).then(
         _with_detail("speculative metrics line without accepted and drafted token counts")
     )
@@ -342,6 +346,19 @@ def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
     )
 
 
+def _with_malformed(spec: pl.DataFrame, checks: list[tuple[str, str]], values: list[str]) -> pl.DataFrame:
+    """Add ``malformed`` (see :func:`columns.malformed`).
+
+    A field that parsed is complete (its pattern is anchored), so only the lines where some
+    field came out null (absent, ``nan`` or malformed) need their labels looked at: on a
+    well-formed log that is few lines, which keeps the check off the fast path.
+    """
+    suspect = pl.any_horizontal([pl.col(c).is_null() for c in values])
+    fine = spec.filter(~suspect).with_columns(malformed=pl.lit(None, pl.String))
+    looked_at = spec.filter(suspect).with_columns(malformed=C.malformed(pl.col("text"), checks))
+    return pl.concat([fine, looked_at]).sort("line")
+
+
 def _with_detail(why: str) -> pl.Expr:
     """``why``, followed by the malformed field when there is one."""
     return pl.concat_str([pl.lit(why), pl.lit(" (") + pl.col("malformed") + pl.lit(")")], ignore_nulls=True)
@@ -393,7 +410,8 @@ def _scale_list(rates: pl.Expr, drafts: pl.Expr) -> pl.Expr:
 
 
 def _v0_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped: list[Skipped]) -> pl.DataFrame:
-    spec = lines.filter(pl.col("kind") == "spec_v0").rename({"accepted": "accepted_raw"})
+    spec = _with_malformed(lines.filter(pl.col("kind") == "spec_v0"), _V0_CHECKS, _V0_VALUES)
+    spec = spec.rename({"accepted": "accepted_raw"})
     required = ["k", "accepted_raw", "drafted", "emitted"]
     missing = pl.when(pl.any_horizontal([pl.col(c).is_null() for c in required]) | (pl.col("k") <= 0)).then(
         _with_detail("V0 speculative metrics line without k, accepted, draft or emitted counts")
