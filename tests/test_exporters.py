@@ -383,3 +383,18 @@ def test_label_budget_is_configurable():
     models = {s.labels["model_name"] for s in next(f for f in registry.collect() if f.name == "specobs_drafts").samples}
     assert models == {"a", "b", "other"}
     assert registry.get_sample_value("specobs_label_overflow_total", {"label": "model_name"}) == 2
+
+
+def test_follower_numbers_lines_across_rotation_and_truncation(tmp_path):
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"a\nb\n")
+    follower = Follower([log])
+    assert [(d, d.first_line) for _, d in follower.poll()] == [(b"a\nb\n", 1)]
+    with open(log, "ab") as f:
+        f.write(b"c\n")
+    os.rename(log, tmp_path / "events.jsonl.1")
+    log.write_bytes(b"new\n")
+    assert [(d, d.first_line) for _, d in follower.poll()] == [(b"c\n", 3), (b"new\n", 1)]
+    log.write_bytes(b"x\n")  # truncated in place: numbering starts again
+    assert [(d, d.first_line) for _, d in follower.poll()] == [(b"x\n", 1)]
+    follower.close()
