@@ -86,8 +86,8 @@ _V0_CHECKS = [
     ("System efficiency:", _EFFICIENCY),
 ]
 #: The parsed columns of those fields: a line where all of them parsed needs no label check.
-_V1_VALUES = ["accepted", "drafted", "mal", "per_pos_rates", "accepted_throughput", "draft_rate"]
-_V0_VALUES = ["accepted", "drafted", "k", "emitted", "draft_rate", "efficiency"]
+_V1_VALUES = ["accepted", "drafted", "mal", "per_pos_rates", "accepted_throughput"]
+_V0_VALUES = ["accepted", "drafted", "k", "emitted", "efficiency"]
 #: Slack for rates printed with three decimals.
 _RATE_SLACK = 1e-9
 # The optional "(Name pid=N) " and vLLM's own "LEVEL MM-DD HH:MM:SS": one regex pass for both.
@@ -122,14 +122,12 @@ def scan_fields(head: bytes) -> Fields:
             "mal": C.field_float(text, _MAL),
             "per_pos_rates": C.float_list(text, _PER_POS),
             "accepted_throughput": C.field_float(text, _THROUGHPUT),
-            "draft_rate": text.str.extract(_DRAFT_RATE, 1),
         },
         1: {
             **counts,
             "legacy_v0": text.str.contains(r"System efficiency|Number of emitted tokens|Number of speculative tokens"),
             "k": C.field_int(text, _K),
             "emitted": C.field_int(text, _EMITTED),
-            "draft_rate": text.str.extract(_DRAFT_RATE, 1),
             "efficiency": C.field_float(text, _EFFICIENCY),
         },
         2: {
@@ -151,7 +149,7 @@ _LINE_COLUMNS: dict[str, pl.DataType] = {
     "per_pos_rates": pl.List(pl.Float64), "accepted_throughput": pl.Float64(), "legacy_v0": pl.Boolean(),
     "k": pl.Int64(), "emitted": pl.Int64(), "stats_engine": pl.Int64(), "stats_aggregated": pl.Boolean(),
     "stats_batch": pl.Int64(), "proposal_per_token": pl.Float64(), "scoring": pl.Float64(),
-    "verification": pl.Float64(), "draft_rate": pl.String(), "efficiency": pl.Float64(),
+    "verification": pl.Float64(), "efficiency": pl.Float64(),
 }  # fmt: skip
 
 
@@ -369,10 +367,6 @@ def _invalid(accepted: str) -> pl.Expr:
     accepted above drafted, a rate outside [0, 1], per-position rates that rise, a mean
     acceptance length below 1 or a value too large to be finite."""
     rates = pl.col("per_pos_rates")
-    printed_rate = pl.col("draft_rate")
-    percent = printed_rate.str.ends_with("%")
-    draft_rate = printed_rate.str.strip_suffix("%").cast(pl.Float64, strict=False).fill_nan(None)
-    draft_rate = pl.when(percent).then(draft_rate / 100).otherwise(draft_rate)
     reasons = [
         (
             pl.col(accepted) > pl.col("drafted"),
@@ -383,7 +377,6 @@ def _invalid(accepted: str) -> pl.Expr:
             rates.list.diff().list.max() > _RATE_SLACK,
             pl.lit("per-position acceptance rates rise with the position (an accepted prefix cannot)"),
         ),
-        ((draft_rate > 1 + _RATE_SLACK) | (draft_rate < 0), pl.lit("draft acceptance rate outside [0, 1]")),
         (pl.col("mal") < 1, pl.lit("mean acceptance length below 1")),
         (
             pl.col("mal").is_infinite() | pl.col("accepted_throughput").is_infinite(),
