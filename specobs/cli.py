@@ -556,10 +556,30 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _run_app() -> None:
+    """Run the typer app; an option that does not parse (``--max-k x``) is one line, exit 2,
+    like every other usage error (typer's own is a framed box of several lines)."""
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
+    try:
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError:
+        app()  # typer shows the help, as it does for a bare `specobs`
+        return
+    except UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx is not None else "specobs"
+        message = " ".join(exc.format_message().split())
+        say(f"{message} (see {command} --help)")
+        sys.exit(EXIT_USAGE)
+    except typer.Abort:
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
 def main() -> None:
     """Entry point for the console script."""
     try:
-        app()
+        _run_app()
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:

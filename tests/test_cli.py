@@ -206,6 +206,9 @@ def _one_usage_line(result, *words: str) -> str:
         (("simulate", "{tmp}/sim", "--k", "4,4"), ("--k 4,4",)),
         (("simulate", "{tmp}/sim", "--batch", "0"), ("--batch 0",)),
         (("simulate", "{tmp}/sim", "--steps", "0"), ("--steps 0",)),
+        (("recommend", SWEEP, "--max-k", "x"), ("'--max-k'", "recommend --help")),
+        (("report", NGRAM_LOG, "--format", "yaml"), ("'--format'", "yaml")),
+        (("report", NGRAM_LOG, "--no-such-option"), ("--no-such-option",)),
     ],
 )
 def test_bad_options_are_one_line_and_exit_2(tmp_path, args, words):
