@@ -101,3 +101,25 @@ def test_negative_batch_size_in_parquet_does_not_reach_analysis(tmp_path):
     schema.conform(pl.DataFrame(rows, infer_schema_length=None), schema.STEPS).write_parquet(path)
     report = analyze(load([str(path)]))
     assert report.summary.num_drafts == 19 * 4
+
+
+def test_the_report_names_a_bad_parquet_row(tmp_path):
+    import json as _json
+    from pathlib import Path
+
+    import polars as _pl
+    from conftest import report_json
+
+    from specobs import schema
+
+    sweep = Path(__file__).resolve().parents[1] / "examples" / "data" / "vllm-cpu-sweep"
+    source = next(sweep.glob("*ngram*.jsonl"))
+    rows = [_json.loads(line) for line in source.read_text().splitlines()[:50]]
+    good_drafts = sum(r.get("num_drafts") or 0 for i, r in enumerate(rows) if i != 3 and r.get("request_id") is None)
+    rows[3]["batch_size"] = -4
+    path = tmp_path / "steps.parquet"
+    _pl.DataFrame(rows, schema=schema.STEPS, strict=False).write_parquet(path)
+    data = report_json(str(path))
+    assert data["skipped_lines"]["examples"] == [{"source": str(path), "line": 4, "why": "batch_size is negative (-4)"}]
+    assert data["sources"][0]["skipped"] == 1
+    assert data["summary"]["num_drafts"] == good_drafts

@@ -104,9 +104,9 @@ def read_source(
     """Windows from one opened input, in ``fmt`` or in the detected format."""
     detected = detect(src) if fmt is None else _resolve_format(src, fmt)
     if detected == events.FORMAT_PARQUET:
-        steps = events.read_parquet(src)
+        steps, skipped = events.read_parquet_checked(src)
         windows = events.steps_to_windows(steps, src.name, detected)
-        return windows, SourceReport(src.name, detected, None, -1, 0), []
+        return windows, SourceReport(src.name, detected, None, -1, len(skipped)), skipped
     if detected == events.FORMAT_JSONL:
         steps, skipped = events.read_jsonl(src)
         windows = events.steps_to_windows(steps, src.name, detected)
