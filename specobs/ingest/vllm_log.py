@@ -278,18 +278,21 @@ def _attach_stats(spec: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
 def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped: list[Skipped]) -> pl.DataFrame:
     spec = _with_malformed(lines.filter(pl.col("kind") == "spec"), _V1_CHECKS, _V1_VALUES)
     spec = spec.drop("text", "stats_engine", "stats_aggregated", "stats_batch")
-    missing = pl.when(pl.col("accepted").is_null() | pl.col("drafted").is_null()).then(
-        _with_detail("speculative metrics line without accepted and drafted token counts")
+    missing = (
+        pl.col("accepted").is_null() | pl.col("drafted").is_null(),
+        _with_detail("speculative metrics line without accepted and drafted token counts"),
     )
-    spec = _drop_invalid(spec, pl.coalesce(missing, pl.col("malformed"), _invalid("accepted")), source, skipped)
+    malformed = (pl.col("malformed").is_not_null(), pl.col("malformed"))
+    spec = _drop_invalid(spec, [missing, malformed, *_invalid("accepted")], source, skipped)
     if spec.is_empty():
         return spec
     spec = _attach_stats(spec, lines)
     spec = _attach_config(spec, config)
-    too_long = pl.when(pl.col("per_pos_rates").list.len() > pl.col("config_k")).then(
-        pl.format("{} per-position rates for k = {}", pl.col("per_pos_rates").list.len(), pl.col("config_k"))
+    too_long = (
+        pl.col("per_pos_rates").list.len() > pl.col("config_k"),
+        pl.format("{} per-position rates for k = {}", pl.col("per_pos_rates").list.len(), pl.col("config_k")),
     )
-    spec = _drop_invalid(spec, too_long, source, skipped)
+    spec = _drop_invalid(spec, [too_long], source, skipped)
     if spec.is_empty():
         return spec
 
@@ -352,6 +355,8 @@ def _with_malformed(spec: pl.DataFrame, checks: list[tuple[str, str]], values: l
     well-formed log that is few lines, which keeps the check off the fast path.
     """
     suspect = pl.any_horizontal([pl.col(c).is_null() for c in values])
+    if not spec.select(suspect.any()).item():
+        return spec.with_columns(malformed=pl.lit(None, pl.String))
     fine = spec.filter(~suspect).with_columns(malformed=pl.lit(None, pl.String))
     looked_at = spec.filter(suspect).with_columns(malformed=C.malformed(pl.col("text"), checks))
     return pl.concat([fine, looked_at]).sort("line")
@@ -362,7 +367,7 @@ def _with_detail(why: str) -> pl.Expr:
     return pl.concat_str([pl.lit(why), pl.lit(" (") + pl.col("malformed") + pl.lit(")")], ignore_nulls=True)
 
 
-def _invalid(accepted: str) -> pl.Expr:
+def _invalid(accepted: str) -> list[tuple[pl.Expr, pl.Expr]]:
     """Why a spec line whose fields all parsed is still not a record (null when it is one):
     accepted above drafted, a rate outside [0, 1], per-position rates that rise, a mean
     acceptance length below 1 or a value too large to be finite."""
@@ -383,18 +388,25 @@ def _invalid(accepted: str) -> pl.Expr:
             pl.lit("a number too large to be finite"),
         ),
     ]
-    out = pl.lit(None, pl.String)
-    for condition, why in reversed(reasons):
-        out = pl.when(condition.fill_null(False)).then(why).otherwise(out)
-    return out
+    return reasons
 
 
-def _drop_invalid(spec: pl.DataFrame, reason: pl.Expr, source: str, skipped: list[Skipped]) -> pl.DataFrame:
-    """Skip (and report) the lines for which ``reason`` is not null; keep the others whole."""
-    spec = spec.with_columns(_reason=reason)
-    bad = spec.filter(pl.col("_reason").is_not_null())
-    skipped.extend(Skipped(source, line, why) for line, why in bad.select("line", "_reason").iter_rows())
-    return spec.filter(pl.col("_reason").is_null()).drop("_reason")
+#: A condition that makes a line invalid, and the reason given for it.
+Check = tuple[pl.Expr, pl.Expr]
+
+
+def _drop_invalid(spec: pl.DataFrame, checks: list[Check], source: str, skipped: list[Skipped]) -> pl.DataFrame:
+    """Skip (and report) the lines that fail one of ``checks`` (the first one names the reason);
+    keep the others whole. Reasons are worded only for the lines that fail."""
+    spec = spec.with_columns(_bad=pl.any_horizontal([condition.fill_null(False) for condition, _ in checks]))
+    if not spec["_bad"].any():
+        return spec.drop("_bad")
+    why = pl.lit(None, pl.String)
+    for condition, reason in reversed(checks):
+        why = pl.when(condition.fill_null(False)).then(reason).otherwise(why)
+    bad = spec.filter(pl.col("_bad")).select("line", why.alias("_why"))
+    skipped.extend(Skipped(source, line, reason) for line, reason in bad.iter_rows())
+    return spec.filter(~pl.col("_bad")).drop("_bad")
 
 
 def _scale_list(rates: pl.Expr, drafts: pl.Expr) -> pl.Expr:
@@ -406,10 +418,12 @@ def _v0_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
     spec = _with_malformed(lines.filter(pl.col("kind") == "spec_v0"), _V0_CHECKS, _V0_VALUES)
     spec = spec.rename({"accepted": "accepted_raw"})
     required = ["k", "accepted_raw", "drafted", "emitted"]
-    missing = pl.when(pl.any_horizontal([pl.col(c).is_null() for c in required]) | (pl.col("k") <= 0)).then(
-        _with_detail("V0 speculative metrics line without k, accepted, draft or emitted counts")
+    missing = (
+        pl.any_horizontal([pl.col(c).is_null() for c in required]) | (pl.col("k") <= 0),
+        _with_detail("V0 speculative metrics line without k, accepted, draft or emitted counts"),
     )
-    spec = _drop_invalid(spec, pl.coalesce(missing, pl.col("malformed"), _invalid("accepted_raw")), source, skipped)
+    malformed = (pl.col("malformed").is_not_null(), pl.col("malformed"))
+    spec = _drop_invalid(spec, [missing, malformed, *_invalid("accepted_raw")], source, skipped)
     if spec.is_empty():
         return spec
     spec = (
