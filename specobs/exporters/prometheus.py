@@ -376,9 +376,19 @@ class PrometheusSink:
         pass
 
 
-def serve(metrics: PrometheusMetrics, address: str = "127.0.0.1:9464"):
-    """Expose ``metrics`` over HTTP (``/metrics``) on ``address`` (host:port; 127.0.0.1 by default)."""
+def serve(metrics: PrometheusMetrics, address: str = "127.0.0.1:9464") -> str:
+    """Expose ``metrics`` over HTTP (``/metrics``) on ``address`` (host:port; 127.0.0.1 by default;
+    ``[::1]:9464`` for IPv6). Returns the address actually bound, ``host:port`` (port 0 asks the
+    system for a free port, and this names it)."""
     from prometheus_client import start_http_server
 
     host, _, port = address.rpartition(":")
-    return start_http_server(int(port), addr=host or "127.0.0.1", registry=metrics.registry)
+    host = host.strip("[]") or "127.0.0.1"
+    started = start_http_server(int(port), addr=host, registry=metrics.registry)
+    server = started[0] if isinstance(started, tuple) else None  # prometheus_client >= 0.17
+    if server is None:
+        return f"{host}:{port}"
+    bound = server.server_address
+    bound_host = bound[0].decode() if isinstance(bound[0], bytes) else str(bound[0])
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    return f"{shown}:{bound[1]}"
