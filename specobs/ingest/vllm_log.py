@@ -379,7 +379,8 @@ def _invalid(accepted: str) -> list[tuple[pl.Expr, pl.Expr]]:
         ),
         ((rates.list.max() > 1) | (rates.list.min() < 0), pl.lit("a per-position acceptance rate outside [0, 1]")),
         (
-            rates.list.diff().list.max() > _RATE_SLACK,
+            # rate[i + 1] − rate[i] element-wise (list arithmetic: an order faster than list.diff).
+            (rates.list.slice(1) - rates.list.head(rates.list.len() - 1)).list.max() > _RATE_SLACK,
             pl.lit("per-position acceptance rates rise with the position (an accepted prefix cannot)"),
         ),
         (pl.col("mal") < 1, pl.lit("mean acceptance length below 1")),
