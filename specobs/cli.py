@@ -222,6 +222,8 @@ def report(
             say(f"skipped {skipped}")
         if len(ingested.skipped) > 5:
             say(f"skipped {len(ingested.skipped):,} line(s) in all")
+        for notice in ingested.notices:
+            say(f"note: {notice}")
     _emit(result, output_format)
 
 

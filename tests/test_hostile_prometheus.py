@@ -301,3 +301,14 @@ def test_the_report_lists_notices_apart_from_skipped_lines(write):
     assert data["skipped_lines"]["total"] == 0 and data["sources"][0]["skipped"] == 0
     (notice,) = data["notices"]
     assert notice["source"] == str(path) and "engine restart assumed" in notice["why"]
+
+
+def test_rich_and_markdown_say_what_was_assumed(write):
+    from conftest import run_cli
+
+    path = write("m.txt", scrapes([GOOD[0], GOOD[1], (40, 120, 70, [30, 25, 15])]))
+    for fmt in ("rich", "markdown"):
+        out = run_cli("report", str(path), "-f", fmt).stdout.decode()
+        assert "Assumed while reading the inputs" in out and "engine restart assumed" in out, fmt
+    json_run = run_cli("report", str(path), "-f", "json")
+    assert "specobs: note: " in json_run.stderr.decode() and "engine restart assumed" in json_run.stderr.decode()

@@ -155,6 +155,11 @@ def to_rich(report: Report, console: Console) -> None:
         console.print(Text(f"Skipped {len(report.skipped):,} input line(s); first ones:", style="yellow"))
         for skipped in report.skipped[:5]:
             console.print(Text(f"  {skipped}", style="yellow"))
+    if report.notices:
+        console.print()
+        console.print(Text("Assumed while reading the inputs:", style="yellow"))
+        for notice in report.notices:
+            console.print(Text(f"  {notice}", style="yellow"))
 
 
 TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "tokens/s")
@@ -215,4 +220,7 @@ def to_markdown(report: Report) -> str:
     if report.skipped:
         parts += ["", f"Skipped {len(report.skipped):,} input line(s); first ones:", ""]
         parts += [f"- `{s}`" for s in report.skipped[:5]]
+    if report.notices:
+        parts += ["", "Assumed while reading the inputs:", ""]
+        parts += [f"- `{n}`" for n in report.notices]
     return "\n".join(parts) + "\n"
