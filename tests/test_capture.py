@@ -476,8 +476,8 @@ def test_contradictory_per_position_counts_are_skipped_and_reported(tmp_path):
         (2, "num_accepted_tokens_per_pos[2] (2) exceeds num_drafts_per_pos[2] (1)"),
         (3, "num_drafts_per_pos[0] (5) exceeds num_drafts (4)"),
         (4, "num_drafts_per_pos rises at position 2 (2 then 3)"),
-        (5, "num_drafts_per_pos is not a list of non-negative integers"),
-        (6, "num_drafts_per_pos is not a list of non-negative integers"),
+        (5, "num_drafts_per_pos[1] is negative (-1)"),
+        (6, "num_drafts_per_pos is not a list of integers"),
     ]
     assert all(str(s).startswith(f"{path}:") for s in result.skipped)
 
@@ -506,8 +506,8 @@ CONTRADICTIONS = {
         {**GOOD, "num_drafts_per_pos": None, "num_accepted_tokens_per_pos": [3, 1, 0], BEFORE: [4, 1, 2]},
         f"{BEFORE} rises at position 2 (1 then 2)",
     ),
-    "m negative": ({**GOOD, BEFORE: [4, -1, 0]}, f"{BEFORE} is not a list of non-negative integers"),
-    "m not a list": ({**GOOD, BEFORE: "4,2,1"}, f"{BEFORE} is not a list of non-negative integers"),
+    "m negative": ({**GOOD, BEFORE: [4, -1, 0]}, f"{BEFORE}[1] is negative (-1)"),
+    "m not a list": ({**GOOD, BEFORE: "4,2,1"}, f"{BEFORE} is not a list of integers"),
     "m longer than n": ({**GOOD, BEFORE: [4, 2, 1, 1]}, f"{BEFORE}[3] (1) exceeds num_drafts_per_pos[3] (0)"),
     "n shorter, m_0 missing": (
         {**GOOD, "num_accepted_tokens_per_pos": [], BEFORE: []},
