@@ -573,7 +573,9 @@ def _run_app() -> None:
         message = " ".join(exc.format_message().split())
         say(f"{message} (see {command} --help)")
         sys.exit(EXIT_USAGE)
-    except typer.Abort:
+    except typer.Abort as exc:
+        if isinstance(exc.__cause__, EOFError):  # click turns EOFError into Abort: not a Ctrl-C
+            raise exc.__cause__ from None
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else EXIT_OK)
 

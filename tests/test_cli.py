@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 from conftest import report_json, run_cli
@@ -141,7 +142,28 @@ def test_truncated_gzip_keeps_what_was_read(write, tmp_path):
     assert result.returncode == 0, result.stderr.decode()
     data = json.loads(result.stdout)
     assert data["summary"]["num_accepted_tokens"] == 1124  # the first line survived, the last was cut off
-    assert "gzip stream truncated" in data["skipped_lines"]["examples"][0]["why"]
+    assert data["skipped_lines"]["total"] == 0  # nothing was skipped: the rest is missing
+    (notice,) = data["notices"]
+    assert "gzip stream truncated" in notice["why"] and notice["source"] == str(path)
+    assert f"specobs: note: {path}: gzip stream truncated" in result.stderr.decode()
+
+
+def test_truncated_gzip_event_file_keeps_every_complete_line(tmp_path):
+    """An event file cut mid-stream: the complete lines before the cut count exactly, with a
+    notice (not an 'interrupted' exit: the gzip reader's EOFError is not a Ctrl-C)."""
+    source = Path(SWEEP) / "specobs-sweep-ngram-p29587-0001.jsonl"
+    packed = gzip.compress(source.read_bytes())
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(packed[: len(packed) // 2])
+    result = run_cli("report", str(path), "--format", "json")
+    assert result.returncode == 0, result.stderr.decode()
+    data = json.loads(result.stdout)
+    (notice,) = data["notices"]
+    kept = int(re.search(r"the (\d+) complete lines before it are kept", notice["why"]).group(1))
+    lines = [json.loads(line) for line in source.read_text().splitlines()[:kept]]
+    assert 0 < kept < len(source.read_text().splitlines())
+    assert data["summary"]["num_drafts"] == sum(row["num_drafts"] for row in lines)
+    assert data["summary"]["num_accepted_tokens"] == sum(row["num_accepted_tokens"] for row in lines)
 
 
 def test_garbage_gzip_is_a_clear_error(tmp_path):
@@ -326,3 +348,28 @@ def test_output_into_a_closed_pipe_exits_quietly(fmt):
     err = process.stderr.read().decode()
     assert process.wait(timeout=120) == 0, err
     assert "BrokenPipe" not in err and "Traceback" not in err and "Exception ignored" not in err, err
+
+
+@pytest.mark.parametrize("fmt", ["rich", "markdown"])
+def test_groups_without_drafts_are_named_once_not_printed(fmt):
+    """The plain engine and k=0 steps have no acceptance: no row, no empty section, one line
+    naming them; grouping by k does not print k twice. JSON keeps every group."""
+    result = run_cli("report", SWEEP, "--by", "method,k", "--format", fmt)
+    assert result.returncode == 0, result.stderr.decode()
+    out = result.stdout.decode()
+    groups = report_json(SWEEP, "--by", "method,k")["groups"]
+    empty = [g for g in groups if not g["num_drafts"]]
+    assert len(empty) == 3 and len(groups) == 15
+    import polars as pl
+
+    steps = pl.concat([pl.read_ndjson(f) for f in sorted(Path(SWEEP).glob("*.jsonl"))], how="diagonal_relaxed")
+    per_group = steps.group_by("method", "num_spec_tokens").agg(pl.len(), pl.col("num_drafts").sum())
+    windows = per_group.filter(pl.col("num_drafts") == 0)["len"].sum()
+    assert f"Not shown: 3 group(s) without drafts ({windows:,} windows): draft_model · 0, ngram · 0, – · 0" in out
+    assert "draft_model · 1" in out and "draft_model · 0\n" not in out
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if "windows" in line and "accepted" in line)
+    assert re.findall(r"\bk\b", lines[at]) == ["k"], lines[at]
+    end = next(i for i in range(at, len(lines)) if re.match(r"\|? ?all\b", lines[i]))
+    rows = [line for line in lines[at:end] if re.match(r"\|? ?(draft_model|ngram|–) +[│|] +\d", line)]
+    assert len(rows) == 12, rows  # 6 k each for two methods; the three empty groups left out

@@ -8,8 +8,10 @@ a failure names a case that reproduces (``pytest tests/test_fuzz_cli.py -k case0
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +165,123 @@ def test_random_options_and_inputs_never_crash(tmp_path, index):
     err = result.stderr.decode(errors="replace")
     assert "Traceback" not in err, f"{args}\n{err}"
     assert result.returncode in ALLOWED, f"exit {result.returncode} for {args}\n{err[-2000:]}"
+
+
+# --- Bad records among good ones: the good ones' totals do not move -------------------------
+
+#: Totals that bad records must not change.
+TOTALS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
+GOOD_FILES = {
+    "vllm-log": EXAMPLES / "vllm-cpu-ngram-k3.log",
+    "prometheus-text": EXAMPLES / "vllm-cpu-ngram-k3.metrics.txt",
+    "events": EXAMPLES / "vllm-cpu-sweep" / "specobs-sweep-ngram-p29587-0001.jsonl",
+}
+INJECTED_CASES = 18
+
+
+def _bad_log_line(rng: random.Random, line: str) -> str:
+    """A real SpecDecoding line made invalid in one way (each breaks a rule of docs/formats.md)."""
+    accepted = int(re.search(r"Accepted: (\d+) tokens", line).group(1))
+    drafted = int(re.search(r"Drafted: (\d+) tokens", line).group(1))
+    how = rng.choice(["suffix", "negative", "empty item", "over drafted", "rate over 1", "rising", "nan", "cut"])
+    if how == "suffix":
+        return line.replace(f"Accepted: {accepted} tokens", f"Accepted: {accepted}x4 tokens")
+    if how == "negative":
+        return line.replace(f"Drafted: {drafted} tokens", f"Drafted: -{drafted} tokens")
+    if how == "empty item":
+        return re.sub(r"(Per-position acceptance rate: [0-9.]+), ", r"\1, , ", line)
+    if how == "over drafted":
+        return line.replace(f"Accepted: {accepted} tokens", f"Accepted: {drafted + 5} tokens")
+    if how == "rate over 1":
+        return re.sub(r"Per-position acceptance rate: [0-9.]+", "Per-position acceptance rate: 1.750", line)
+    if how == "rising":
+        return re.sub(r"Per-position acceptance rate: [0-9.]+, ", "Per-position acceptance rate: 0.001, ", line)
+    if how == "nan":
+        return line.replace(f"Accepted: {accepted} tokens", "Accepted: nan tokens")
+    return line[: line.index("Drafted:")]
+
+
+def _bad_event_line(rng: random.Random, line: str) -> str:
+    row = json.loads(line)
+    k = len(row["num_accepted_tokens_per_pos"])
+    how = rng.choice(["negative", "over drafted", "non-finite", "wrong type", "too long", "rising", "cut"])
+    if how == "rising" and k < 2:
+        how = "over drafted"  # one position cannot rise
+    if how == "negative":
+        row[rng.choice(["num_drafts", "num_accepted_tokens", "batch_size"])] = -3
+    elif how == "over drafted":
+        row["num_accepted_tokens"] = row["num_draft_tokens"] + 2
+    elif how == "non-finite":
+        return json.dumps({**row, "step_seconds": 0.5}).replace('"step_seconds": 0.5', '"step_seconds": NaN')
+    elif how == "wrong type":
+        row["num_drafts"] = f"{row['num_drafts']}"
+    elif how == "too long":
+        row["num_accepted_tokens_per_pos"] = [0] * (k + 2)
+    elif how == "rising":
+        row["num_drafts"] = max(row["num_drafts"], 2)
+        row["num_accepted_tokens_per_pos"] = [0] * (k - 1) + [1]
+        row["num_accepted_tokens"] = 1
+    else:
+        return line[: rng.randrange(1, len(line) - 1)]
+    return json.dumps(row)
+
+
+def _bad_sample_line(rng: random.Random, _line: str) -> str:
+    """A sample of a series of its own (so it cannot change a real one) that must be skipped."""
+    series = f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="fuzz-{rng.randrange(10**6)}"}}'
+    return f"{series} {rng.choice(['NaN', '+Inf', '-7.0', 'abc', '1.0.0'])}"
+
+
+def _noise(rng: random.Random, fmt: str) -> str:
+    """A line no parser reads as a record: never counted, never skipped."""
+    words = " ".join("".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randrange(1, 9))) for _ in range(6))
+    if fmt == "vllm-log":
+        return f"(APIServer pid=1) INFO 11-30 04:50:00 [noise.py:1] {words}"
+    if fmt == "prometheus-text":
+        return f"# {words}"
+    return ""  # blank lines are allowed in JSON Lines
+
+
+BAD_LINE = {"vllm-log": _bad_log_line, "events": _bad_event_line, "prometheus-text": _bad_sample_line}
+RECORD = {"vllm-log": "SpecDecoding metrics:", "events": '"num_drafts"', "prometheus-text": "vllm:spec_decode"}
+
+
+def _report(path: Path) -> dict:
+    env = {**os.environ, "NO_COLOR": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "specobs.cli", "report", str(path), "--format", "json"],
+        capture_output=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def clean_reports() -> dict[str, dict]:
+    return {fmt: _report(path) for fmt, path in GOOD_FILES.items()}
+
+
+@pytest.mark.parametrize("index", range(INJECTED_CASES), ids=lambda i: f"injected{i:02d}")
+def test_bad_records_among_good_ones_leave_the_totals_unchanged(tmp_path, clean_reports, index):
+    """Invalid records (each breaking one validation rule) and noise lines dropped between the
+    lines of a real file: the good records' totals are exactly those of the clean file, and
+    every invalid record, and nothing else, is counted as skipped."""
+    rng = random.Random(f"{SEED}:injected:{index}")
+    fmt = list(GOOD_FILES)[index % len(GOOD_FILES)]
+    lines = GOOD_FILES[fmt].read_text().splitlines()
+    records = [line for line in lines if RECORD[fmt] in line and not line.startswith("#")]
+    bad = noise = 0
+    for _ in range(rng.randrange(5, 40)):
+        at = rng.randrange(len(lines) + 1)
+        if rng.random() < 0.7:
+            lines.insert(at, BAD_LINE[fmt](rng, rng.choice(records)))
+            bad += 1
+        else:
+            lines.insert(at, _noise(rng, fmt))
+            noise += 1
+    dirty = tmp_path / f"dirty-{GOOD_FILES[fmt].name}"
+    dirty.write_text("\n".join(lines) + "\n")
+    clean, got = clean_reports[fmt], _report(dirty)
+    for total in TOTALS:
+        assert got["summary"][total] == clean["summary"][total], (total, fmt)
+    assert got["skipped_lines"]["total"] - clean["skipped_lines"]["total"] == bad, got["skipped_lines"]["examples"]

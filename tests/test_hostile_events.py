@@ -31,6 +31,8 @@ BAD = [
     (_row(num_accepted_tokens_per_pos=[3, 2, 1, 1]), "more than k (3)"),
     (_row(num_accepted_tokens_per_pos=[3, -2, 1]), "num_accepted_tokens_per_pos[1] is negative"),
     (_row(step_seconds=-0.5), "step_seconds is negative"),
+    (_row(num_accepted_tokens_per_pos=[2, 3, 1]), "num_accepted_tokens_per_pos rises at position 1 (2 then 3)"),
+    (_row(num_accepted_tokens_per_pos=[5, 1, 0]), "num_accepted_tokens_per_pos[0] (5) exceeds num_drafts (4)"),
 ]
 
 
@@ -79,12 +81,14 @@ def test_jsonl_reasons_are_a_fixed_set():
 
 def test_parquet_rows_are_validated_with_row_numbers(tmp_path):
     rows = [_row(), _row(batch_size=-3), _row(), _row(num_accepted_tokens=50), _row(draft_seconds=float("inf"))]
+    rows += [_row(num_accepted_tokens_per_pos=[1, 2, 0])]
     path = tmp_path / "e.parquet"
     schema.conform(pl.DataFrame(rows, infer_schema_length=None), schema.STEPS).write_parquet(path)
     src = open_source(str(path))
     frame, skipped = events.read_parquet_checked(src)
     assert frame.collect().height == 2
-    assert [s.line for s in skipped] == [2, 4, 5]
+    assert [s.line for s in skipped] == [2, 4, 5, 6]
+    assert "rises at position 1" in skipped[3].why
     assert "batch_size is negative" in skipped[0].why and str(skipped[0]).startswith(f"{path}:2: ")
     assert "exceeds num_draft_tokens" in skipped[1].why
     assert "draft_seconds is not a finite number" in skipped[2].why

@@ -49,7 +49,8 @@ def test_cut_gzip_keeps_every_complete_line_before_the_cut(tmp_path: Path, fract
     result = load([str(cut_path)], None)
     got = result.windows.collect().sort("source_line")["source_line"].to_list()
     assert got == expected
-    notices = [s for s in result.skipped if s.line is None and "gzip" in s.why]
+    notices = [s for s in result.notices if s.line is None and "gzip" in s.why]
+    assert not [s for s in result.skipped if "gzip" in s.why]
     assert len(notices) == 1
     lines = complete.count(b"\n")
     assert f"the {lines} complete lines before it are kept" in notices[0].why
@@ -60,6 +61,7 @@ def test_whole_gzip_has_no_notice(tmp_path: Path) -> None:
     path.write_bytes(gzip.compress(SWEEP.read_bytes()))
     result = load([str(path)], None)
     assert not [s for s in result.skipped if "gzip" in s.why]
+    assert not result.notices
     assert result.windows.collect().height == windows_of(SWEEP).height
 
 

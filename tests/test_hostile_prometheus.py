@@ -312,3 +312,22 @@ def test_rich_and_markdown_say_what_was_assumed(write):
         assert "Assumed while reading the inputs" in out and "engine restart assumed" in out, fmt
     json_run = run_cli("report", str(path), "-f", "json")
     assert "specobs: note: " in json_run.stderr.decode() and "engine restart assumed" in json_run.stderr.decode()
+
+
+def test_a_skipped_sample_does_not_split_its_scrape(tmp_path):
+    """A non-finite sample repeating a series inside one scrape is skipped and nothing else:
+    it must not start a new scrape (which would cut the real scrape in two)."""
+    from specobs.ingest import load
+
+    bundled = Path(__file__).resolve().parents[1] / "examples" / "data" / "vllm-cpu-ngram-k3.metrics.txt"
+    lines = bundled.read_text().splitlines(keepends=True)
+    series = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny-llama"}'
+    at = [i for i, line in enumerate(lines) if line.startswith(series)][4]
+    dirty = tmp_path / "dirty.txt"
+    dirty.write_text("".join([*lines[: at + 1], f"{series} NaN\n", *lines[at + 1 :]]))
+    clean, got = load([str(bundled)]), load([str(dirty)])
+    columns = ["num_drafts", "num_draft_tokens", "num_accepted_tokens"]
+    assert got.windows.collect().select(columns).sum().row(0) == clean.windows.collect().select(columns).sum().row(0)
+    assert got.windows.collect().height == clean.windows.collect().height
+    assert [s.line for s in got.skipped] == [at + 2]
+    assert not got.notices

@@ -146,7 +146,7 @@ def _steps(n: int = 4) -> list[dict]:
             "num_drafts": 8,
             "num_draft_tokens": 24,
             "num_accepted_tokens": 12 + i,
-            "num_accepted_tokens_per_pos": [6, 4 + i, 2],
+            "num_accepted_tokens_per_pos": [6 + (i + 1) // 2, 4 + i // 2, 2],  # never rising, sums to accepted
             "draft_seconds": 0.002,
             "verify_seconds": 0.013,
             "step_seconds": 0.016,

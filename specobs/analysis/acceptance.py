@@ -138,9 +138,7 @@ def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
     printed_rate = pl.col("reported_draft_acceptance_rate")
     contradicts = (
         length_known & printed_length.is_not_null() & ((1 + accepted / drafts - printed_length).abs() > PRINTED_SLACK)
-    ) | (
-        rate_known & (tokens > 0) & printed_rate.is_not_null() & ((accepted / tokens - printed_rate).abs() > 0.0006)
-    )
+    ) | (rate_known & (tokens > 0) & printed_rate.is_not_null() & ((accepted / tokens - printed_rate).abs() > 0.0006))
     weight = pl.col("batch_size").fill_null(1).cast(pl.Float64)
 
     def masked(value: pl.Expr, mask: pl.Expr) -> pl.Expr:

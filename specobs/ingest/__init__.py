@@ -158,7 +158,7 @@ def load(
     for name, explicit, data in inputs:
         first = seen.first(name, data)
         if first is not None:  # the same input twice would count every record twice
-            result.skipped.append(Skipped(name, None, f"the same {first[1]} as {first[0]}: read once"))
+            result.notices.append(Notice(name, None, f"the same {first[1]} as {first[0]}: read once"))
             continue
         try:
             src = open_source(name) if data is None else open_bytes(name, data)
@@ -173,7 +173,63 @@ def load(
                 result.skipped.append(Skipped(name, None, exc.why))
             continue
         result.add(frame, report, skipped)
+    _drop_repeated_windows(result)
     return result
+
+
+#: What makes two windows the same record read twice: their times, labels and counts. The
+#: source is left out on purpose (a copy under another name repeats the same records).
+REPEAT_KEY = (
+    "start_ts", "end_ts", "engine", "model", "method", "draft_model", "batch_size", "num_spec_tokens",
+    "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_generated_tokens", "step_seconds",
+)  # fmt: skip
+
+
+def _drop_repeated_windows(result: Ingested) -> None:
+    """Count once a window that repeats an earlier one exactly (a file concatenated with itself,
+    two overlapping copies of a log): same times, labels and counts. Windows without a time
+    cannot be told apart from a genuine repeat and are all kept. Each source that repeats
+    another gets a notice naming the first repeated line and where it was read first.
+
+    Only windows whose end time occurs more than once can repeat, so the full comparison runs
+    on those alone: on step files, where times are unique, the check reads one column."""
+    if not result.sources:
+        return
+    ends = result.windows.select("end_ts").collect().to_series().drop_nulls()
+    if ends.n_unique() == ends.len():
+        return
+    # Several processes sharing one log are sources "file [process]": the process tells apart
+    # two servers that printed the same counts in the same second.
+    process = pl.col("source").str.extract(r" (\[[^\[\]]*\])$").alias("_process")
+    key = [*REPEAT_KEY, "_process"]
+    numbered = result.windows.with_row_index("_row")
+    shared = ends.filter(ends.is_duplicated()).unique()
+    candidates = (
+        numbered.filter(pl.col("end_ts").is_in(shared.implode()))
+        .select("_row", process, *REPEAT_KEY, "source", "source_line")
+        .collect()
+        .with_columns(repeat=~pl.struct(key).is_first_distinct())
+    )
+    repeats = candidates.filter("repeat")
+    if repeats.is_empty():
+        return
+    firsts = candidates.filter(~pl.col("repeat")).select(*key, first_source="source", first_line="source_line")
+    named = repeats.join(firsts, on=key, how="left", nulls_equal=True)
+    groups = named.group_by("source", "first_source", maintain_order=True).agg(
+        n=pl.len(), line=pl.col("source_line").min(), first_line=pl.col("first_line").min()
+    )
+    for source, first_source, n, line, first_line in groups.iter_rows():
+        where = "earlier lines of this input" if source == first_source else first_source
+        result.notices.append(
+            Notice(source, line, f"{n} record(s) repeat {where} from line {first_line} exactly "
+                   "(same times, labels and counts): counted once")
+        )  # fmt: skip
+    per_source = dict(repeats.group_by("source").len().iter_rows())
+    result.sources = [
+        replace(s, windows=s.windows - per_source.get(s.name, 0)) if s.windows >= 0 else s for s in result.sources
+    ]
+    dropped = repeats["_row"].implode()
+    result.windows = numbered.filter(~pl.col("_row").is_in(dropped)).drop("_row")
 
 
 #: Bytes from each end of a file that make its content fingerprint (with its size).

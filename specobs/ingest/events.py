@@ -38,7 +38,7 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Skipped
-from specobs.ingest.source import Source
+from specobs.ingest.source import Source, read_whole
 
 FORMAT_JSONL = "events-jsonl"
 FORMAT_PARQUET = "events-parquet"
@@ -114,8 +114,10 @@ def _scan_parquet(src: Source) -> pl.LazyFrame:
             frame = pl.scan_parquet(src.path)
             names = frame.collect_schema().names()
         else:
-            with src.open() as stream:
-                frame = pl.read_parquet(io.BytesIO(stream.read())).lazy()
+            data, cut = read_whole(src)
+            if cut is not None:  # a Parquet file is readable only whole
+                raise InputError(src.name, cut.why)
+            frame = pl.read_parquet(io.BytesIO(data)).lazy()
             names = frame.collect_schema().names()
     except Exception as exc:  # polars raises ComputeError, OSError... for damaged files
         raise InputError(src.name, f"unreadable Parquet file ({str(exc).splitlines()[0]})") from None
@@ -127,16 +129,16 @@ def _scan_parquet(src: Source) -> pl.LazyFrame:
 
 def read_jsonl(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
     """Steps from a JSON Lines event file; malformed lines are skipped and reported."""
-    with src.open() as stream:
-        data = stream.read()
+    data, cut = read_whole(src)
+    said: list[Skipped] = [cut] if cut is not None else []
     try:
         frame = pl.read_ndjson(io.BytesIO(data), schema=schema.STEPS, ignore_errors=False)
         if not frame.select(_invalid(_longest(frame)).any()).item():
-            return frame.lazy(), []
+            return frame.lazy(), said
     except Exception:
         pass  # the line-by-line path below names the bad lines
     records: list[dict[str, Any]] = []
-    skipped: list[Skipped] = []
+    skipped: list[Skipped] = said
     for number, raw in enumerate(data.split(b"\n"), start=1):
         line = raw.strip()
         if not line:
@@ -247,6 +249,13 @@ def _per_position_contradiction(record: dict[str, Any]) -> str | None:
     accepted = record.get("num_accepted_tokens_per_pos")
     tried = record.get("num_drafts_accepted_before_pos")
     drafts = record.get("num_drafts")
+    if accepted is not None:
+        # A token is accepted at position i only after positions 0..i-1 were: never rising.
+        why = _rises("num_accepted_tokens_per_pos", accepted) or _exceeds_drafts(
+            "num_accepted_tokens_per_pos", accepted, drafts
+        )
+        if why:
+            return why
     if reached is not None:
         why = _rises("num_drafts_per_pos", reached) or _exceeds_drafts("num_drafts_per_pos", reached, drafts)
         if why:
@@ -296,15 +305,12 @@ def _exceeds_drafts(name: str, counts: list[int], drafts: int | None) -> str | N
 
 def _longest(frame: pl.LazyFrame | pl.DataFrame) -> int:
     """How many positions the per-position checks must cover in ``frame``: its longest list
-    (capped just past ``MAX_CHECKED_POSITIONS``), or 0 when no row has ``num_drafts_per_pos``
-    or ``num_drafts_accepted_before_pos`` (the checks between positions need one of them)."""
+    (capped just past ``MAX_CHECKED_POSITIONS``), or 0 when no row has a per-position list."""
     shape = (
         frame.lazy()
         .select(
             longest=pl.max_horizontal([pl.col(c).list.len().max() for c in _LIST_COLUMNS]),
-            checked=(
-                pl.col("num_drafts_per_pos").is_not_null() | pl.col("num_drafts_accepted_before_pos").is_not_null()
-            ).any(),
+            checked=pl.any_horizontal([pl.col(c).is_not_null() for c in _LIST_COLUMNS]).any(),
         )
         .collect()
     )
@@ -353,11 +359,12 @@ def _contradictory(positions: int = MAX_CHECKED_POSITIONS) -> pl.Expr:
     checked = reached.is_not_null() | tried.is_not_null()
     bad = bad | (checked & (longest > MAX_CHECKED_POSITIONS))
     bad = bad | (reached.list.first() > pl.col("num_drafts")) | (tried.list.first() > pl.col("num_drafts"))
+    bad = bad | (accepted.list.first() > pl.col("num_drafts"))
     bad = bad | (reached.is_not_null() & tried.is_not_null() & (at_or_0(tried, 0) != at_or_0(reached, 0)))
     for i in range(min(positions, MAX_CHECKED_POSITIONS)):
         n, m = at(reached, i), at(tried, i)
         if i:
-            bad = bad | (n > at(reached, i - 1)) | (m > at(tried, i - 1))
+            bad = bad | (n > at(reached, i - 1)) | (m > at(tried, i - 1)) | (at(accepted, i) > at(accepted, i - 1))
             bad = bad | (accepted.is_not_null() & (m > at_or_0(accepted, i - 1)))
         bad = bad | (reached.is_not_null() & (at(accepted, i) > n.fill_null(0)))
         bad = bad | (tried.is_not_null() & (at(accepted, i) > m.fill_null(0)))

@@ -67,12 +67,6 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
             if name.endswith("_created") or not sample.name.startswith(_PREFIX):
                 continue
             name = name.removesuffix("_total")
-            key = (sample.name, tuple(sorted(sample.labels.items())))
-            if key in seen:
-                scrape += 1
-                seen.clear()
-            seen.add(key)
-            scrape_line.setdefault(scrape, line_no)
             if name == "num_accepted_tokens_per_pos":
                 position = sample.labels.get("position", "")
                 if not position.isdigit():
@@ -90,6 +84,14 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
                 why = "not a finite number" if not math.isfinite(value) else "a negative counter"
                 skipped.append(Skipped(source, line_no, f"{sample.name} is {sample.value} ({why}): sample skipped"))
                 continue
+            # Only a sample that counts can start a new scrape: a skipped one must not split
+            # the scrape it sits in.
+            key = (sample.name, tuple(sorted(sample.labels.items())))
+            if key in seen:
+                scrape += 1
+                seen.clear()
+            seen.add(key)
+            scrape_line.setdefault(scrape, line_no)
             engine = sample.labels.get("engine")
             rows.append(
                 {
@@ -104,6 +106,8 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
     if not rows:
         return C.finish(pl.DataFrame()), skipped
     long = pl.DataFrame(rows, schema_overrides={"ts": pl.Float64, "model": pl.String})
+    long, repeated = _drop_repeated_scrapes(long, scrape_line, source)
+    skipped += repeated
     wide = long.pivot(on="column", index=["scrape", "model", "engine"], values="value", aggregate_function="last")
     times = long.group_by("scrape").agg(end_ts=pl.col("ts").max())
     wide = (
@@ -129,6 +133,35 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
         reported_draft_acceptance_rate=pl.col("v0_rate") if "v0_rate" in wide.columns else pl.lit(None),
     ).with_columns(num_spec_tokens=pl.col("num_accepted_tokens_per_pos").list.len().cast(pl.Int64))
     return C.finish(windows), skipped
+
+
+def _drop_repeated_scrapes(
+    long: pl.DataFrame, scrape_line: dict[int, int], source: str
+) -> tuple[pl.DataFrame, list[Skipped]]:
+    """Leave out a scrape identical to an earlier one that is not the scrape just before it: the
+    file holds the same scrapes twice (concatenated with itself), and reading the copy as an
+    engine restart would count everything again. An idle engine's identical consecutive
+    scrapes are kept (they add nothing)."""
+    seen: dict[tuple[object, ...], int] = {}
+    last: tuple[object, ...] | None = None
+    repeats: list[tuple[int, int]] = []
+    ordered = long.sort("scrape", "model", "engine", "column", nulls_last=True, maintain_order=True)
+    for (scrape,), part in ordered.group_by("scrape", maintain_order=True):
+        signature = tuple(part.select("model", "engine", "column", "value", "ts").iter_rows())
+        if signature in seen and (signature != last or (repeats and repeats[-1][0] == int(scrape) - 1)):
+            repeats.append((int(scrape), seen[signature]))
+            continue
+        seen.setdefault(signature, int(scrape))
+        last = signature
+    if not repeats:
+        return long, []
+    (first, earlier), n = repeats[0], len(repeats)
+    notice = Notice(
+        source, scrape_line.get(first),
+        f"{n} scrape(s) repeat earlier ones exactly (first: scrape {first + 1} = scrape {earlier + 1}; "
+        "the file holds the same scrapes twice?): each counted once",
+    )  # fmt: skip
+    return long.filter(~pl.col("scrape").is_in([r[0] for r in repeats])), [notice]
 
 
 def _per_series_windows(

@@ -25,7 +25,7 @@ from pathlib import Path
 import polars as pl
 
 from specobs.errors import Skipped
-from specobs.ingest.source import Source, gunzip
+from specobs.ingest.source import Source, read_whole
 
 #: Lines longer than this are not metric lines; they are reported and skipped.
 MAX_LINE_BYTES = 64 * 1024
@@ -63,16 +63,16 @@ def find_lines(
     ``text``, evaluated only on the lines holding that needle (after ANSI colour codes are
     removed), so a parser's regexes never touch lines they cannot match.
     ``progress`` is told the input's size once it has been read. Never raises for content:
-    over-long lines and a truncated gzip stream become :class:`Skipped` entries and
-    everything readable before them is kept.
+    over-long lines become :class:`Skipped` entries, a truncated gzip stream a
+    :class:`Notice`, and everything readable before them is kept.
     """
     found = FoundLines()
     if src.path is not None and not src.compressed:
         lines = _scan_lines(src.path)
     else:
-        data, cut = _read_all(src)
+        data, cut = read_whole(src)
         if cut is not None:
-            found.skipped.append(Skipped(src.name, None, cut))
+            found.skipped.append(cut)
         if not data:
             return found
         lines = _scan_lines(io.BytesIO(data))
@@ -126,23 +126,3 @@ def _scan_lines(data: Path | io.BytesIO) -> pl.LazyFrame:
         truncate_ragged_lines=True,
         encoding="utf8-lossy",
     )
-
-
-def _read_all(src: Source) -> tuple[bytes, str | None]:
-    """The whole decompressed content and, for a gzip stream cut short or corrupt, a notice.
-
-    The stream is decompressed incrementally, so every complete line before the cut is kept;
-    the line cut off mid-way is not data.
-    """
-    if not src.compressed:
-        return src.data or b"", None
-    unpacked = gunzip(src)
-    if unpacked.cut_at is None:
-        return unpacked.data, None
-    data = unpacked.data[: unpacked.data.rfind(b"\n") + 1]
-    lines = data.count(b"\n")
-    notice = (
-        f"gzip stream truncated or corrupt at compressed byte {unpacked.cut_at} ({unpacked.error}), "
-        f"in line {lines + 1}; the {lines} complete lines before it are kept"
-    )
-    return data, notice

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from specobs.errors import InputError
+from specobs.errors import InputError, Notice
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
@@ -144,6 +144,29 @@ class Gunzipped:
     data: bytes
     cut_at: int | None = None
     error: str | None = None
+
+
+def read_whole(src: Source) -> tuple[bytes, Notice | None]:
+    """The whole decompressed content and, for a gzip stream cut short or corrupt, a notice.
+
+    The stream is decompressed incrementally, so every complete line before the cut is kept;
+    the line cut off mid-way is not data.
+    """
+    if not src.compressed:
+        if src.data is not None:
+            return src.data, None
+        with src.open() as stream:
+            return stream.read(), None
+    unpacked = gunzip(src)
+    if unpacked.cut_at is None:
+        return unpacked.data, None
+    data = unpacked.data[: unpacked.data.rfind(b"\n") + 1]
+    lines = data.count(b"\n")
+    why = (
+        f"gzip stream truncated or corrupt at compressed byte {unpacked.cut_at} ({unpacked.error}), "
+        f"in line {lines + 1}; the {lines} complete lines before it are kept"
+    )
+    return data, Notice(src.name, None, why)
 
 
 def gunzip(src: Source, limit: int | None = None) -> Gunzipped:

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from specobs.render import tuning
 from specobs.render.markdown import md_table
-from specobs.results import Report, Summary
+from specobs.results import GroupSummary, Report, Summary
 
 BAR_WIDTH = 20
 
@@ -39,16 +39,38 @@ def _label(labels: Mapping[str, Any], columns: list[str]) -> str:
     return " · ".join(str(labels.get(c)) for c in columns if labels.get(c) is not None) or "all"
 
 
+def _drafted(summary: Summary) -> bool:
+    return bool(summary.num_drafts or summary.num_draft_tokens)
+
+
+def _shown_groups(report: Report) -> list[GroupSummary]:
+    """Groups that drafted: a group without drafts (the plain engine, k=0 steps) has no
+    acceptance to show; it is named in one line under the table instead."""
+    return [g for g in report.groups if _drafted(g.summary)]
+
+
+def _empty_groups_line(report: Report) -> str | None:
+    empty = [g for g in report.groups if not _drafted(g.summary)]
+    if not empty or len(report.groups) == 1:
+        return None
+    cols = _shown_columns(report)
+    windows = sum(g.summary.num_windows or 0 for g in empty)
+    names = ", ".join(" · ".join(_num(g.labels.get(c), "{}") for c in cols) for g in empty[:8])
+    names += ", …" if len(empty) > 8 else ""
+    return f"Not shown: {len(empty):,} group(s) without drafts ({windows:,} windows): {names}"
+
+
 def _shown_columns(report: Report) -> list[str]:
     """Group columns with at least one known value (an all-null column says nothing)."""
     return [c for c in report.group_columns if any(g.labels.get(c) is not None for g in report.groups)]
 
 
 def _summary_rows(report: Report) -> list[tuple[list[str], Summary]]:
-    """``(group label cells, summary)`` for every group, plus the overall row when there are several."""
+    """``(group label cells, summary)`` for every group that drafted, plus the overall row when
+    the input has several groups."""
     cols = _shown_columns(report)
-    rows = [([_num(g.labels.get(c), "{}") for c in cols], g.summary) for g in report.groups]
-    if len(rows) != 1:
+    rows = [([_num(g.labels.get(c), "{}") for c in cols], g.summary) for g in _shown_groups(report)]
+    if len(report.groups) != 1:
         rows.append((["all"] + [""] * (len(cols) - 1) if cols else ["all"], report.summary))
     return rows
 
@@ -58,18 +80,24 @@ DISPLAY = {"num_spec_tokens": "k", "batch_bucket": "batch", "run_id": "run"}
 
 
 def _summary_headers(report: Report) -> list[str]:
-    return [DISPLAY.get(c, c) for c in _shown_columns(report) or ["group"]] + list(MEASURE_HEADERS)
+    measures = [h for h in MEASURE_HEADERS if h != "k" or not _grouped_by_k(report)]
+    return [DISPLAY.get(c, c) for c in _shown_columns(report) or ["group"]] + measures
+
+
+def _grouped_by_k(report: Report) -> bool:
+    """When k is a group column, its measure column would repeat it."""
+    return "num_spec_tokens" in _shown_columns(report)
 
 
 MEASURE_HEADERS = ("windows", "k", "drafts", "drafted", "accepted", "acceptance length [95%]", "accept rate")
 
 
-def _summary_cells(label: list[str], s: Summary) -> list[str]:
+def _summary_cells(label: list[str], s: Summary, *, with_k: bool = True) -> list[str]:
     derived = "*" if s.num_drafts_derived else ""
     return [
         *label,
         _num(s.num_windows),
-        _num(s.num_spec_tokens),
+        *([_num(s.num_spec_tokens)] if with_k else []),
         _num(s.num_drafts) + derived,
         _num(s.num_draft_tokens),
         _num(s.num_accepted_tokens),
@@ -98,9 +126,10 @@ def _sections(report: Report) -> list[tuple[str, Summary, list[str]]]:
     cols = _shown_columns(report)
     overall = [f.text for f in report.findings()]
     sections = [
-        (_label(g.labels, cols), g.summary, [f.text for f in report.findings(g.summary)]) for g in report.groups
+        (_label(g.labels, cols), g.summary, [f.text for f in report.findings(g.summary)])
+        for g in _shown_groups(report)
     ]
-    if len(sections) == 1:
+    if len(report.groups) == 1 and len(sections) == 1:
         return [(sections[0][0], sections[0][1], overall)]
     return [*sections, ("all inputs", report.summary, overall)]
 
@@ -120,8 +149,10 @@ def to_rich(report: Report, console: Console) -> None:
     for i, header in enumerate(headers):
         summary.add_column(header, justify="left" if i < len(headers) - len(MEASURE_HEADERS) else "right")
     for label, row in _summary_rows(report):
-        summary.add_row(*(Text(cell) for cell in _summary_cells(label, row)))
+        summary.add_row(*(Text(cell) for cell in _summary_cells(label, row, with_k=not _grouped_by_k(report))))
     console.print(summary)
+    if empty := _empty_groups_line(report):
+        console.print(Text(empty, style="dim"))
     if any(row.num_drafts_derived for _, row in _summary_rows(report)):
         console.print(Text("* derived from printed rates (vLLM does not print the number of drafts)", style="dim"))
 
@@ -199,8 +230,10 @@ def to_markdown(report: Report) -> str:
         ("source", "format", "lines", "windows", "skipped"),
         [[s.name, s.format, _num(s.lines), _num(s.windows), _num(s.skipped)] for s in report.sources],
     )
-    rows = [_summary_cells(label, row) for label, row in _summary_rows(report)]
+    rows = [_summary_cells(label, row, with_k=not _grouped_by_k(report)) for label, row in _summary_rows(report)]
     parts += ["", *md_table(_summary_headers(report), rows)]
+    if empty := _empty_groups_line(report):
+        parts += ["", empty]
     for title, row, findings in _sections(report):
         parts += ["", f"### {title}"]
         positions = _position_rows(row)
