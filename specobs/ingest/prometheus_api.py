@@ -190,13 +190,6 @@ def _diffs(
     return out
 
 
-def load(url: str, *, since: str = "6h", step: str | None = None, match: str = "") -> pl.DataFrame:
-    """Windows for ``[now − since, now]`` as before ``_created`` was read: every first sample is
-    the baseline. Kept for callers that have not moved to :func:`read`, which counts a counter
-    created inside the range from zero and returns the notices of the baselines it assumed."""
-    return read(url, since=since, step=step, match=match, created=False)[0]
-
-
 def read(
     url: str,
     *,
