@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specobs.analysis import acceptance
-from specobs.analysis.cost import schedule_tax, timing_by_batch, unsteady_counts
+from specobs.analysis.cost import schedule_tax, steady_state, timing_by_batch, unsteady_counts
 from specobs.analysis.timeseries import detect_changes
 from specobs.ingest import Ingested, counted_sources
 from specobs.results import BatchTiming, GroupSummary, Report, Summary
@@ -32,12 +32,15 @@ def analyze(
     windows = ingested.windows
     if method is not None:
         windows = with_method(windows.lazy(), method)
-    overall, groups = acceptance.summarize_with_total(windows, by=by)
+    # Read and trimmed once: every analysis below takes this frame (steady_state is idempotent);
+    # left lazy, each of them would read the inputs and rank their steps again.
+    frame = steady_state(windows).collect()
+    overall, groups = acceptance.summarize_with_total(frame, by=by)
     keys = acceptance.group_columns(by)
     summary = Summary.from_row(overall.row(0, named=True)) if overall.height else Summary()
-    by_batch = timing_by_batch(windows, keys).to_dicts() if timing else []
+    by_batch = timing_by_batch(frame, keys).to_dicts() if timing else []
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
-    recommendation = recommend(windows, bootstrap=0) if tune and summary.num_drafts else None
+    recommendation = recommend(frame, bootstrap=0) if tune and summary.num_drafts else None
     return Report(
         by=tuple(by),
         group_columns=tuple(keys),
@@ -47,11 +50,11 @@ def analyze(
         ),
         sources=tuple(counted_sources(ingested)),
         skipped=tuple(ingested.skipped),
-        changes=tuple(detect_changes(windows, keys)),
+        changes=tuple(detect_changes(frame, keys)),
         timing=tuple(BatchTiming.from_row(row, [c for c in keys if c != "batch_bucket"]) for row in by_batch),
         recommendation=recommendation,
-        tax=tuple(schedule_tax(windows)),
-        unsteady=unsteady_counts(windows),
+        tax=tuple(schedule_tax(frame)),
+        unsteady=unsteady_counts(frame),
         notices=tuple(ingested.notices),
     )
 

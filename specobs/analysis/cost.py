@@ -160,38 +160,45 @@ def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     takes seconds for a few dozen tokens; a lone small-batch step is cheap per step). Column ``unsteady`` says why:
     ``warm-up`` among an engine's first :data:`WARMUP_STEPS` steps, else ``outlier``; null for
     kept steps and for rows that are not single steps.
+
+    Idempotent: a frame that already has ``unsteady`` is returned as it is, so one trimmed frame
+    can be handed to every consumer (``reporting.analyze`` does) without trimming it again.
     """
     lazy = windows.lazy()
-    engine = ["source", "run_id", "engine"]
-    coarse = [*engine, "model", "method", "draft_model", "platform", "device", "num_spec_tokens"]
-    config = [*coarse, "batch_size", "num_scheduled_tokens"]
+    if "unsteady" in lazy.collect_schema().names():
+        return lazy
+    # Groups are keyed by one 64-bit hash each (of the label strings once, then of the numbers):
+    # windows over the columns themselves cost several times more on millions of steps. Two
+    # configurations sharing a hash (odds ~n²/2⁶⁴) would only be judged against one median.
+    labels = pl.struct("source", "run_id", "model", "method", "draft_model", "platform", "device").hash()
+    engine = pl.struct("source", "run_id", "engine").hash()
+    coarse = pl.struct("_labels", "engine", "num_spec_tokens", "_decode").hash()
+    config = pl.struct("_labels", "engine", "num_spec_tokens", "batch_size", "num_scheduled_tokens").hash()
     step = pl.col("step_seconds")
     is_step = (pl.col("counters") == "step") & step.is_not_null()
     per_token = step / pl.col("num_scheduled_tokens").clip(lower_bound=1).fill_null(1)
 
-    def slow(value: pl.Expr, keys: list[str], factor: float) -> tuple[pl.Expr, pl.Expr]:
+    def slow(value: pl.Expr, key: str, factor: float) -> tuple[pl.Expr, pl.Expr]:
         timed = pl.when(is_step).then(value)
-        judged = timed.count().over(keys) >= MIN_STEPS_TO_JUDGE
-        return judged & (value > factor * timed.median().over(keys)), judged
+        judged = timed.count().over(key) >= MIN_STEPS_TO_JUDGE
+        return judged & (value > factor * timed.median().over(key)), judged
 
-    fine_slow, fine_judged = slow(step, config, OUTLIER_FACTOR)
+    fine_slow, fine_judged = slow(step, "_config", OUTLIER_FACTOR)
     # Per token alone would call a lone step at a small batch slow (its fixed cost is shared
     # by few tokens): it must also be slow in absolute terms against the same steps.
-    coarse_slow = (
-        slow(per_token, [*coarse, "_decode"], COARSE_OUTLIER_FACTOR)[0]
-        & slow(step, [*coarse, "_decode"], OUTLIER_FACTOR)[0]
-    )
+    coarse_slow = slow(per_token, "_coarse", COARSE_OUTLIER_FACTOR)[0] & slow(step, "_coarse", OUTLIER_FACTOR)[0]
     unsettled = is_step & pl.when(fine_judged).then(fine_slow).otherwise(coarse_slow)
-    order = pl.when(is_step).then(pl.col("start_ts")).rank("ordinal").over(engine)
+    order = pl.when(is_step).then(pl.col("start_ts")).rank("ordinal").over("_engine")
     unsteady = pl.when(unsettled).then(
         pl.when(order <= WARMUP_STEPS).then(pl.lit("warm-up")).otherwise(pl.lit("outlier"))
     )
     timing = ("draft_seconds", "verify_seconds", "step_seconds", "num_timed_steps")
     return (
-        lazy.with_columns(_decode=is_decode())
+        lazy.with_columns(_decode=is_decode(), _labels=labels, _engine=engine)
+        .with_columns(_coarse=coarse, _config=config)
         .with_columns(unsteady=unsteady)
         .with_columns([pl.when(pl.col("unsteady").is_null()).then(pl.col(c)).alias(c) for c in timing])
-        .drop("_decode")
+        .drop("_decode", "_labels", "_engine", "_coarse", "_config")
     )
 
 

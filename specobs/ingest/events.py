@@ -79,7 +79,7 @@ def read_parquet(src: Source) -> pl.LazyFrame:
     """Steps from a Parquet event file, lazily, conformed to the steps schema; invalid rows
     (see :func:`read_parquet_checked`) are left out."""
     frame = _scan_parquet(src)
-    return frame.filter(~_invalid(_longest(frame)))
+    return frame.filter(~_invalid(_list_shape(frame)))
 
 
 def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple[pl.LazyFrame, list[Skipped]]:
@@ -92,8 +92,8 @@ def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple
     """
     frame = _scan_parquet(src)
     try:
-        positions = _longest(frame)
-        bad = frame.with_row_index("__row", offset=1).filter(_invalid(positions)).collect()
+        shape = _list_shape(frame)
+        bad = frame.with_row_index("__row", offset=1).filter(_invalid(shape)).collect()
     except Exception as exc:
         raise InputError(src.name, f"unreadable Parquet file ({str(exc).splitlines()[0]})") from None
     if bad.is_empty():
@@ -105,7 +105,7 @@ def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple
         skipped.append(Skipped(src.name, number, found[1]))
         if reasons is not None:
             reasons.append(found[0])
-    return frame.filter(~_invalid(positions)), skipped
+    return frame.filter(~_invalid(shape)), skipped
 
 
 def _scan_parquet(src: Source) -> pl.LazyFrame:
@@ -133,7 +133,7 @@ def read_jsonl(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
     said: list[Skipped] = [cut] if cut is not None else []
     try:
         frame = pl.read_ndjson(io.BytesIO(data), schema=schema.STEPS, ignore_errors=False)
-        if not frame.select(_invalid(_longest(frame)).any()).item():
+        if not frame.select(_invalid(_list_shape(frame)).any()).item():
             return frame.lazy(), said
     except Exception:
         pass  # the line-by-line path below names the bad lines
@@ -303,50 +303,67 @@ def _exceeds_drafts(name: str, counts: list[int], drafts: int | None) -> str | N
     return None
 
 
-def _longest(frame: pl.LazyFrame | pl.DataFrame) -> int:
-    """How many positions the per-position checks must cover in ``frame``: its longest list
-    (capped just past ``MAX_CHECKED_POSITIONS``), or 0 when no row has a per-position list."""
+#: Which per-position lists a frame holds and how many positions the checks must cover.
+ListShape = tuple[int, frozenset[str]]
+ALL_LISTS: ListShape = (MAX_CHECKED_POSITIONS, frozenset(_LIST_COLUMNS))
+
+
+def _list_shape(frame: pl.LazyFrame | pl.DataFrame) -> ListShape:
+    """The longest per-position list of ``frame`` (capped just past ``MAX_CHECKED_POSITIONS``;
+    0 when no row has one) and the list columns holding a value in some row: checks of a list
+    that is null everywhere would find nothing, and on millions of rows they cost seconds."""
     shape = (
         frame.lazy()
         .select(
             longest=pl.max_horizontal([pl.col(c).list.len().max() for c in _LIST_COLUMNS]),
-            checked=pl.any_horizontal([pl.col(c).is_not_null() for c in _LIST_COLUMNS]).any(),
+            **{c: pl.col(c).is_not_null().any() for c in _LIST_COLUMNS},
         )
         .collect()
+        .row(0, named=True)
     )
-    if not shape["checked"].item():
-        return 0
-    return min(int(shape["longest"].item() or 0), MAX_CHECKED_POSITIONS + 1)
+    present = frozenset(c for c in _LIST_COLUMNS if shape[c])
+    return (min(int(shape["longest"] or 0), MAX_CHECKED_POSITIONS + 1) if present else 0), present
 
 
-def _invalid(positions: int = MAX_CHECKED_POSITIONS) -> pl.Expr:
+def _invalid(shape: ListShape = ALL_LISTS) -> pl.Expr:
     """Rows :func:`check_record` would reject, as one vectorised expression (per-position
-    checks up to ``positions``: pass the longest list of the frame, :func:`_longest`)."""
-    bad = _contradictory(positions)
+    checks over the lists and positions of ``shape``: pass the frame's, :func:`_list_shape`)."""
+    bad = _contradictory(shape)
     for name in _INT_COLUMNS:
         bad = bad | (pl.col(name) < 0)
     for name in _FLOAT_COLUMNS:
         bad = bad | ~pl.col(name).is_finite()
     for name in schema.TIMINGS:
         bad = bad | (pl.col(name) < 0)
-    for name in _LIST_COLUMNS:
+    for name in shape[1]:
         bad = bad | pl.col(name).list.eval(pl.element().is_null().any()).list.first()
     bad = bad | (pl.col("num_accepted_tokens") > pl.col("num_draft_tokens"))
-    longest_allowed = pl.max_horizontal(pl.col("num_spec_tokens"), pl.col("num_drafts_per_pos").list.len().fill_null(0))
-    bad = bad | (
-        pl.col("num_spec_tokens").is_not_null() & (pl.col("num_accepted_tokens_per_pos").list.len() > longest_allowed)
-    )
+    if "num_accepted_tokens_per_pos" in shape[1]:
+        longest_allowed = pl.max_horizontal(
+            pl.col("num_spec_tokens"), pl.col("num_drafts_per_pos").list.len().fill_null(0)
+        )
+        bad = bad | (
+            pl.col("num_spec_tokens").is_not_null()
+            & (pl.col("num_accepted_tokens_per_pos").list.len() > longest_allowed)
+        )
     return bad.fill_null(False)
 
 
-def _contradictory(positions: int = MAX_CHECKED_POSITIONS) -> pl.Expr:
-    """Rows the checks of :func:`_record` would reject, as one vectorised expression.
+def _contradictory(shape: ListShape = ALL_LISTS) -> pl.Expr:
+    """Rows the per-position checks of :func:`check_record` would reject, as one vectorised
+    expression, built only from the lists ``shape`` says are present (an absent list's checks
+    are null, i.e. pass, anyway).
 
     Positions are compared up to ``MAX_CHECKED_POSITIONS``; a file with longer lists takes the
     line-by-line path.
     """
+    positions, present = shape
+    has_r = "num_drafts_per_pos" in present
+    has_a = "num_accepted_tokens_per_pos" in present
+    has_t = "num_drafts_accepted_before_pos" in present
     reached, accepted = pl.col("num_drafts_per_pos"), pl.col("num_accepted_tokens_per_pos")
     tried = pl.col("num_drafts_accepted_before_pos")
+    drafts = pl.col("num_drafts")
 
     def at(column: pl.Expr, i: int) -> pl.Expr:
         return column.list.get(i, null_on_oob=True)
@@ -354,22 +371,26 @@ def _contradictory(positions: int = MAX_CHECKED_POSITIONS) -> pl.Expr:
     def at_or_0(column: pl.Expr, i: int) -> pl.Expr:
         return at(column, i).fill_null(0)
 
-    bad = (reached.list.min() < 0) | (accepted.list.min() < 0) | (tried.list.min() < 0)
-    longest = pl.max_horizontal(reached.list.len(), accepted.list.len(), tried.list.len()).fill_null(0)
-    checked = reached.is_not_null() | tried.is_not_null()
-    bad = bad | (checked & (longest > MAX_CHECKED_POSITIONS))
-    bad = bad | (reached.list.first() > pl.col("num_drafts")) | (tried.list.first() > pl.col("num_drafts"))
-    bad = bad | (accepted.list.first() > pl.col("num_drafts"))
-    bad = bad | (reached.is_not_null() & tried.is_not_null() & (at_or_0(tried, 0) != at_or_0(reached, 0)))
+    terms: list[pl.Expr] = []
+    for has, column in ((has_r, reached), (has_a, accepted), (has_t, tried)):
+        if has:
+            terms += [column.list.min() < 0, column.list.first() > drafts]
+    if has_r or has_t:
+        longest = pl.max_horizontal(reached.list.len(), accepted.list.len(), tried.list.len()).fill_null(0)
+        terms.append((reached.is_not_null() | tried.is_not_null()) & (longest > MAX_CHECKED_POSITIONS))
+    if has_r and has_t:
+        terms.append(reached.is_not_null() & tried.is_not_null() & (at_or_0(tried, 0) != at_or_0(reached, 0)))
     for i in range(min(positions, MAX_CHECKED_POSITIONS)):
         n, m = at(reached, i), at(tried, i)
         if i:
-            bad = bad | (n > at(reached, i - 1)) | (m > at(tried, i - 1)) | (at(accepted, i) > at(accepted, i - 1))
-            bad = bad | (accepted.is_not_null() & (m > at_or_0(accepted, i - 1)))
-        bad = bad | (reached.is_not_null() & (at(accepted, i) > n.fill_null(0)))
-        bad = bad | (tried.is_not_null() & (at(accepted, i) > m.fill_null(0)))
-        bad = bad | (reached.is_not_null() & (m > n.fill_null(0)))
-    return bad.fill_null(False)
+            terms += [n > at(reached, i - 1)] if has_r else []
+            terms += [m > at(tried, i - 1)] if has_t else []
+            terms += [at(accepted, i) > at(accepted, i - 1)] if has_a else []
+            terms += [accepted.is_not_null() & (m > at_or_0(accepted, i - 1))] if has_a and has_t else []
+        terms += [reached.is_not_null() & (at(accepted, i) > n.fill_null(0))] if has_r and has_a else []
+        terms += [tried.is_not_null() & (at(accepted, i) > m.fill_null(0))] if has_t and has_a else []
+        terms += [reached.is_not_null() & (m > n.fill_null(0))] if has_r and has_t else []
+    return pl.any_horizontal(terms).fill_null(False) if terms else pl.lit(False)
 
 
 def steps_to_windows(steps: pl.LazyFrame, source: str, source_format: str) -> pl.LazyFrame:

@@ -126,7 +126,7 @@ def t_quantile_975(df: float) -> float:
     return z + sum(term / nu ** (i + 1) for i, term in enumerate(terms))
 
 
-def _run_spread(steady: pl.LazyFrame) -> pl.DataFrame:
+def _run_spread(steady: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """Per batch bucket: runs, and the variance of Σ generated / Σ step seconds between runs.
 
     The rows are the ones ``timing_by_batch`` turns into ``generated_tokens_per_second``; the
@@ -134,7 +134,7 @@ def _run_spread(steady: pl.LazyFrame) -> pl.DataFrame:
     """
     both = pl.col("num_generated_tokens").is_not_null() & pl.col("step_seconds").is_not_null()
     rows = (
-        with_group_columns(steady)
+        with_group_columns(steady.lazy())
         .filter((pl.col("num_timed_steps").fill_null(0) > 0) & both)
         .select(
             "source",
@@ -176,7 +176,7 @@ def _timed(windows: pl.LazyFrame | pl.DataFrame) -> bool:
 
 def _side_throughput(windows: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """Per batch bucket: steps, tokens/s, mean step seconds (``timing_by_batch``) and the run spread."""
-    steady = steady_state(windows)
+    steady = steady_state(windows).collect()  # once: both passes below read it
     timed = timing_by_batch(steady, []).filter(pl.col("generated_tokens_per_second").is_not_null())
     if timed.is_empty():
         return timed

@@ -93,7 +93,8 @@ def fit_methods(
         lazy = lazy.filter(pl.col("request_id").is_null())
     if method is not None:
         lazy = with_method(lazy, method)
-    frame = cells(steady_state(lazy), LABELS)
+    # Trimmed once and held: the merge into cells reads it several times.
+    frame = cells(steady_state(lazy).collect(), LABELS)
     k0 = frame.filter((pl.col("num_spec_tokens").fill_null(-1) == 0) & pl.col("num_timed_steps").is_not_null())
     plain_all = k0.filter(pl.col("method").is_null())
     off_all = k0.filter(pl.col("method").is_not_null())
