@@ -398,3 +398,45 @@ def test_follower_numbers_lines_across_rotation_and_truncation(tmp_path):
     log.write_bytes(b"x\n")  # truncated in place: numbering starts again
     assert [(d, d.first_line) for _, d in follower.poll()] == [(b"x\n", 1)]
     follower.close()
+
+
+def test_one_engine_stays_within_its_series_budget():
+    """The worst an engine publishes by design: one method, k = 16 with every position reached,
+    every batch bucket, a recommendation published. Counted from a real scrape."""
+    from specobs.exporters.prometheus import SERIES_PER_ENGINE, series_of
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry, health=lambda: {"dropped_events": 0, "hook_errors": 0})
+    per_pos = list(range(16, 0, -1))
+    wide = {**ROW, "num_spec_tokens": 16, "num_drafts": 16, "num_draft_tokens": 256,
+            "num_accepted_tokens": sum(per_pos), "num_accepted_tokens_per_pos": per_pos}  # fmt: skip
+    for batch in (None, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048):
+        metrics.observe_step({**wide, "batch_size": batch})
+    series = series_of(registry)
+    scraped = [line for line in generate_latest(registry).decode().splitlines() if line and line[0] != "#"]
+    assert series == len(scraped)
+    assert series <= SERIES_PER_ENGINE, series
+    # the timings are summaries: sum, count and created per batch bucket, no quantile buckets
+    assert not [line for line in scraped if line.startswith("specobs_step_seconds_bucket")]
+    steps = [line for line in scraped if line.startswith("specobs_step_seconds_count")]
+    assert len(steps) == 13  # 12 power-of-two buckets and "unknown"
+    # a second engine adds as much again, and no more
+    for batch in (None, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048):
+        metrics.observe_step({**wide, "engine": 1, "batch_size": batch})
+    fixed = 3 * 2 + 2  # the overflow counter (three labels, with _created), the two health counters
+    assert series_of(registry) - fixed == 2 * (series - fixed)
+
+
+def test_per_position_counters_carry_their_created_time():
+    """The fleet path counts a counter created inside its range from zero: the per-position
+    counters, yielded by a collector, must say when each series appeared."""
+    import time
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    before = time.time()
+    metrics.observe_step({**ROW, "num_accepted_tokens_per_pos": [3, 1, 0]})
+    created = value(registry, "specobs_drafts_per_position_created", position="2")
+    assert created is not None and before <= created <= time.time()
+    assert value(registry, "specobs_drafts_per_position_created", position="3") is None  # never reached
+    assert value(registry, "specobs_accepted_tokens_per_position_created", position="2") == created

@@ -42,7 +42,7 @@ VLLM_COUNTERS = {
 
 
 def _exporter_families() -> tuple[set[str], set[str]]:
-    """(counter and gauge sample names, histogram base names) the exporter serves, from its own
+    """(counter, gauge and summary sample names, histogram base names) the exporter serves, from its own
     registry: the contract is what the code publishes, not a list kept by hand."""
     from prometheus_client import CollectorRegistry
 
@@ -54,6 +54,8 @@ def _exporter_families() -> tuple[set[str], set[str]]:
     for family in registry.collect():
         if family.type == "histogram":
             histograms.add(family.name)
+        elif family.type == "summary":  # no quantiles: only the sum and the count
+            plain |= {f"{family.name}_sum", f"{family.name}_count"}
         else:
             plain.add(f"{family.name}_total" if family.type == "counter" else family.name)
     return plain, histograms

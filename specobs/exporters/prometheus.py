@@ -6,8 +6,10 @@ Names and labels are a contract (docs/exporters.md, rules in exporters/prometheu
   ``specobs_accepted_tokens_total``, ``specobs_accepted_tokens_per_position_total{position}``,
   ``specobs_drafts_per_position_total{position}`` (drafts that reached the position: the
   denominator of the per-position rate), ``specobs_generated_tokens_total``;
-- histograms ``specobs_draft_seconds``, ``specobs_verify_seconds``, ``specobs_step_seconds``
-  (with ``batch_size_bucket``) and ``specobs_accepted_tokens_per_draft``;
+- summaries ``specobs_draft_seconds``, ``specobs_verify_seconds``, ``specobs_step_seconds``
+  (``_sum`` and ``_count`` with ``batch_size_bucket``: mean times per batch bucket, which is
+  what the rules, the dashboards and the fleet path read; no quantile buckets, which would
+  multiply every batch bucket by 13 series) and the histogram ``specobs_accepted_tokens_per_draft``;
 - gauges ``specobs_predicted_speedup`` (of the configuration that runs now),
   ``specobs_recommended_num_speculative_tokens`` (both from the latest refit only: a collector
   yields them afresh, so a method or bucket that is no longer recommended disappears),
@@ -33,11 +35,12 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -48,14 +51,21 @@ from specobs.results import Recommendation
 from specobs.tuning.recommend import traffic_speedup
 
 LABELS = ("model_name", "engine", "method")
-TIME_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 MAX_POSITIONS = 16
+#: The series one engine may publish at most, by design (one method, k up to MAX_POSITIONS,
+#: every batch bucket; tests/test_exporters.py holds the exporter to it; docs/exporters.md).
+SERIES_PER_ENGINE = 500
 #: Distinct values each input-derived label may take before the rest are folded into ``other``.
 LABEL_BUDGET = {"model_name": 32, "engine": 16, "num_speculative_tokens": 16}
 #: ``method`` takes vLLM's method names, ``none`` (no method in the input) and ``other``.
 METHODS = frozenset((*schema.KNOWN_METHODS, "none"))
 MAX_LABEL_LENGTH = 100
 OTHER = "other"
+
+
+def series_of(registry: CollectorRegistry) -> int:
+    """How many series a scrape of ``registry`` holds (samples, ``_created`` included)."""
+    return sum(len(family.samples) for family in registry.collect())
 
 
 def _plain(value: str) -> bool:
@@ -141,6 +151,58 @@ class _AcceptedPerDraft(Collector):
         yield family
 
 
+class _PerPosition(Collector):
+    """``specobs_accepted_tokens_per_position_total`` and ``specobs_drafts_per_position_total``
+    kept as plain sums and yielded afresh at scrape (with each series' ``_created``): 32
+    ``Counter.inc`` calls per step cost more than all the rest of a step's export."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # labels → (accepted, reached, accepted created, reached created), one slot a position
+        self._series: dict[tuple[str, ...], tuple[list[int], list[int], list[float], list[float]]] = {}
+
+    def add(self, labels: tuple[str, ...], accepted: Sequence[int], reached: Sequence[int]) -> None:
+        """Add one row's per-position counts; a reached position gets its accepted series too,
+        at 0 if need be (a rate of 0 must be a sample, not a missing series)."""
+        now = time.time()
+        with self._lock:
+            entry = self._series.get(labels)
+            if entry is None:
+                entry = self._series[labels] = (
+                    [0] * MAX_POSITIONS, [0] * MAX_POSITIONS, [0.0] * MAX_POSITIONS, [0.0] * MAX_POSITIONS
+                )  # fmt: skip
+            sums, tried, sums_created, tried_created = entry
+            for position in range(min(max(len(accepted), len(reached)), MAX_POSITIONS)):
+                a = accepted[position] if position < len(accepted) else 0
+                n = reached[position] if position < len(reached) else 0
+                if a or n:
+                    sums[position] += a
+                    sums_created[position] = sums_created[position] or now
+                if n:
+                    tried[position] += n
+                    tried_created[position] = tried_created[position] or now
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        labels = [*LABELS, "position"]
+        accepted = CounterMetricFamily(
+            "specobs_accepted_tokens_per_position", "Drafts whose first position+1 tokens were accepted.", labels=labels
+        )
+        reached = CounterMetricFamily(
+            "specobs_drafts_per_position",
+            "Drafts that reached the position (drafted more than position tokens).",
+            labels=labels,
+        )
+        with self._lock:
+            for key, (sums, tried, sums_created, tried_created) in self._series.items():
+                for position in range(MAX_POSITIONS):
+                    if sums_created[position]:
+                        accepted.add_metric([*key, str(position)], sums[position], created=sums_created[position])
+                    if tried_created[position]:
+                        reached.add_metric([*key, str(position)], tried[position], created=tried_created[position])
+        yield accepted
+        yield reached
+
+
 class _Tuning(Collector):
     """``specobs_predicted_speedup`` and ``specobs_recommended_num_speculative_tokens`` from the
     latest recommendation per model, yielded afresh on every scrape (client_python's idiom)."""
@@ -205,7 +267,7 @@ class PrometheusMetrics:
     """The specobs instruments on one registry; ``observe_step`` feeds them from a steps row."""
 
     _counter_cls = Counter
-    _histogram_cls = Histogram
+    _summary_cls = Summary
     _gauge_cls = Gauge
 
     def __init__(
@@ -222,25 +284,19 @@ class PrometheusMetrics:
         def counter(name: str, doc: str, labels: Sequence[str] = LABELS) -> Counter:
             return self._counter_cls(name, doc, list(labels), registry=r)
 
-        def histogram(name: str, doc: str) -> Histogram:
-            return self._histogram_cls(name, doc, [*LABELS, "batch_size_bucket"], buckets=TIME_BUCKETS, registry=r)
+        def timing(name: str, doc: str) -> Summary:
+            return self._summary_cls(name, doc, [*LABELS, "batch_size_bucket"], registry=r)
 
         self.steps = counter("specobs_steps", "Engine steps observed.")
         self.drafts = counter("specobs_drafts", "Drafts verified.")
         self.draft_tokens = counter("specobs_draft_tokens", "Draft tokens proposed and verified.")
         self.accepted = counter("specobs_accepted_tokens", "Draft tokens accepted.")
-        self.accepted_per_position = counter(
-            "specobs_accepted_tokens_per_position", "Drafts whose first position+1 tokens were accepted.",
-            [*LABELS, "position"],
-        )  # fmt: skip
-        self.drafts_per_position = counter(
-            "specobs_drafts_per_position", "Drafts that reached the position (drafted more than position tokens).",
-            [*LABELS, "position"],
-        )  # fmt: skip
+        self.per_position = _PerPosition()
+        r.register(self.per_position)
         self.generated = counter("specobs_generated_tokens", "Tokens generated.")
-        self.draft_seconds = histogram("specobs_draft_seconds", "Time in the proposer per step.")
-        self.verify_seconds = histogram("specobs_verify_seconds", "Target forward and rejection sampling per step.")
-        self.step_seconds = histogram("specobs_step_seconds", "Whole engine step.")
+        self.draft_seconds = timing("specobs_draft_seconds", "Time in the proposer per step.")
+        self.verify_seconds = timing("specobs_verify_seconds", "Target forward and rejection sampling per step.")
+        self.step_seconds = timing("specobs_step_seconds", "Whole engine step.")
         self.cost_ratio = self._gauge_cls(
             "specobs_cost_ratio", "Mean draft seconds per drafted token over mean verify seconds per step.",
             list(LABELS), registry=r,
@@ -299,20 +355,15 @@ class PrometheusMetrics:
         if timed:
             self._child(self.steps, *labels).inc(timed)
         drafts = _count(row.get("num_drafts")) or 0
-        per_pos_ok = all(_count(v) is not None or v == 0 for v in row.get("num_accepted_tokens_per_pos") or [])
+        per_pos = row.get("num_accepted_tokens_per_pos") or []
+        # Integers (what capture and the validated readers give) are checked fast; anything
+        # else must be a finite non-negative number.
+        per_pos_ok = all(type(v) is int and v >= 0 for v in per_pos) or all(
+            _count(v) is not None or v == 0 for v in per_pos
+        )
         if drafts and per_pos_ok:
             self._child(self.drafts, *labels).inc(drafts)
-            per_pos = row.get("num_accepted_tokens_per_pos") or []
-            reached = drafts_per_position(row, drafts, k)
-            for position in range(min(max(len(per_pos), len(reached)), MAX_POSITIONS)):
-                accepted = per_pos[position] if position < len(per_pos) else 0
-                n = reached[position] if position < len(reached) else 0
-                # A reached position gets its accepted series too, at 0 if need be: a rate of 0
-                # must be a sample (it raises SpecDecodeWastedPositions), not a missing series.
-                if accepted or n:
-                    self._child(self.accepted_per_position, *labels, str(position)).inc(accepted)
-                if n:
-                    self._child(self.drafts_per_position, *labels, str(position)).inc(n)
+            self.per_position.add(labels, per_pos, drafts_per_position(row, drafts, k))
             if per_pos:
                 self.accepted_per_draft.add(labels, drafts, per_pos)
         for counter, key in ((self.draft_tokens, "num_draft_tokens"), (self.accepted, "num_accepted_tokens"),
@@ -322,11 +373,11 @@ class PrometheusMetrics:
                 self._child(counter, *labels).inc(value)
         if timed == 1:  # a single step: its timings are one observation each
             bucket = batch_size_bucket(row.get("batch_size"))
-            for histogram, key in ((self.draft_seconds, "draft_seconds"), (self.verify_seconds, "verify_seconds"),
-                                   (self.step_seconds, "step_seconds")):  # fmt: skip
+            for summary, key in ((self.draft_seconds, "draft_seconds"), (self.verify_seconds, "verify_seconds"),
+                                 (self.step_seconds, "step_seconds")):  # fmt: skip
                 value = row.get(key)
                 if _finite(value) and value >= 0:  # type: ignore[operator]  # a NaN would poison the sum for good
-                    self._child(histogram, *labels, bucket).observe(value)
+                    self._child(summary, *labels, bucket).observe(value)
             self._update_cost_ratio(labels, row)
 
     def _update_cost_ratio(self, labels: tuple[str, ...], row: dict[str, Any]) -> None:
