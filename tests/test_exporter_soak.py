@@ -7,13 +7,19 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from specobs.exporters.prometheus import PrometheusMetrics
 from specobs.exporters.sidecar import RECENT_ROWS, Sidecar, SidecarHealth
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from bench_soak import bad_row as _bad  # the soak benchmark's row generators
+from bench_soak import good_row as _good
 
 ROWS_PER_POLL = 250
 POLLS = 400
@@ -32,32 +38,6 @@ def _rss_bytes() -> int:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
     pytest.skip("no way to read this process's resident memory")
-
-
-def _good(rng: random.Random, ts: float) -> dict:
-    k = rng.choice((2, 3, 4))
-    drafts = rng.randint(1, 16)
-    per_pos = sorted((rng.randint(0, drafts) for _ in range(k)), reverse=True)
-    accepted = sum(per_pos)
-    return {
-        "ts": ts, "run_id": "soak", "engine": rng.randint(0, 1), "model": rng.choice(("m-a", "m-b", "m-c")),
-        "method": rng.choice(("ngram", "eagle3")), "batch_size": rng.randint(1, 64), "num_spec_tokens": k,
-        "num_drafts": drafts, "num_draft_tokens": drafts * k, "num_accepted_tokens": accepted,
-        "num_accepted_tokens_per_pos": per_pos, "num_generated_tokens": accepted + drafts,
-        "draft_seconds": rng.uniform(0.0005, 0.003), "verify_seconds": rng.uniform(0.005, 0.02),
-        "step_seconds": rng.uniform(0.006, 0.025),
-    }  # fmt: skip
-
-
-def _bad(rng: random.Random, ts: float) -> tuple[str, str]:
-    row = _good(rng, ts)
-    kind = rng.choice(("negative", "non_finite", "invalid_json"))
-    if kind == "negative":
-        return kind, json.dumps({**row, rng.choice(("num_drafts", "batch_size", "num_accepted_tokens")): -5})
-    if kind == "non_finite":
-        text = json.dumps({**row, "step_seconds": 1.5})
-        return kind, text.replace('"step_seconds": 1.5', f'"step_seconds": {rng.choice(("NaN", "Infinity"))}')
-    return kind, json.dumps(row)[:-7] + "}}"
 
 
 @pytest.mark.slow
