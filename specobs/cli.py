@@ -402,7 +402,10 @@ def _acceptance_profile(spec: str) -> list[float]:
 @user_errors
 def simulate(
     out: Annotated[str, typer.Argument(help="Folder for the simulated event files (JSON Lines).")],
-    method: Annotated[str, typer.Option(help="Drafter profile: ngram, draft_model, eagle3 or mtp.")] = "draft_model",
+    method: Annotated[
+        str,
+        typer.Option(help="Drafter profile: ngram, draft_model, eagle3, mtp (k passes) or dflash (one pass)."),
+    ] = "draft_model",
     k: Annotated[str, typer.Option(help="Comma-separated k values (0: plain decoding).")] = "0,4",
     batch: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,4,16,64",
     steps: Annotated[int, typer.Option(help="Steps per batch size and k.")] = 200,

@@ -235,3 +235,49 @@ def test_validate_says_when_the_fit_run_has_no_timing():
     assert validate(windows).median_error < 0.1  # fitted on k = 2, the largest timed run
     with pytest.raises(ValueError, match="eagle3: no cost model"):
         validate(windows, fit_k=4)
+
+
+def test_mtp_fitted_from_one_k_scales_its_draft_time_with_k():
+    """A single MTP layer runs k times: fitted at k = 2 only, the model must not take its draft
+    time as flat in k (which would recommend a k far too long), and says what it assumed."""
+    from dataclasses import replace
+
+    # Drafting costs enough here that k matters: taken as flat in k, the k = 2 fit picks a k
+    # whose throughput is 17% below the best (measured while writing this test).
+    scenario = sim.Scenario(methods=(replace(sim.PROFILES["mtp"], draft=(0.0, 0.0, 0.002, 0.00003)),))
+    assert worst_regret(scenario, "mtp", fit_ks=(0, 2)) < 0.03
+    frames = [sim.simulate_run(scenario, "mtp" if k else None, k, [1, 4, 16, 64], 150) for k in (0, 2)]
+    rec = recommend(windows(frames), max_k=8, bootstrap=0)
+    (facts,) = [m for m in rec.methods if m.method == "mtp"]
+    assert "draft time scaled with k from k=2 (autoregressive drafter)" in facts.model_notes
+
+
+def _other_draft_kind(spec: sim.MethodSpec) -> sim.MethodSpec:
+    """``spec`` with the draft cost of the other kind (flat in k ↔ one pass per token)."""
+    from dataclasses import replace
+
+    flat, per_token = (0.0012, 0.00003, 0.0, 0.0), (0.0, 0.0, 0.0006, 0.00001)
+    return replace(spec, draft=per_token if spec.draft[2] == 0 else flat)
+
+
+@pytest.mark.parametrize(("method", "kind"), [("eagle3", "autoregressive"), ("dflash", "parallel")])
+def test_drafter_kind_comes_from_measurement_when_two_k_are_measured(method, kind):
+    """With draft times at k = 2 and 6 the measurement decides, whatever the method's name says:
+    eagle3's grow with k, a block drafter's do not; a drafter of the other kind under the same
+    name is classed by what it measured, and the assumptions say so."""
+    from specobs.tuning.model import cells, fit_cost
+    from specobs.tuning.recommend import LABELS
+
+    for spec, expected in ((sim.PROFILES[method], kind), (_other_draft_kind(sim.PROFILES[method]), None)):
+        scenario = sim.Scenario(methods=(spec,))
+        steps = pl.concat([sim.simulate_run(scenario, method, k, [1, 4, 16], 150) for k in (2, 6)])
+        frame = cells(steps_to_windows(steps.lazy(), "sim", "events-jsonl").collect(), LABELS)
+        cost = fit_cost(frame, None, method)
+        assert cost is not None
+        (note,) = [n for n in cost.notes if n.startswith("draft time measured at k=2…6")]
+        if expected is not None:
+            assert cost.kind == expected, note
+            assert "the measurement decides" not in note
+        else:
+            assert cost.kind != kind, note
+            assert "the measurement decides" in note

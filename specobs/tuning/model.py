@@ -39,9 +39,19 @@ from specobs.analysis import acceptance
 from specobs.analysis.cost import is_decode
 from specobs.analysis.intervals import wilson_bounds
 
-AUTOREGRESSIVE = {"draft_model", "eagle", "eagle3", "mlp_speculator"}
-PARALLEL = {"mtp", "deepseek_mtp", "qwen3_next_mtp", "medusa", "dflash"}
+#: One drafter pass per drafted token. MTP is here: the models that ship it (DeepSeek-V3, MiMo,
+#: Qwen3-Next, GLM, Gemma 4's assistant) have one MTP layer, which vLLM runs k times.
+AUTOREGRESSIVE = {
+    "draft_model", "eagle", "eagle3", "mlp_speculator",
+    "mtp", "deepseek_mtp", "qwen3_next_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp", "longcat_flash_mtp",
+}  # fmt: skip
+#: One pass for all k: parallel heads and block drafters.
+PARALLEL = {"medusa", "dflash", "dspark"}
 LOOKUP = {"ngram", "ngram_gpu", "suffix"}
+#: With draft times at two or more k, a drafter whose time from the smallest to the largest
+#: measured k grows by more than this share of what k ∝ cost would add is taken as one pass per
+#: token; otherwise as flat in k.
+GROWS_WITH_K = 0.25
 
 
 def drafter_kind(method: str | None) -> str:
@@ -487,6 +497,9 @@ def fit_cost(
             cols = np.column_stack([np.ones_like(b), b, k, k * b])
             coef = _nonneg_lstsq(cols, d, n)
             draft = DraftCost(*map(float, coef))
+            measured, note = _measured_kind(draft, k, b, n, kind)
+            kind = measured
+            notes.append(note)
         elif kind == "autoregressive":  # one k: cost per drafted token grows with batch, × k
             coef = _nonneg_lstsq(np.column_stack([b * k, k]), d, n)
             draft = DraftCost(0.0, 0.0, float(coef[1]), float(coef[0]))
@@ -522,6 +535,23 @@ def fit_cost(
     if baseline != BASELINE_PLAIN:
         notes.append(f"no plain engine in the input: plain decoding {baseline}")
     return CostModel(verify, draft, overhead, base_model, kind, tuple(notes), off_model, baseline)
+
+
+def _measured_kind(
+    draft: DraftCost, k: np.ndarray, b: np.ndarray, n: np.ndarray, default: str
+) -> tuple[str, str]:
+    """The drafter kind the fitted draft time shows across the measured k (at the steps'
+    typical batch size), and the sentence the assumptions quote. A lookup stays a lookup."""
+    k_low, k_high = int(k.min()), int(k.max())
+    batch = float(np.average(b, weights=n))
+    low, high = draft(k_low, batch), draft(k_high, batch)
+    proportional = low * (k_high / k_low - 1)  # what one pass per token would add
+    grows = proportional > 0 and (high - low) > GROWS_WITH_K * proportional
+    kind = default if default == "lookup" else "autoregressive" if grows else "parallel"
+    verdict = "grows with k (one pass per token)" if grows else "flat in k (one pass)"
+    ratio = f"{high / low:.2f}×" if low > 0 else "from 0"
+    said = "" if kind == default else f"; the method's usual kind is {default}: the measurement decides"
+    return kind, f"draft time measured at k={k_low}…{k_high}: {ratio} at batch {batch:.0f}, {verdict}{said}"
 
 
 def _step_model(frame: pl.DataFrame, value: str) -> Hinge:

@@ -181,7 +181,10 @@ PROFILES = {
     "ngram": MethodSpec("ngram", tuple(profile("falling", 0.85, 0.05)), (0.0002, 0.000005, 0.0, 0.0), 0.7),
     "draft_model": MethodSpec("draft_model", tuple(profile("iid", 0.7)), (0.0, 0.0, 0.0015, 0.00002)),
     "eagle3": MethodSpec("eagle3", tuple(profile("falling", 0.85, 0.04)), (0.0, 0.0, 0.0006, 0.00001)),
-    "mtp": MethodSpec("mtp", tuple(profile("rising", 0.6, 0.05)), (0.0008, 0.00002, 0.0, 0.0)),
+    # One MTP layer run k times (as vLLM runs MiMo's, DeepSeek-V3's, Gemma 4's assistant): ∝ k.
+    "mtp": MethodSpec("mtp", tuple(profile("rising", 0.6, 0.05)), (0.0001, 0.0, 0.0007, 0.00001)),
+    # A block drafter: one pass for every k.
+    "dflash": MethodSpec("dflash", tuple(profile("falling", 0.8, 0.06)), (0.0012, 0.00003, 0.0, 0.0)),
 }
 
 
