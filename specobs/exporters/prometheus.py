@@ -163,8 +163,9 @@ class _PerPosition(Collector):
 
     def add(self, labels: tuple[str, ...], accepted: Sequence[int], reached: Sequence[int]) -> None:
         """Add one row's per-position counts; a reached position gets its accepted series too,
-        at 0 if need be (a rate of 0 must be a sample, not a missing series)."""
-        now = time.time()
+        at 0 if need be (a rate of 0 must be a sample that raises SpecDecodeWastedPositions, not
+        a missing series)."""
+        now = 0.0  # read the clock only when a series appears
         with self._lock:
             entry = self._series.get(labels)
             if entry is None:
@@ -177,10 +178,12 @@ class _PerPosition(Collector):
                 n = reached[position] if position < len(reached) else 0
                 if a or n:
                     sums[position] += a
-                    sums_created[position] = sums_created[position] or now
+                    if not sums_created[position]:
+                        now = sums_created[position] = now or time.time()
                 if n:
                     tried[position] += n
-                    tried_created[position] = tried_created[position] or now
+                    if not tried_created[position]:
+                        now = tried_created[position] = now or time.time()
 
     def collect(self) -> Iterable[CounterMetricFamily]:
         labels = [*LABELS, "position"]
