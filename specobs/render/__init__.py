@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from specobs.errors import SpecobsError
-from specobs.results import Comparison, Recommendation, Report, Result
+from specobs.results import Comparison, Recommendation, Report, Result, TuneResult
 
 FORMATS = ("rich", "json", "markdown")
 #: Width of rich tables when stdout is not a terminal (a pipe, a file) and ``COLUMNS`` is unset:
@@ -70,6 +70,8 @@ def _renderers() -> dict[tuple[type, str], Callable[..., str | None]]:
         (Recommendation, "markdown"): lambda r, console, names: tuning.recommendation_to_markdown(r),
         (Comparison, "rich"): lambda r, console, names: tuning.comparison_to_rich(r, console, names),
         (Comparison, "markdown"): lambda r, console, names: tuning.comparison_to_markdown(r, names),
+        (TuneResult, "rich"): lambda r, console, names: tuning.tune_to_rich(r, console),
+        (TuneResult, "markdown"): lambda r, console, names: tuning.tune_to_markdown(r),
     }
 
 

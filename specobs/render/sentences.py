@@ -19,6 +19,7 @@ from specobs.results import (
     ScheduleTax,
     Summary,
     Throughput,
+    TuneResult,
 )
 
 #: How configuration columns read in sentences.
@@ -400,3 +401,68 @@ def verdict(cmp: Comparison) -> str:
         return _capital(f"{sentence}: no verdict.") + tail
     label = "no significant change" if cmp.kind == "unchanged" else cmp.kind
     return f"{sentence}: {label}" + (f".{tail}" if tail else "")
+
+
+# --- specobs tune ---------------------------------------------------------------------------------
+
+
+def _gain(value: float, low: float, high: float) -> str:
+    return f"{value:+.1%} [{low:+.1%} to {high:+.1%}]"
+
+
+def tune_headline(result: TuneResult) -> str:
+    """What to deploy, and the verified gain that backs it."""
+    v = result.verification
+    if result.speculative_config is None:
+        what = "Tuned: run without speculative decoding (the plain engine was measured fastest on this workload)"
+        if v is not None:
+            what += (
+                f"; verified {_gain(v.gain_vs_best_static, v.gain_vs_best_static_low, v.gain_vs_best_static_high)} "
+                f"vs the best static k={v.best_static_num_speculative_tokens}"
+            )
+        return what + "."
+    name = result.method or "speculative decoding"
+    if len(result.schedule) > 1:
+        ranges = ", ".join(f"{batch_range(lo, hi)}: {'off' if k == 0 else f'k={k}'}" for lo, hi, k in result.schedule)
+        what = f"Tuned: {name} with a batch-size schedule ({ranges})"
+    else:
+        what = f"Tuned: {name} with k={result.schedule[0][2]}"
+    if v is None:
+        return what + " (not verified)."
+    return (
+        f"{what}; verified {_gain(v.gain_vs_plain, v.gain_vs_plain_low, v.gain_vs_plain_high)} vs plain decoding and "
+        f"{_gain(v.gain_vs_best_static, v.gain_vs_best_static_low, v.gain_vs_best_static_high)} vs the best static "
+        f"k={v.best_static_num_speculative_tokens}."
+    )
+
+
+def tune_notes(result: TuneResult) -> list[str]:
+    """How far the numbers can be trusted: noise, undecided races, idle engines, time spent."""
+    n = result.noise
+    out = [
+        f"{n.rounds} race round(s); a candidate's tokens/s varied {n.round_to_round:.1%} (median relative "
+        "standard deviation) from round to round, so candidates were compared round by round (paired)."
+    ]
+    undecided = [b.measured_batch_size for b in result.buckets if b.basis == "measured" and not b.decided]
+    if undecided:
+        sizes = ", ".join(str(b) for b in undecided)
+        out.append(
+            f"Batch size {sizes}: the leading candidates stayed within noise of each other when the race ended "
+            "(budget or round limit); the fastest on average was taken."
+        )
+    modelled = [batch_range(b.batch_size_min, b.batch_size_max) for b in result.buckets if b.basis == "model"]
+    if modelled:
+        out.append(
+            f"Batch {', '.join(modelled)}: not measured; chosen by the model fitted on the captured steps of every "
+            "measured k, between the choices measured either side."
+        )
+    idle = ", ".join(f"{name} {sec:.1f} s" for name, sec in n.idle_cpu_seconds.items())
+    busy = ", ".join(f"{name} {sec:.0f} s" for name, sec in n.busy_seconds.items())
+    if idle:
+        out.append(f"CPU used by an engine while it waited: {idle} (busy: {busy}).")
+    s = result.seconds
+    out.append(
+        f"Time: {s.get('total', 0):.0f} s in all — engine start {s.get('engine_start', 0):.0f} s, race "
+        f"{s.get('race', 0):.0f} s, verification {s.get('verification', 0):.0f} s."
+    )
+    return out

@@ -7,8 +7,15 @@ from rich.table import Table
 from rich.text import Text
 
 from specobs.render.markdown import md_table
-from specobs.render.sentences import batch_range, config_values, headline, speedup_with_interval
-from specobs.results import Comparison, Recommendation
+from specobs.render.sentences import (
+    batch_range,
+    config_values,
+    headline,
+    speedup_with_interval,
+    tune_headline,
+    tune_notes,
+)
+from specobs.results import Comparison, Recommendation, TuneResult
 
 
 def _fmt(value: float | int | None, fmt: str = "{:.2f}") -> str:
@@ -173,4 +180,86 @@ def comparison_to_markdown(cmp: Comparison, names: tuple[str, str]) -> str:
     if rows:
         parts += ["", "Throughput at matched batch sizes (steady-state steps):", ""]
         parts += [*md_table(THROUGHPUT_HEADERS, rows), "", _combined(cmp)]
+    return "\n".join(parts) + "\n"
+
+
+# --- specobs tune ---------------------------------------------------------------------------------
+
+TUNE_BUCKET_HEADERS = ("batch", "k", "basis", "measured at", "tokens/s")
+TUNE_MEASUREMENT_HEADERS = ("batch", "engine", "k", "tokens/s", "95%", "rounds", "race")
+TUNE_VERIFY_HEADERS = ("configuration", "tokens/s", "gain of the chosen config [95%]")
+
+
+def _k(k: int) -> str:
+    return "off" if k == 0 else str(k)
+
+
+def tune_bucket_rows(result: TuneResult) -> list[list[str]]:
+    return [
+        [batch_range(b.batch_size_min, b.batch_size_max), _k(b.num_speculative_tokens), b.basis,
+         _fmt(b.measured_batch_size, "{}"), _fmt(b.tokens_per_second, "{:,.0f}")]
+        for b in result.buckets
+    ]  # fmt: skip
+
+
+def tune_measurement_rows(result: TuneResult) -> list[list[str]]:
+    rows = []
+    for m in result.measurements:
+        status = "leader" if m.leader else "dropped" if m.eliminated else "within noise"
+        k = "–" if m.engine == "plain" else str(m.num_speculative_tokens)
+        rows.append([str(m.batch_size), m.engine, k, f"{m.tokens_per_second:,.0f}",
+                     f"{m.low:,.0f}–{m.high:,.0f}", str(m.rounds), status])  # fmt: skip
+    return rows
+
+
+def tune_verification_rows(result: TuneResult) -> list[list[str]]:
+    v = result.verification
+    if v is None:
+        return []
+    chosen = "chosen (plain engine)" if result.speculative_config is None else "chosen schedule"
+    rows = [[chosen, f"{v.schedule_tokens_per_second:,.0f}", ""],
+            [f"best static k={v.best_static_num_speculative_tokens}", f"{v.best_static_tokens_per_second:,.0f}",
+             f"{v.gain_vs_best_static:+.1%} [{v.gain_vs_best_static_low:+.1%} to {v.gain_vs_best_static_high:+.1%}]"]]
+    if result.speculative_config is not None:
+        rows.append(["plain engine", f"{v.plain_tokens_per_second:,.0f}",
+                     f"{v.gain_vs_plain:+.1%} [{v.gain_vs_plain_low:+.1%} to {v.gain_vs_plain_high:+.1%}]"])
+    return rows  # fmt: skip
+
+
+def _table(title: str, headers: tuple[str, ...], rows: list[list[str]]) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False)
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right")
+    for cells in rows:
+        table.add_row(*cells)
+    return table
+
+
+def tune_to_rich(result: TuneResult, console: Console) -> None:
+    console.print(Text(tune_headline(result), style="bold"))
+    if result.speculative_config:
+        console.print(Text("--speculative-config '" + result.speculative_config + "'"))
+    console.print(_table("Schedule by batch size", TUNE_BUCKET_HEADERS, tune_bucket_rows(result)))
+    console.print(_table("Measured (generated tokens/s per round, 95% t interval)", TUNE_MEASUREMENT_HEADERS,
+                         tune_measurement_rows(result)))  # fmt: skip
+    v = result.verification
+    if v is not None:
+        console.print(_table(f"Verification: {v.workload}, {v.rounds} interleaved round(s)", TUNE_VERIFY_HEADERS,
+                             tune_verification_rows(result)))  # fmt: skip
+    for line in tune_notes(result):
+        console.print(Text(f"• {line}"))
+
+
+def tune_to_markdown(result: TuneResult) -> str:
+    parts = [f"**{tune_headline(result)}**", ""]
+    if result.speculative_config:
+        parts += ["```", "--speculative-config '" + result.speculative_config + "'", "```", ""]
+    parts += ["Schedule by batch size:", "", *md_table(TUNE_BUCKET_HEADERS, tune_bucket_rows(result))]
+    parts += ["", "Measured (generated tokens/s per round, 95% t interval):", ""]
+    parts += md_table(TUNE_MEASUREMENT_HEADERS, tune_measurement_rows(result))
+    v = result.verification
+    if v is not None:
+        parts += ["", f"Verification: {v.workload}, {v.rounds} interleaved round(s):", ""]
+        parts += md_table(TUNE_VERIFY_HEADERS, tune_verification_rows(result))
+    parts += [""] + [f"- {line}" for line in tune_notes(result)]
     return "\n".join(parts) + "\n"

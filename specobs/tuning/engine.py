@@ -1,0 +1,385 @@
+"""Real vLLM engines for ``specobs tune``: one plain and one speculative engine, resident, idle in turn.
+
+Each engine lives in its own worker process (``python -m specobs.tuning.engine``) running an
+offline ``vllm.LLM`` in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so the scheduler's
+batch-size → k lookup (``scheduler.dynamic_sd_lookup``, the table behind
+``num_speculative_tokens_per_batch_size``) can be rewritten between rounds: every k is measured
+in the same process. The parent sends one JSON command per line and waits for the answer, so
+only one engine works at a time; the other is blocked reading its pipe and uses no CPU (the
+idle CPU seconds are measured and reported). specobs capture records every step of both
+engines into ``events/`` under the output folder; vLLM's own log goes beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from specobs.errors import InputError, SpecobsError
+from specobs.results import TuneResult
+from specobs.tuning.tune import PLAIN, SPECULATIVE, Config, Sample, tune
+
+#: Engine arguments specobs sets unless ``--engine-args`` says otherwise.
+DEFAULT_ENGINE_ARGS: dict[str, Any] = {"seed": 0, "gpu_memory_utilization": 0.4}
+#: A round generates again until it has lasted this long (shorter rounds are mostly noise).
+MIN_ROUND_S = 1.0
+MAX_PROMPTS = 10_000
+
+
+def read_prompts(path: str) -> tuple[list[str], list[str]]:
+    """Prompts from JSON Lines (objects with a string ``prompt``) or plain text (one per line).
+
+    Returns (prompts, skipped lines as ``FILE:LINE: reason``); blank lines are ignored. The
+    format is JSON Lines when the first non-blank line starts with ``{``.
+    """
+    try:
+        with open(path, encoding="utf-8", errors="strict") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise InputError(path, exc.strerror or str(exc)) from None
+    first = next((line for line in lines if line.strip()), "")
+    jsonl = first.lstrip().startswith("{")
+    prompts: list[str] = []
+    skipped: list[str] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if not jsonl:
+            prompts.append(line)
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            skipped.append(f"{path}:{number}: not a JSON object")
+            continue
+        prompt = record.get("prompt") if isinstance(record, dict) else None
+        if not isinstance(prompt, str) or not prompt:
+            skipped.append(f"{path}:{number}: no string 'prompt'")
+            continue
+        prompts.append(prompt)
+    return prompts[:MAX_PROMPTS], skipped
+
+
+def mixed_lengths(largest: int, max_tokens: int) -> list[int]:
+    """Output lengths of the verification workload: ``largest`` requests ending one after
+    another, so the batch shrinks from ``largest`` to 1 and every batch size gets steps."""
+    return [max(1, round(max_tokens * (i + 1) / largest)) for i in range(largest)]
+
+
+class _Worker:
+    """The parent's handle on one engine process."""
+
+    def __init__(self, name: str, spec: dict[str, Any], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115 (held for the process's lifetime)
+        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "SPECOBS_ENABLE": "0"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "specobs.tuning.engine"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            text=True,
+        )
+        self.busy_seconds = 0.0
+        self.idle_cpu = 0.0
+        self._last_cpu: float | None = None
+        self._send(spec)
+        ready = self._receive(f"the {name} engine did not start")
+        self._last_cpu = ready["cpu"]
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(json.dumps(message) + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise SpecobsError(self._failure(f"the {self.name} engine stopped")) from None
+
+    def _receive(self, what: str) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait(timeout=30)
+            raise SpecobsError(self._failure(what))
+        answer = json.loads(line)
+        if "error" in answer:
+            raise SpecobsError(self._failure(f"{what}: {answer['error']}"))
+        return answer
+
+    def _failure(self, what: str) -> str:
+        self._log.flush()
+        tail: deque[str] = deque(maxlen=1)
+        with open(self.log_path, errors="replace") as log:
+            for line in log:
+                if line.strip():
+                    tail.append(line.strip())
+        last = f" (last log line: {tail[0][:300]})" if tail else ""
+        return f"{what}{last}; see {self.log_path}"
+
+    def call(self, **command: Any) -> dict[str, Any]:
+        self._send(command)
+        answer = self._receive(f"the {self.name} engine failed during '{command['op']}'")
+        if self._last_cpu is not None and "cpu_before" in answer:
+            self.idle_cpu += max(answer["cpu_before"] - self._last_cpu, 0.0)
+        self._last_cpu = answer.get("cpu_after", self._last_cpu)
+        self.busy_seconds += answer.get("seconds", 0.0)
+        return answer
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self._send({"op": "stop"})
+                self.process.wait(timeout=60)
+            except (SpecobsError, subprocess.TimeoutExpired, OSError):
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+class VllmBench:
+    """The :class:`specobs.tuning.tune.Bench` of real vLLM: a plain and a speculative engine."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        speculative_config: dict[str, Any],
+        prompts: Sequence[str],
+        batch_sizes: Sequence[int],
+        max_tokens: int,
+        engine_args: dict[str, Any],
+        out: Path,
+        workload: str | None = None,
+        min_round_s: float = MIN_ROUND_S,
+    ) -> None:
+        self.largest = max(batch_sizes)
+        self.max_tokens = max_tokens
+        self.events = out / "events"
+        self.events.mkdir(parents=True, exist_ok=True)
+        self.max_k = int(speculative_config["num_speculative_tokens"])
+        spec = dict(speculative_config)
+        # The dynamic table at the largest k: the worker rewrites it between rounds.
+        spec["num_speculative_tokens_per_batch_size"] = [[1, self.largest, self.max_k]]
+        args = {**DEFAULT_ENGINE_ARGS, **engine_args}
+        args["max_num_seqs"] = max(int(args.get("max_num_seqs", 0)), self.largest)
+        common = {
+            "model": model, "engine_args": args, "prompts": list(prompts), "max_tokens": max_tokens,
+            "largest": self.largest, "min_round_s": min_round_s, "events": str(self.events), "workload": workload,
+        }  # fmt: skip
+        self.workers: dict[str, _Worker] = {}
+        started = time.monotonic()
+        try:  # one after the other: two engines starting at once slow each other
+            self.workers[PLAIN] = _Worker(PLAIN, {**common, "speculative_config": None, "run_id": "tune-plain"},
+                                          out / "engine-plain.log")  # fmt: skip
+            self.workers[SPECULATIVE] = _Worker(
+                SPECULATIVE, {**common, "speculative_config": spec, "run_id": "tune-speculative"},
+                out / "engine-speculative.log",
+            )  # fmt: skip
+        except BaseException:
+            self.close()
+            raise
+        self.start_seconds = time.monotonic() - started
+
+    def measure(self, config: Config, batch_size: int, round_index: int) -> Sample:
+        answer = self.workers[config.engine].call(
+            op="round", schedule=[list(r) for r in config.schedule], batch=batch_size, offset=round_index
+        )
+        return Sample(answer["tokens"], answer["seconds"])
+
+    def mixed(self, config: Config, round_index: int) -> Sample:
+        answer = self.workers[config.engine].call(
+            op="mixed", schedule=[list(r) for r in config.schedule], offset=round_index
+        )
+        return Sample(answer["tokens"], answer["seconds"])
+
+    def steps(self) -> Any:
+        """Every step captured so far, as windows (both engines flushed first)."""
+        from specobs.ingest import load
+
+        for worker in self.workers.values():
+            worker.call(op="flush")
+        if not any(self.events.iterdir()):
+            return None
+        return load([str(self.events)]).windows
+
+    def busy_seconds(self) -> dict[str, float]:
+        return {name: w.busy_seconds for name, w in self.workers.items()}
+
+    def idle_cpu_seconds(self) -> dict[str, float]:
+        return {name: w.idle_cpu for name, w in self.workers.items()}
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.close()
+
+    def __enter__(self) -> VllmBench:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_tune(
+    *,
+    model: str,
+    speculative_config: dict[str, Any],
+    prompts: Sequence[str],
+    batch_sizes: Sequence[int],
+    max_tokens: int,
+    budget_s: float,
+    engine_args: dict[str, Any],
+    out: Path,
+    seed: int = 0,
+    on_progress: Callable[[str, int], None] | None = None,
+    min_round_s: float = MIN_ROUND_S,
+) -> TuneResult:
+    """``specobs tune``: start the two engines, race, choose, verify, stop the engines."""
+    method = speculative_config.get("method")
+    with VllmBench(
+        model=model,
+        speculative_config=speculative_config,
+        prompts=prompts,
+        batch_sizes=batch_sizes,
+        max_tokens=max_tokens,
+        engine_args=engine_args,
+        out=out,
+        workload="tune",
+        min_round_s=min_round_s,
+    ) as bench:
+        if on_progress is not None:
+            on_progress("started", 0)
+        return tune(
+            bench,
+            method=str(method) if method else None,
+            base_config=speculative_config,
+            batch_sizes=batch_sizes,
+            max_k=bench.max_k,
+            budget_s=budget_s,
+            seed=seed,
+            workload=f"{max(batch_sizes)} requests of {max_tokens // max(batch_sizes) or 1}-{max_tokens} tokens, "
+            "staggered (the batch shrinks from the largest size to 1)",
+            on_progress=on_progress,
+            started_s=bench.start_seconds,
+        )
+
+
+# --- the worker process ---------------------------------------------------------------------------
+
+
+def _serve() -> None:  # pragma: no cover - runs in the worker process (tests drive it for real)
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # vLLM's prints go to the log, never into the protocol
+    spec = json.loads(sys.stdin.readline())
+
+    def reply(**answer: Any) -> None:
+        protocol.write(json.dumps(answer) + "\n")
+
+    try:
+        engine = _Engine(spec)
+    except Exception as exc:
+        reply(error=f"{type(exc).__name__}: {exc}")
+        return
+    reply(ready=True, cpu=time.process_time())
+    for line in sys.stdin:
+        command = json.loads(line)
+        if command["op"] == "stop":
+            engine.capture.recorder.close()
+            reply(stopped=True)
+            protocol.flush()
+            os._exit(0)  # vLLM's atexit hooks can hang an in-process engine
+        try:
+            reply(**engine.run(command))
+        except Exception as exc:
+            reply(error=f"{type(exc).__name__}: {exc}")
+
+
+class _Engine:  # pragma: no cover - runs in the worker process
+    def __init__(self, spec: dict[str, Any]) -> None:
+        import vllm
+
+        from specobs.capture.config import CaptureConfig
+        from specobs.capture.sinks import JsonlSink
+        from specobs.capture.vllm import instrument
+
+        self.prompts: list[str] = spec["prompts"]
+        self.max_tokens: int = spec["max_tokens"]
+        self.largest: int = spec["largest"]
+        self.min_round_s: float = spec["min_round_s"]
+        self.vllm = vllm
+        self.llm = vllm.LLM(model=spec["model"], speculative_config=spec["speculative_config"], **spec["engine_args"])
+        self.scheduler = self.llm.llm_engine.engine_core.engine_core.scheduler
+        self.max_num_seqs = self.scheduler.scheduler_config.max_num_seqs
+        self.num_spec_tokens = self.scheduler.num_spec_tokens
+        # Warm-up, not captured: first steps pay one-off costs (compilation, the ngram JIT).
+        for batch in (1, self.largest):
+            self._generate(batch, 0, [self.max_tokens] * batch)
+        config = CaptureConfig(run_id=spec["run_id"], workload=spec.get("workload"))
+        self.capture = instrument(self.llm, sink=JsonlSink(spec["events"], spec["run_id"]), config=config)
+
+    def _apply(self, schedule: list[list[int]]) -> None:
+        if not schedule or getattr(self.scheduler, "dynamic_sd_lookup", None) is None:
+            return
+        from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+        table = build_dynamic_sd_schedule_lookup(
+            [tuple(row) for row in schedule],
+            vllm_max_batch_size=self.max_num_seqs,
+            vllm_num_speculative_tokens=self.num_spec_tokens,
+        )
+        self.scheduler.dynamic_sd_lookup[:] = table
+
+    def _generate(self, batch: int, offset: int, lengths: list[int], min_seconds: float = 0.0) -> tuple[int, float]:
+        """Generate ``batch`` requests at once, again (next prompts) until ``min_seconds`` passed:
+        a round shorter than that is mostly timer and scheduling noise."""
+        params = [self.vllm.SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
+        tokens = 0
+        seconds = 0.0
+        call = 0
+        while call == 0 or seconds < min_seconds:
+            first = (offset * 7 + call) * batch
+            prompts = [self.prompts[(first + i) % len(self.prompts)] for i in range(batch)]
+            started = time.perf_counter()
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+            seconds += time.perf_counter() - started
+            tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
+            call += 1
+        return tokens, seconds
+
+    def run(self, command: dict[str, Any]) -> dict[str, Any]:
+        before = time.process_time()
+        op = command["op"]
+        if op == "flush":
+            self.capture.recorder.flush()
+            return {"flushed": True, "cpu_before": before, "cpu_after": time.process_time()}
+        self._apply(command.get("schedule") or [])
+        if op == "round":
+            batch = int(command["batch"])
+            tokens, seconds = self._generate(
+                batch, int(command["offset"]), [self.max_tokens] * batch, self.min_round_s
+            )
+        elif op == "mixed":
+            lengths = mixed_lengths(self.largest, self.max_tokens)
+            tokens, seconds = self._generate(len(lengths), int(command["offset"]), lengths, self.min_round_s)
+        else:
+            raise ValueError(f"unknown command {op!r}")
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise ValueError("no time measured")
+        return {"tokens": tokens, "seconds": seconds, "cpu_before": before, "cpu_after": time.process_time()}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _serve()

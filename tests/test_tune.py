@@ -1,0 +1,256 @@
+"""The closed loop's decisions (race, choice, verification) on a bench whose true speeds are known.
+
+The bench here is not vLLM: it draws each round's tokens/s from a known truth with
+multiplicative noise and a shared drift per round (what a busy machine does), and advances a
+fake clock by the round's seconds, so every decision can be checked against the truth.
+The real engines are exercised in tests/test_tune_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from typer.testing import CliRunner
+
+from specobs.analysis.intervals import mean_interval, t95
+from specobs.cli import app
+from specobs.render import to_json
+from specobs.render.tuning import tune_to_markdown
+from specobs.tuning.engine import mixed_lengths, read_prompts
+from specobs.tuning.tune import (
+    PLAIN,
+    Config,
+    Sample,
+    merged,
+    power_buckets,
+    tune,
+    workload_time,
+)
+
+
+class KnownBench:
+    """tokens/s = truth(config, batch) × drift(round) × noise; the clock advances by each round."""
+
+    def __init__(self, truth, *, noise=0.05, drift=0.10, seed=1, largest=16):
+        self.truth = truth
+        self.noise = noise
+        self.drift = drift
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.largest = largest
+        self.calls: list[tuple[str, int]] = []
+        self._drift: dict[int, float] = {}
+
+    def _factor(self, round_index: int) -> float:
+        if round_index not in self._drift:
+            self._drift[round_index] = math.exp(self.rng.gauss(0, self.drift))
+        return self._drift[round_index] * math.exp(self.rng.gauss(0, self.noise))
+
+    def tps(self, config: Config, batch: int) -> float:
+        if config.engine == PLAIN:
+            return self.truth(None, batch)
+        k = next((k for lo, hi, k in config.schedule if lo <= batch <= hi), config.schedule[-1][2])
+        return self.truth(k, batch)
+
+    def measure(self, config: Config, batch_size: int, round_index: int) -> Sample:
+        self.calls.append((config.label(), batch_size))
+        tps = self.tps(config, batch_size) * self._factor(round_index)
+        tokens = batch_size * 64
+        self.now += tokens / tps
+        return Sample(tokens, tokens / tps)
+
+    def mixed(self, config: Config, round_index: int) -> Sample:
+        seconds_per_token = workload_time(lambda b: self.tps(config, b), self.largest)
+        tokens = sum(mixed_lengths(self.largest, 64))
+        seconds = tokens * seconds_per_token / self._factor(1000 + round_index)
+        self.now += seconds
+        return Sample(tokens, seconds)
+
+    def steps(self):
+        return None  # no captured steps: unmeasured buckets fall back to the nearest measured one
+
+    def clock(self) -> float:
+        return self.now
+
+
+def ngram_like(k, batch):
+    """Speculation pays at small batches (best k falls with batch size) and loses at 16."""
+    plain = 100.0 * batch**0.8
+    if k is None:
+        return plain
+    if k == 0:
+        return plain * 0.97  # the drafter still runs: the k = 0 tax
+    best = {1: 3, 4: 2, 16: 0}[min((1, 4, 16), key=lambda b: abs(math.log(b / batch)))]
+    gain = {1: 1.6, 4: 1.4, 16: 1.0}[min((1, 4, 16), key=lambda b: abs(math.log(b / batch)))]
+    return plain * gain * (1 - 0.08 * abs(k - best)) if best else plain * gain * (1 - 0.05 * k)
+
+
+def run(truth, *, budget=600.0, seed=0, bench_seed=1, noise=0.05, drift=0.10):
+    bench = KnownBench(truth, seed=bench_seed, noise=noise, drift=drift)
+    result = tune(
+        bench, method="ngram", base_config={"method": "ngram", "num_speculative_tokens": 4},
+        batch_sizes=[1, 4, 16], max_k=4, budget_s=budget, seed=seed, clock=bench.clock,
+    )  # fmt: skip
+    return bench, result
+
+
+def test_the_chosen_k_is_within_noise_of_the_true_best_over_many_machines():
+    """30 differently noisy machines: each measured batch size's k costs at most one k step of
+    the truth (8%), usually nothing; the verified gain over the best static k never excludes 0."""
+    exact = 0
+    for bench_seed in range(1, 31):
+        _, result = run(ngram_like, bench_seed=bench_seed)
+        for b in result.buckets:
+            if b.basis != "measured":
+                continue
+            best = max(ngram_like(k, b.measured_batch_size) for k in range(5))
+            regret = 1 - ngram_like(b.num_speculative_tokens, b.measured_batch_size) / best
+            assert regret <= 0.081, (bench_seed, b)
+            exact += regret == 0
+        assert result.verification.gain_vs_best_static_high >= 0
+    assert exact >= 60  # of 90 choices
+
+
+def test_the_race_finds_the_true_best_k_at_every_measured_batch_size():
+    bench, result = run(ngram_like)
+    by_batch = {b.measured_batch_size: b.num_speculative_tokens for b in result.buckets if b.basis == "measured"}
+    assert by_batch == {1: 3, 4: 2, 16: 0}  # k = 0 at 16: drafting off beats every k there
+    leaders = {m.batch_size: m for m in result.measurements if m.leader}
+    assert leaders[16].engine == "plain"  # the plain engine is faster still, but a schedule runs in one engine
+    assert result.schedule == merged(result.buckets)
+    assert result.schedule[0] == (1, 1, 3) and result.schedule[-1][2] == 0
+    config = json.loads(result.speculative_config)
+    assert config["num_speculative_tokens"] == 3
+    assert config["num_speculative_tokens_per_batch_size"] == [list(r) for r in result.schedule]
+
+
+def test_clearly_slower_candidates_are_dropped_and_measured_less():
+    bench, result = run(ngram_like)
+    at_16 = {(m.engine, m.num_speculative_tokens): m for m in result.measurements if m.batch_size == 16}
+    assert at_16[("speculative", 4)].eliminated  # 0.8 of plain: far behind the leader
+    assert at_16[("speculative", 4)].rounds < at_16[("plain", 0)].rounds
+    for m in result.measurements:
+        assert m.low <= m.tokens_per_second <= m.high
+
+
+def test_verification_measures_the_gain_the_truth_implies():
+    bench, result = run(ngram_like)
+    v = result.verification
+    chosen = Config("speculative", result.schedule)
+    static = Config.static(v.best_static_num_speculative_tokens, 16)
+    true_vs_static = workload_time(lambda b: bench.tps(static, b), 16) / workload_time(
+        lambda b: bench.tps(chosen, b), 16
+    )
+    true_vs_plain = workload_time(lambda b: bench.tps(Config(PLAIN), b), 16) / workload_time(
+        lambda b: bench.tps(chosen, b), 16
+    )
+    assert v.gain_vs_best_static_low <= true_vs_static - 1 <= v.gain_vs_best_static_high
+    assert v.gain_vs_plain_low <= true_vs_plain - 1 <= v.gain_vs_plain_high
+    assert v.gain_vs_best_static_high >= 0
+    assert v.rounds >= 3
+
+
+def test_no_speculation_when_the_plain_engine_wins_everywhere():
+    def loses(k, batch):
+        plain = 100.0 * batch
+        return plain if k is None else plain * (0.8 - 0.03 * k)
+
+    _, result = run(loses)
+    assert result.speculative_config is None
+    assert result.schedule == ((1, 16, 0),)
+    assert all(b.num_speculative_tokens == 0 and b.basis == "plain engine" for b in result.buckets)
+    v = result.verification
+    assert v.gain_vs_plain == 0.0
+    assert v.gain_vs_best_static > 0.1  # plain measured faster than the best static k, by ~20%
+    assert "without speculative decoding" in tune_to_markdown(result)
+
+
+def test_a_k_within_noise_of_the_leader_yields_to_the_best_static_k():
+    def flat(k, batch):  # every k ≥ 1 the same: the schedule must not vary k for nothing
+        plain = 100.0 * batch
+        return plain if k is None else plain * (1.3 if k else 0.9)
+
+    _, result = run(flat)
+    assert len(result.schedule) == 1
+    assert result.schedule[0][2] == result.verification.best_static_num_speculative_tokens
+
+
+def test_the_race_keeps_to_its_share_of_the_budget():
+    bench, result = run(ngram_like, budget=60.0)
+    assert result.noise.rounds >= 3  # at least the minimum, even when a round is long
+    race_time = result.seconds["race"]
+    one_round = race_time / result.noise.rounds
+    assert race_time <= 0.7 * 60.0 + one_round
+    assert result.seconds["total"] <= 60.0 + 4 * one_round
+
+
+def test_intervals_and_buckets():
+    assert t95(1) == pytest.approx(12.706)
+    assert t95(100) == pytest.approx(1.984, abs=0.002)
+    mean, low, high = mean_interval([10.0, 12.0, 11.0])
+    assert mean == 11.0 and low == pytest.approx(11 - 4.303 / math.sqrt(3)) and high > mean
+    assert power_buckets(16) == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 16)]
+    assert power_buckets(20)[-1] == (16, 20)
+    assert mixed_lengths(4, 100) == [25, 50, 75, 100]
+
+
+def test_json_has_every_contract_key():
+    _, result = run(ngram_like)
+    data = json.loads(to_json(result))
+    assert {"speculative_config", "schedule", "measurements", "verification", "noise", "seconds"} <= set(data)
+    assert data["schedule"] == [list(r) for r in result.schedule]
+    m = data["measurements"][0]
+    assert {"batch_size", "num_speculative_tokens", "tokens_per_second", "low", "high", "rounds"} <= set(m)
+    v = data["verification"]
+    for key in ("schedule_tokens_per_second", "best_static_num_speculative_tokens", "best_static_tokens_per_second",
+                "plain_tokens_per_second"):  # fmt: skip
+        assert isinstance(v[key], int | float)
+    for gain in ("gain_vs_best_static", "gain_vs_plain"):
+        assert v[f"{gain}_low"] <= v[gain] <= v[f"{gain}_high"]
+
+
+def test_prompts_file_skips_bad_lines_and_names_them(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a b"}\nnot json\n\n{"text": 1}\n{"prompt": "c"}\n')
+    prompts, skipped = read_prompts(str(path))
+    assert prompts == ["a b", "c"]
+    assert skipped == [f"{path}:2: not a JSON object", f"{path}:4: no string 'prompt'"]
+    text = tmp_path / "p.txt"
+    text.write_text("first prompt\n\nsecond {not json}\n")
+    assert read_prompts(str(text)) == (["first prompt", "second {not json}"], [])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--speculative-config", "{"], "--speculative-config: not JSON"),
+        (["--speculative-config", "[1]"], "expected a JSON object"),
+        (["--speculative-config", '{"num_speculative_tokens": 3}'], 'needs a "method"'),
+        (["--speculative-config", '{"method": "ngram"}'], '"num_speculative_tokens"'),
+        (["--batch-sizes", "1,x"], "--batch-sizes 1,x"),
+        (["--batch-sizes", "4,4"], "distinct"),
+        (["--budget", "soon"], "--budget soon: not a duration"),
+        (["--max-tokens", "0"], "--max-tokens 0"),
+        (["--model", "./nowhere"], "--model ./nowhere: no such model folder"),
+        (["--prompts", "EMPTY"], "no prompts"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(tmp_path, args, message):
+    model = tmp_path / "model"
+    model.mkdir()
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello\n")
+    (tmp_path / "empty.txt").write_text("\n")
+    base = {"--model": str(model), "--prompts": str(prompts), "--out": str(tmp_path / "out"),
+            "--speculative-config": '{"method": "ngram", "num_speculative_tokens": 3}'}  # fmt: skip
+    given = dict(zip(args[::2], args[1::2], strict=True))
+    if given.get("--prompts") == "EMPTY":
+        given["--prompts"] = str(tmp_path / "empty.txt")
+    options = [x for key, value in {**base, **given}.items() for x in (key, value)]
+    result = CliRunner().invoke(app, ["tune", *options])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert message in lines[-1] and "Traceback" not in result.output
