@@ -49,6 +49,8 @@ if str(ROOT) not in sys.path:
 
 DOCS = ROOT / "docs"
 SWEEP = ROOT / "examples" / "data" / "vllm-cpu-sweep"
+#: The worked ``specobs tune`` output (examples/make_tune_example.py) that docs/tune.md shows.
+TUNE_EXAMPLE = ROOT / "examples" / "data" / "tune-ngram" / "tune.json"
 REGENERATE = "python docs/generate.py"
 MARKER = re.compile(
     r"(?P<open><!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)", re.S
@@ -272,6 +274,7 @@ def otel_table() -> str:
 OPAQUE = {
     "report": {"change_points[].changed"},
     "recommend": {"method_comparison[].speedups"},
+    "tune": {"schedule", "notes", "noise.idle_cpu_seconds", "noise.busy_seconds"},
     "compare": {
         "configuration.a.schedule",
         "configuration.b.schedule",
@@ -283,6 +286,7 @@ OPAQUE = {
 SAME_AS = {
     "report": {"groups[]": "summary", "details.groups[]": "details.summary"},
     "recommend": {},
+    "tune": {},
     "compare": {"b": "a", "timing.b": "timing.a", "configuration.b": "configuration.a"},
 }
 #: Lists whose objects start with the group's labels (which ``--by`` chooses).
@@ -423,6 +427,57 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "method_comparison[].labels.platform": "`rocm`, `cuda`, `cpu`…",
         "method_comparison[].labels.device": "device name",
     },
+    "tune": {
+        "method": "the method tuned (from `--speculative-config`)",
+        "speculative_config": "the ready `--speculative-config` (a JSON string): yours with k and the schedule; "
+        "null when plain decoding was measured fastest",
+        "schedule": "`[[batch_min, batch_max, k], …]`, equal neighbours merged (k 0: drafting off)",
+        "buckets[]": "per power-of-two batch bucket",
+        "buckets[].batch_size_min": "lowest batch size",
+        "buckets[].batch_size_max": "highest batch size",
+        "buckets[].num_speculative_tokens": "the k chosen there (0: off)",
+        "buckets[].basis": "`measured`, `measured either side`, `model`, `nearest measured` or `plain engine`",
+        "buckets[].measured_batch_size": "the measured batch size the choice comes from, or null",
+        "buckets[].tokens_per_second": "tokens/s measured there for the chosen k, or null",
+        "buckets[].decided": "the race separated the choice from the rest, or found the rest within 3%",
+        "measurements[]": "every candidate at every measured batch size",
+        "measurements[].batch_size": "concurrent requests",
+        "measurements[].num_speculative_tokens": "k (0 on the `plain` engine: plain decoding; on the "
+        "`speculative` engine: drafting off by the schedule)",
+        "measurements[].tokens_per_second": "mean over its rounds of generated tokens per second",
+        "measurements[].low": "95% t interval over rounds, lower end",
+        "measurements[].high": "upper end",
+        "measurements[].rounds": "rounds it ran",
+        "measurements[].engine": "`plain` or `speculative`",
+        "measurements[].eliminated": "dropped from the race: slower than the leader by more than 3%, beyond noise",
+        "measurements[].leader": "the fastest candidate at that batch size when the race ended",
+        "verification": "the chosen configuration vs the best static k vs the plain engine on one workload",
+        "verification.rounds": "interleaved rounds",
+        "verification.workload": "the workload, in words",
+        "verification.schedule_tokens_per_second": "tokens/s of the chosen configuration",
+        "verification.best_static_num_speculative_tokens": "the single k with the best predicted workload time",
+        "verification.best_static_tokens_per_second": "its tokens/s",
+        "verification.plain_tokens_per_second": "the plain engine's tokens/s",
+        "verification.gain_vs_best_static": "exp(mean per-round log ratio) − 1: chosen vs best static k",
+        "verification.gain_vs_best_static_low": "95% t interval, lower end",
+        "verification.gain_vs_best_static_high": "upper end",
+        "verification.gain_vs_plain": "chosen vs plain (0 when the chosen configuration is the plain engine)",
+        "verification.gain_vs_plain_low": "95% t interval, lower end",
+        "verification.gain_vs_plain_high": "upper end",
+        "noise": "how noisy the rounds were",
+        "noise.round_to_round": "median relative standard deviation of a candidate's rounds",
+        "noise.rounds": "race rounds run",
+        "noise.idle_cpu_seconds": "engine → CPU seconds it used while the other engine worked",
+        "noise.busy_seconds": "engine → wall seconds it spent generating",
+        "seconds": "wall time: `engine_start`, `race`, `fit`, `verification`, `total`",
+        "seconds.engine_start": "starting both engines (not counted in `--budget`)",
+        "seconds.race": "the race",
+        "seconds.fit": "reading the captured steps and fitting the model",
+        "seconds.verification": "the verification",
+        "seconds.total": "all of it",
+        "decided": "every measured batch size's race ended with a decision",
+        "notes": "`no speculation` when the plain engine was chosen",
+    },
     "compare": {
         "verdict": "the sentence: configuration first, then throughput, then acceptance",
         "kind": "`regression`, `improvement`, `configuration_changed`, `unchanged` or `unknown`",
@@ -530,6 +585,7 @@ def json_outputs() -> dict[str, dict[str, Any]]:
         report = _run_cli("report", ngram, draft, str(copy))
     return {
         "report": report,
+        "tune": json.loads(TUNE_EXAMPLE.read_text(encoding="utf-8")),
         "recommend": _run_cli("recommend", str(SWEEP), "--bootstrap", "0"),
         "compare": _run_cli("compare", ngram, draft),
     }
@@ -615,6 +671,14 @@ def json_table(document: str) -> str:
     return table(("key", "content"), rows)
 
 
+def tune_example() -> str:
+    """The bundled ``specobs tune`` run as ``-f markdown`` prints it."""
+    from specobs.render.tuning import tune_to_markdown
+    from specobs.results import TuneResult
+
+    return tune_to_markdown(TuneResult.from_dict(json_outputs()["tune"]))
+
+
 # --- the tables and where they go -----------------------------------------------------------------
 
 
@@ -630,6 +694,8 @@ def _tables() -> dict[str, tuple[str, Callable[[], str]]]:
         "report-json": ("report.md", functools.partial(json_table, "report")),
         "recommend-json": ("report.md", functools.partial(json_table, "recommend")),
         "compare-json": ("report.md", functools.partial(json_table, "compare")),
+        "tune-json": ("tune.md", functools.partial(json_table, "tune")),
+        "tune-example": ("tune.md", tune_example),
     }
     for name in _cli().commands:
         out[f"cli-{name}"] = ("cli.md", functools.partial(cli_command_table, name))

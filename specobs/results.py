@@ -723,6 +723,23 @@ class TuneResult(Result):
     decided: bool  # every measured batch size's race ended with a decision
     notes: tuple[str, ...] = ()
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TuneResult:
+        """A result back from its JSON (``tune.json``), for the dashboard and the docs."""
+        verification = data.get("verification")
+        return cls(
+            method=data["method"],
+            speculative_config=data["speculative_config"],
+            schedule=tuple((int(a), int(b), int(k)) for a, b, k in data["schedule"]),
+            buckets=tuple(TuneBucket(**b) for b in data["buckets"]),
+            measurements=tuple(TuneMeasurement(**m) for m in data["measurements"]),
+            verification=TuneVerification(**verification) if verification else None,
+            noise=TuneNoise(**data["noise"]),
+            seconds=dict(data["seconds"]),
+            decided=bool(data["decided"]),
+            notes=tuple(data.get("notes", ())),
+        )
+
 
 __all__ = [
     "DETAIL_KEYS",
