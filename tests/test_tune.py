@@ -115,7 +115,7 @@ def test_the_chosen_k_is_within_noise_of_the_true_best_over_many_machines():
 
 
 def test_the_race_finds_the_true_best_k_at_every_measured_batch_size():
-    bench, result = run(ngram_like)
+    _bench, result = run(ngram_like)
     by_batch = {b.measured_batch_size: b.num_speculative_tokens for b in result.buckets if b.basis == "measured"}
     assert by_batch == {1: 3, 4: 2, 16: 0}  # k = 0 at 16: drafting off beats every k there
     leaders = {m.batch_size: m for m in result.measurements if m.leader}
@@ -128,7 +128,7 @@ def test_the_race_finds_the_true_best_k_at_every_measured_batch_size():
 
 
 def test_clearly_slower_candidates_are_dropped_and_measured_less():
-    bench, result = run(ngram_like)
+    _bench, result = run(ngram_like)
     at_16 = {(m.engine, m.num_speculative_tokens): m for m in result.measurements if m.batch_size == 16}
     assert at_16[("speculative", 4)].eliminated  # 0.8 of plain: far behind the leader
     assert at_16[("speculative", 4)].rounds < at_16[("plain", 0)].rounds
@@ -179,7 +179,7 @@ def test_a_k_within_noise_of_the_leader_yields_to_the_best_static_k():
 
 
 def test_the_race_keeps_to_its_share_of_the_budget():
-    bench, result = run(ngram_like, budget=60.0)
+    _bench, result = run(ngram_like, budget=60.0)
     assert result.noise.rounds >= 3  # at least the minimum, even when a round is long
     race_time = result.seconds["race"]
     one_round = race_time / result.noise.rounds

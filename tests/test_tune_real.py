@@ -10,6 +10,7 @@ plain decoding at every batch size on this CPU) switched off, and the idle engin
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -80,7 +81,7 @@ def check_common(data: dict, out: Path, max_k: int) -> None:
     # The schedule covers 1..largest without gaps, as vLLM's table needs.
     rows = data["schedule"]
     assert rows[0][0] == 1 and rows[-1][1] == max(BATCH_SIZES)
-    assert all(a[1] + 1 == b[0] for a, b in zip(rows, rows[1:], strict=False))
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(rows))
     # One engine busy at a time: the waiting one used little CPU next to the other's busy time.
     noise = data["noise"]
     assert noise["idle_cpu_seconds"]["plain"] < 0.1 * noise["busy_seconds"]["speculative"]

@@ -326,6 +326,39 @@ def best_static(state: Race, ks: Sequence[int], largest: int) -> int:
     return min(ks, key=lambda k: workload_time(_config_tps(state, Config.static(k, largest)), largest))
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What step 2 chose: the configuration to run, its schedule and buckets, the best static k."""
+
+    chosen: Config
+    schedule: Schedule
+    buckets: list[TuneBucket]
+    static: Config
+
+
+def decide(
+    state: Race,
+    ks: Sequence[int],
+    largest: int,
+    chooser: Chooser | None,
+    *,
+    margin: float = MARGIN,
+    prefer_static: bool = True,
+) -> Decision:
+    """Step 2 in full: buckets, the merged schedule, and plain decoding when the schedule is not
+    predicted to beat the plain engine by ``margin`` on the verification workload.
+    ``prefer_static=False`` takes every measured batch size's fastest k (the oracle's rule)."""
+    static = Config.static(best_static(state, [k for k in ks if k >= 1], largest), largest)
+    buckets = choose_buckets(state, largest, chooser, prefer=static.k if prefer_static else None)
+    schedule = merged(buckets)
+    chosen = Config(SPECULATIVE, schedule)
+    plain_time = workload_time(_config_tps(state, Config(PLAIN)), largest)
+    chosen_time = workload_time(_config_tps(state, chosen), largest)
+    if chosen_time * (1 + margin) > plain_time or max(k for _, _, k in schedule) == 0:
+        return Decision(Config(PLAIN), ((1, largest, 0),), [_plain_bucket(state, b) for b in buckets], static)
+    return Decision(chosen, schedule, buckets, static)
+
+
 # --- verifying ------------------------------------------------------------------------------------
 
 
@@ -489,18 +522,9 @@ def tune(
     )  # fmt: skip
     raced = clock()
     chooser = model_chooser(bench.steps(), method, largest)
-    static = Config.static(best_static(state, [k for k in ks if k >= 1], largest), largest)
-    buckets = choose_buckets(state, largest, chooser, prefer=static.k)
-    schedule = merged(buckets)
-    chosen = Config(SPECULATIVE, schedule)
-    plain_time = workload_time(_config_tps(state, Config(PLAIN)), largest)
-    chosen_time = workload_time(_config_tps(state, chosen), largest)
-    notes = []
-    if chosen_time * (1 + margin) > plain_time or max(k for _, _, k in schedule) == 0:
-        chosen = Config(PLAIN)
-        schedule = ((1, largest, 0),)
-        buckets = [_plain_bucket(state, b) for b in buckets]
-        notes.append("no speculation")
+    decision = decide(state, ks, largest, chooser, margin=margin)
+    chosen, schedule, buckets, static = decision.chosen, decision.schedule, decision.buckets, decision.static
+    notes = ["no speculation"] if chosen.engine == PLAIN else []
     fitted = clock()
     verification = verify(
         bench, chosen, static, deadline=begin + budget_s, rng=rng, workload=workload,
