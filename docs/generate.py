@@ -204,6 +204,8 @@ def _exporter_families() -> list[Any]:
         sidecar.poll_once()
     finally:
         sidecar.stop()
+    # The online tuner's families get samples only from its decision log: one decision shows them.
+    metrics.observe_decision({"tuner_action": "apply", "batch_size_min": 1, "batch_size_max": 1, "to_k": 3})
     if sidecar.errors:
         raise GenerationError(f"the exporter met {sidecar.errors} error(s) reading {_sweep_file('ngram').name}")
     health = _sidecar_health()
@@ -298,6 +300,10 @@ _LABELS = (
 
 JSON_KEYS: dict[str, dict[str, str]] = {
     "report": {
+        "tuner_decisions": "the online tuner's decision log (`SPECOBS_TUNE`; docs/tune.md), oldest first: `ts`, "
+        "`batch_size_min`, `batch_size_max`, `action` (suggest, apply, confirm, rollback, refuse), `from_k`, "
+        "`to_k`, `predicted_gain` with `predicted_low`/`predicted_high`, `measured_gain`, `reason`, `run_id`, "
+        "`engine`; empty without one",
         "summary": "over all inputs, exactly these keys (null when unknown)",
         "summary.num_drafts": "drafts verified, `D`",
         "summary.num_draft_tokens": "draft tokens proposed and verified, `T`",

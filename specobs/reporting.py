@@ -56,6 +56,7 @@ def analyze(
         tax=tuple(schedule_tax(frame)),
         unsteady=unsteady_counts(frame),
         notices=tuple(ingested.notices),
+        tuner_decisions=tuple(ingested.decisions),
     )
 
 

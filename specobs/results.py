@@ -328,6 +328,7 @@ class Report(Result):
     tax: tuple[ScheduleTax, ...] = ()
     unsteady: Mapping[str, int] = field(default_factory=dict)  # why → steps left out of timing
     notices: tuple[Notice, ...] = ()  # what was assumed while reading the inputs
+    tuner_decisions: tuple[TunerDecision, ...] = ()  # the online tuner's log (SPECOBS_TUNE), oldest first
 
     @property
     def empty(self) -> bool:
@@ -365,6 +366,7 @@ class Report(Result):
                 ],
             },
             "notices": [{"source": n.source, "line": n.line, "why": n.why} for n in self.notices],
+            "tuner_decisions": [rounded(d.to_dict()) for d in self.tuner_decisions],
         }
 
 
@@ -741,6 +743,30 @@ class TuneResult(Result):
         )
 
 
+@dataclass(frozen=True)
+class TunerDecision(Result):
+    """One decision of the online tuner (``SPECOBS_TUNE``): a row of its decision log."""
+
+    ts: float
+    batch_size_min: int
+    batch_size_max: int
+    action: str  # suggest | apply | confirm | rollback | refuse
+    from_k: int
+    to_k: int
+    predicted_gain: float | None  # the measured gain that triggered it, with its 95% interval
+    predicted_low: float | None
+    predicted_high: float | None
+    measured_gain: float | None  # for confirm / rollback: the window after the switch vs before
+    reason: str
+    run_id: str | None = None
+    engine: int | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        """The event-file row: ``tuner_action`` marks it apart from step rows."""
+        row = self.to_dict()
+        return {"tuner_action": row.pop("action"), **row}
+
+
 __all__ = [
     "DETAIL_KEYS",
     "SIDE_KEYS",
@@ -775,4 +801,5 @@ __all__ = [
     "TuneNoise",
     "TuneResult",
     "TuneVerification",
+    "TunerDecision",
 ]

@@ -112,6 +112,18 @@ SPECOBS_HOOKS = EnvironmentVariable(
     "1",
     "`0`: stats-only mode (no engine patching; acceptance per step from vLLM's own stats, no timing)",
 )
+SPECOBS_TUNE = EnvironmentVariable(
+    "SPECOBS_TUNE",
+    None,
+    "online tuning (docs/tune.md): `observe` measures and suggests, `explore` also runs a few steps at "
+    "neighbouring k, `apply` also switches a bucket's k and rolls back when it measures worse; off when unset",
+)
+SPECOBS_TUNE_SHARE = EnvironmentVariable(
+    "SPECOBS_TUNE_SHARE", "0.05", "with `explore` or `apply`: the most of a batch bucket's steps run at another k"
+)
+SPECOBS_TUNE_CHUNK_STEPS = EnvironmentVariable(
+    "SPECOBS_TUNE_CHUNK_STEPS", "32", "steps of one k in one bucket per tokens/s measurement of the tuner"
+)
 
 #: The capture variables, in the order docs/vllm.md lists them.
 VARIABLES: tuple[EnvironmentVariable, ...] = (
@@ -129,6 +141,9 @@ VARIABLES: tuple[EnvironmentVariable, ...] = (
     SPECOBS_PROMETHEUS,
     SPECOBS_OTEL,
     SPECOBS_HOOKS,
+    SPECOBS_TUNE,
+    SPECOBS_TUNE_SHARE,
+    SPECOBS_TUNE_CHUNK_STEPS,
 )
 _FORMATS = ("jsonl", "parquet")
 _MB = 1024 * 1024
@@ -158,6 +173,9 @@ class CaptureConfig:
     prometheus: str | None = None
     otel: bool = True
     hooks: bool = True  # False: stats-only mode (SPECOBS_HOOKS=0)
+    tune: str | None = None  # observe | explore | apply (SPECOBS_TUNE)
+    tune_share: float = _default(SPECOBS_TUNE_SHARE)
+    tune_chunk_steps: int = int(_default(SPECOBS_TUNE_CHUNK_STEPS))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CaptureConfig:
@@ -181,6 +199,9 @@ class CaptureConfig:
             prometheus=SPECOBS_PROMETHEUS.raw(env),
             otel=SPECOBS_OTEL.flag(env),
             hooks=SPECOBS_HOOKS.flag(env),
+            tune=(SPECOBS_TUNE.text(env) or "").strip().lower() or None,
+            tune_share=min(max(SPECOBS_TUNE_SHARE.number(env), 0.0), 0.5),
+            tune_chunk_steps=max(int(SPECOBS_TUNE_CHUNK_STEPS.number(env)), 1),
         )
 
     def sinks(self, engine: int = 0, health=None, resource: dict[str, str] | None = None) -> list:

@@ -24,10 +24,19 @@ from typing import Any
 from specobs import schema
 
 STEP_COLUMNS = tuple(schema.STEPS)
+#: The key that marks a row of the online tuner's decision log (written to its own files).
+DECISION_KEY = "tuner_action"
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
     return {name: row.get(name) for name in STEP_COLUMNS}
+
+
+def split_decisions(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(step rows, decision rows): decisions never go into the steps files."""
+    if not any(DECISION_KEY in r for r in rows):
+        return list(rows), []
+    return [r for r in rows if DECISION_KEY not in r], [r for r in rows if DECISION_KEY in r]
 
 
 class MemorySink:
@@ -35,10 +44,13 @@ class MemorySink:
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
+        self.decisions: list[dict[str, Any]] = []
         self.closed = False
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
-        self.rows.extend(_clean(r) for r in rows)
+        steps, decisions = split_decisions(rows)
+        self.rows.extend(_clean(r) for r in steps)
+        self.decisions.extend(decisions)
 
     def close(self) -> None:
         self.closed = True
@@ -75,6 +87,9 @@ class JsonlSink:
         rotate_seconds: float = 3600.0,
     ) -> None:
         self.files = _FileSet(folder, run_id, "jsonl")
+        self._folder, self._run_id = folder, run_id
+        self._decisions: JsonlSink | None = None  # the tuner's decision log, in its own files
+        self._steps_only = True
         self.rotate_bytes = rotate_bytes
         self.rotate_seconds = rotate_seconds
         self._fd: int | None = None
@@ -91,9 +106,15 @@ class JsonlSink:
         return self._fd
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
+        rows, decisions = split_decisions(rows) if self._steps_only else (list(rows), [])
+        if decisions:
+            if self._decisions is None:
+                self._decisions = decision_sink(self._folder, self._run_id)
+            self._decisions.write(decisions)
         if not rows:
             return
-        data = "".join(json.dumps(_clean(r), separators=(",", ":")) + "\n" for r in rows).encode()
+        clean = _clean if self._steps_only else dict
+        data = "".join(json.dumps(clean(r), separators=(",", ":")) + "\n" for r in rows).encode()
         expired = time.monotonic() - self._opened > self.rotate_seconds
         if self._fd is None or self._size + len(data) > self.rotate_bytes or expired:
             self.close()
@@ -109,6 +130,15 @@ class JsonlSink:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._decisions is not None:
+            self._decisions.close()
+
+
+def decision_sink(folder: str | os.PathLike, run_id: str) -> JsonlSink:
+    """JSON Lines files ``specobs-<run>-tuner-p<pid>-<seq>.jsonl`` for decision rows, as written."""
+    sink = JsonlSink(folder, f"{run_id}-tuner")
+    sink._steps_only = False
+    return sink
 
 
 class ParquetSink:
@@ -123,6 +153,7 @@ class ParquetSink:
         part_rows: int = 100_000,
     ) -> None:
         self.files = _FileSet(folder, run_id, "parquet")
+        self._decisions = decision_sink(folder, run_id)
         self.part_seconds = part_seconds
         self.part_rows = part_rows
         self._rows: list[dict[str, Any]] = []
@@ -130,7 +161,10 @@ class ParquetSink:
         self.paths: list[Path] = []
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
-        self._rows.extend(_clean(r) for r in rows)
+        steps, decisions = split_decisions(rows)
+        if decisions:
+            self._decisions.write(decisions)
+        self._rows.extend(_clean(r) for r in steps)
         if len(self._rows) >= self.part_rows or time.monotonic() - self._started >= self.part_seconds:
             self._write_part()
 
@@ -150,3 +184,4 @@ class ParquetSink:
 
     def close(self) -> None:
         self._write_part()
+        self._decisions.close()

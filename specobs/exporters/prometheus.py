@@ -323,6 +323,15 @@ class PrometheusMetrics:
         for label in ("model_name", "engine", "method"):
             self.label_overflow.labels(label)
         self.cap = _LabelCap({**LABEL_BUDGET, **(label_budget or {})}, self.label_overflow)
+        self.tuner_k = self._gauge_cls(
+            "specobs_tuner_num_speculative_tokens",
+            "k the online tuner (SPECOBS_TUNE=apply) runs in each batch bucket, from its latest decision there.",
+            ["batch_size_bucket"], registry=r,
+        )  # fmt: skip
+        self.tuner_decisions = counter(
+            "specobs_tuner_decisions", "Decisions of the online tuner (suggest, apply, confirm, rollback, refuse).",
+            ["action"],
+        )  # fmt: skip
         self._timing: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0, 0, 0.0, 0])
         self._children: dict[tuple, Any] = {}
 
@@ -347,6 +356,18 @@ class PrometheusMetrics:
     def observe_step(self, row: dict[str, Any]) -> None:
         """One steps row (a capture row or an event-file record)."""
         self.observe_window(row, steps=1)
+
+    def observe_decision(self, row: dict[str, Any]) -> None:
+        """One row of the online tuner's decision log (``TunerDecision.to_row()``)."""
+        from specobs.tuning.online import ACTIONS
+
+        action = row.get("tuner_action")
+        if action not in ACTIONS:
+            return
+        self._child(self.tuner_decisions, action).inc()
+        low = row.get("batch_size_min")
+        if action in ("apply", "rollback") and isinstance(low, int) and isinstance(row.get("to_k"), int):
+            self._child(self.tuner_k, batch_size_bucket(low)).set(row["to_k"])
 
     def observe_window(self, row: dict[str, Any], steps: int | None = None) -> None:
         """A window of counts (a log interval) or a single step; timings only when timed."""
@@ -423,7 +444,9 @@ class PrometheusSink:
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
         for row in rows:
-            if row.get("request_id") is None:  # per-request rows would count steps twice
+            if "tuner_action" in row:
+                self.metrics.observe_decision(row)
+            elif row.get("request_id") is None:  # per-request rows would count steps twice
                 self.metrics.observe_step(row)
 
     def close(self) -> None:

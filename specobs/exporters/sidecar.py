@@ -16,6 +16,7 @@ fails inside the metrics update is counted there too (reason ``error``).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -31,7 +32,7 @@ from prometheus_client.registry import Collector
 from specobs import schema
 from specobs.exporters.follow import Follower, Lines, _Followed
 from specobs.exporters.prometheus import PrometheusMetrics
-from specobs.ingest import detect, events, read_source
+from specobs.ingest import decisions, detect, events, read_source
 from specobs.ingest.source import Source
 
 logger = logging.getLogger("specobs")
@@ -95,6 +96,8 @@ class Sidecar:
             state.kind = detect(src)
         if state.kind == events.FORMAT_JSONL:
             return self._feed_jsonl(state, data)
+        if state.kind == decisions.FORMAT:
+            return self._feed_decisions(state, data)
         src = Source(str(state.path), None, False, len(data), head=data[:65536], data=data)
         windows, _, _ = read_source(src, state.kind)
         frame = windows.collect()
@@ -119,6 +122,24 @@ class Sidecar:
             if row.get("request_id") is None and self._observe(row, step=True, where=state.path):
                 fed += 1
         return fed
+
+    def _feed_decisions(self, state: _Followed, data: bytes) -> int:
+        """The online tuner's decision log: counted by action, the k per bucket as a gauge."""
+        first = data.first_line if isinstance(data, Lines) else None
+        for number, raw in enumerate(data.split(b"\n"), start=first or 1):
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                decision, why = decisions.parse(json.loads(line))
+            except (ValueError, RecursionError):
+                decision, why = None, "not valid JSON"
+            if decision is None:
+                where = f"{state.path}:{number}" if first is not None else str(state.path)
+                self._skip(events.INVALID_JSON, f"{where}: {why}", key=str(state.path))
+                continue
+            self.metrics.observe_decision(decision.to_row())
+        return 0
 
     def _feed_frame(self, frame: pl.DataFrame, *, step: bool) -> int:
         fed = 0

@@ -12,15 +12,19 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
-from specobs.ingest import events, prometheus_text, sglang_log, vllm_log
+from specobs.ingest import decisions, events, prometheus_text, sglang_log, vllm_log
 from specobs.ingest.columns import reference_year
 from specobs.ingest.scan import find_lines
 from specobs.ingest.source import Source, expand_paths, open_bytes, open_source
+
+if TYPE_CHECKING:
+    from specobs.results import TunerDecision
 
 #: Names accepted by ``--format``.
 FORMATS = ("vllm-log", "sglang-log", "prometheus-text", "events")
@@ -53,6 +57,8 @@ class Ingested:
     failed: list[InputError] = field(default_factory=list)
     #: What was assumed while reading (a counter reset, a baseline): not skipped, but said.
     notices: list[Notice] = field(default_factory=list)
+    #: The online tuner's decision log (``SPECOBS_TUNE``), oldest first.
+    decisions: list[TunerDecision] = field(default_factory=list)
 
     def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
         """Append one input's windows; its notices are kept apart from its skipped lines."""
@@ -76,6 +82,8 @@ def detect(src: Source) -> str:
         raise InputError(src.name, "binary data, not a recognised log, scrape or event file")
     if events.looks_like_jsonl(head):
         return events.FORMAT_JSONL
+    if decisions.looks_like_decisions(head):
+        return decisions.FORMAT
     lines = [_ANSI.sub(b"", raw).strip() for raw in head.split(b"\n")[:-1] or [head]]
     lines = [line for line in lines if line][:500]
     if lines and b"vllm:" in head:
@@ -162,6 +170,12 @@ def load(
             continue
         try:
             src = open_source(name) if data is None else open_bytes(name, data)
+            if fmt is None and detect(src) == decisions.FORMAT:
+                found, skipped, lines = decisions.read(src)
+                result.decisions.extend(found)
+                result.sources.append(SourceReport(name, decisions.FORMAT, lines, 0, len(skipped)))
+                result.skipped.extend(skipped)
+                continue
             progress = progress_factory(src) if progress_factory else None
             frame, report, skipped = read_source(src, fmt, progress=progress)
         except InputError as exc:
@@ -174,6 +188,7 @@ def load(
             continue
         result.add(frame, report, skipped)
     _drop_repeated_windows(result)
+    result.decisions.sort(key=lambda d: d.ts)
     return result
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from specobs.render import tuning
+from specobs.render import sentences, tuning
 from specobs.render.markdown import md_table
 from specobs.results import GroupSummary, Report, Summary
 
@@ -191,6 +191,16 @@ def to_rich(report: Report, console: Console) -> None:
         console.print(Text("Assumed while reading the inputs:", style="yellow"))
         for notice in report.notices:
             console.print(Text(f"  {notice}", style="yellow"))
+    if report.tuner_decisions:
+        console.print()
+        table = Table(title="Online tuner (latest decisions)", title_justify="left", show_edge=False)
+        for header in sentences.TUNER_HEADERS:
+            table.add_column(header)
+        for cells in sentences.tuner_rows(report.tuner_decisions):
+            table.add_row(*cells)
+        console.print(table)
+        for line in sentences.tuner_state(report.tuner_decisions):
+            console.print(Text(f"• {line}"))
 
 
 TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "tokens/s")
@@ -256,4 +266,8 @@ def to_markdown(report: Report) -> str:
     if report.notices:
         parts += ["", "Assumed while reading the inputs:", ""]
         parts += [f"- `{n}`" for n in report.notices]
+    if report.tuner_decisions:
+        parts += ["", "### Online tuner (latest decisions)", ""]
+        parts += md_table(sentences.TUNER_HEADERS, sentences.tuner_rows(report.tuner_decisions))
+        parts += [""] + [f"- {line}" for line in sentences.tuner_state(report.tuner_decisions)]
     return "\n".join(parts) + "\n"

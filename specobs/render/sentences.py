@@ -19,6 +19,7 @@ from specobs.results import (
     ScheduleTax,
     Summary,
     Throughput,
+    TunerDecision,
     TuneResult,
 )
 
@@ -466,3 +467,54 @@ def tune_notes(result: TuneResult) -> list[str]:
         f"{s.get('race', 0):.0f} s, verification {s.get('verification', 0):.0f} s."
     )
     return out
+
+
+# --- the online tuner -----------------------------------------------------------------------------
+
+
+def _clock(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%H:%M:%S")
+
+
+def tuner_state(decisions: Sequence[TunerDecision]) -> list[str]:
+    """Per bucket and engine, the k the tuner runs now and since when: "k=4 at batch 1–3 since
+    10:42:05 UTC: +12% [+8% to +15%] predicted, +11% measured"."""
+    latest: dict[tuple[object, ...], TunerDecision] = {}
+    applied: dict[tuple[object, ...], TunerDecision] = {}
+    for d in decisions:
+        key: tuple[object, ...] = (d.run_id, d.engine, d.batch_size_min, d.batch_size_max)
+        if d.action in ("apply", "rollback", "confirm"):
+            latest[key] = d
+        if d.action == "apply":
+            applied[key] = d
+    out = []
+    for key, d in latest.items():
+        where = f"batch {batch_range(d.batch_size_min, d.batch_size_max)}"
+        if d.action == "rollback":
+            out.append(f"k={d.to_k} at {where} since {_clock(d.ts)} UTC: rolled back ({d.reason}).")
+            continue
+        start = applied.get(key, d)
+        text = f"k={d.to_k} at {where} since {_clock(start.ts)} UTC"
+        if start.predicted_gain is not None and start.predicted_low is not None and start.predicted_high is not None:
+            text += f": {_gain(start.predicted_gain, start.predicted_low, start.predicted_high)} predicted"
+        if d.action == "confirm" and d.measured_gain is not None:
+            text += f", {d.measured_gain:+.1%} measured after the switch"
+        out.append(text + ".")
+    out += [f"Online tuning off: {d.reason}." for d in decisions if d.action == "refuse"]
+    return out
+
+
+TUNER_HEADERS = ("time (UTC)", "batch", "action", "k", "predicted [95%]", "measured", "reason")
+
+
+def tuner_rows(decisions: Sequence[TunerDecision], most: int = 20) -> list[list[str]]:
+    """The latest ``most`` decisions as table cells."""
+    rows = []
+    for d in list(decisions)[-most:]:
+        predicted = "–"
+        if d.predicted_gain is not None and d.predicted_low is not None and d.predicted_high is not None:
+            predicted = _gain(d.predicted_gain, d.predicted_low, d.predicted_high)
+        measured = "–" if d.measured_gain is None else f"{d.measured_gain:+.1%}"
+        rows.append([_clock(d.ts), batch_range(d.batch_size_min, d.batch_size_max), d.action,
+                     f"{d.from_k} → {d.to_k}", predicted, measured, d.reason])  # fmt: skip
+    return rows

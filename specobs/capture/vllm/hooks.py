@@ -133,6 +133,7 @@ class Capture:
         self.installed: list[str] = []
         self.missing: list[str] = []
         self.originals: list[tuple[type, str, Any]] = []
+        self._tuners: dict[int, Any] = {}  # per scheduler: its OnlineTuner, or None when off
 
     @property
     def recorder(self) -> Recorder | NullRecorder:
@@ -247,6 +248,59 @@ class Capture:
                     num_drafts_accepted_before_pos=[1] * tried + [0] * (length - tried),
                 )
             )
+        if self.config.tune:
+            self._tune(scheduler, row, recorder)
+
+    # --- the online tuner (SPECOBS_TUNE) ---------------------------------------------------
+    @property
+    def tuner(self) -> Any:
+        """The online tuner of this process's first engine, or None (off, refused or failed)."""
+        return next((t for t in self._tuners.values() if t is not None), None)
+
+    def _tune(self, scheduler: Any, row: StepRow, recorder: Recorder | NullRecorder) -> None:
+        key = id(scheduler)
+        if key not in self._tuners:
+            self._tuners[key] = None  # stays off when starting fails
+            try:
+                self._tuners[key] = self._start_tuner(scheduler, recorder)
+            except Exception as exc:
+                recorder.error("starting the online tuner", exc)
+        tuner = self._tuners[key]
+        if tuner is None:
+            return
+        try:
+            tuner.on_step(row.batch_size, row.num_spec_tokens, row.num_generated_tokens, row.step_seconds)
+            while tuner.decisions:
+                recorder.record(tuner.decisions.popleft().to_row())
+        except Exception as exc:  # a failing tuner turns itself off; the engine goes on
+            self._tuners[key] = None
+            recorder.error("online tuner", exc)
+
+    def _start_tuner(self, scheduler: Any, recorder: Recorder | NullRecorder) -> Any:
+        from specobs.results import TunerDecision
+        from specobs.tuning.online import MODES, OnlineTuner, refusal
+
+        mode = self.config.tune
+        labels = self.labels(scheduler)
+        if mode not in MODES:
+            logger.warning("specobs: SPECOBS_TUNE=%s: expected observe, explore or apply; online tuning off", mode)
+            return None
+        max_k = int(getattr(scheduler, "num_spec_tokens", 0) or 0)
+        reason = "no speculative decoding in this engine" if max_k <= 0 else refusal(scheduler)
+        if reason is not None:
+            logger.warning("specobs: online tuning off: %s", reason)
+            largest = int(getattr(getattr(scheduler, "scheduler_config", None), "max_num_seqs", 1) or 1)
+            refused = TunerDecision(time.time(), 1, largest, "refuse", max_k, max_k, None, None, None, None, reason,
+                                    labels.get("run_id"), labels.get("engine"))  # fmt: skip
+            recorder.record(refused.to_row())
+            return None
+        tuner = OnlineTuner(
+            mode, scheduler.dynamic_sd_lookup, max_k, share=self.config.tune_share,
+            chunk_steps=self.config.tune_chunk_steps, run_id=labels.get("run_id"), engine=labels.get("engine"),
+        )  # fmt: skip
+        logger.info("specobs: online tuning on (%s, k up to %d, %.0f%% of steps may explore)", mode, max_k,
+                    100 * tuner.share)  # fmt: skip
+        return tuner
 
     def labels(self, scheduler: Any) -> dict[str, Any]:
         key = id(scheduler)

@@ -1,0 +1,98 @@
+"""The online tuner's decision log: JSON Lines rows marked by ``tuner_action`` (``SPECOBS_TUNE``).
+
+The capture writes them to their own files beside the event files
+(``specobs-<run>-tuner-p<pid>-<seq>.jsonl``). A row counts only when every field has its type
+and the action is known; any other line is skipped and named (FILE:LINE).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+from specobs.errors import Skipped
+from specobs.ingest.source import Source, read_whole
+
+if TYPE_CHECKING:  # results imports ingest: imported where used
+    from specobs.results import TunerDecision
+
+FORMAT = "tuner-decisions"
+KEY = "tuner_action"
+_INTS = ("batch_size_min", "batch_size_max", "from_k", "to_k")
+_OPTIONAL_FLOATS = ("predicted_gain", "predicted_low", "predicted_high", "measured_gain")
+
+
+def looks_like_decisions(head: bytes) -> bool:
+    """True when the first non-empty line is a JSON object with ``tuner_action``."""
+    for raw in head.split(b"\n"):
+        line = raw.strip()
+        if line:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return False
+            return isinstance(record, dict) and KEY in record
+    return False
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def parse(record: Any) -> tuple[TunerDecision | None, str | None]:
+    """(decision, None) or (None, why)."""
+    from specobs.results import TunerDecision
+    from specobs.tuning.online import ACTIONS
+
+    if not isinstance(record, dict):
+        return None, "not a JSON object"
+    action = record.get(KEY)
+    if action not in ACTIONS:
+        return None, f"{KEY} is not one of {', '.join(ACTIONS)}"
+    if not _number(record.get("ts")):
+        return None, "ts is not a number"
+    for name in _INTS:
+        value = record.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return None, f"{name} is not a non-negative integer"
+    if record["batch_size_min"] > record["batch_size_max"]:
+        return None, "batch_size_min is above batch_size_max"
+    for name in _OPTIONAL_FLOATS:
+        if record.get(name) is not None and not _number(record[name]):
+            return None, f"{name} is not a number"
+    if not isinstance(record.get("reason", ""), str):
+        return None, "reason is not a string"
+    engine = record.get("engine")
+    return TunerDecision(
+        ts=float(record["ts"]), batch_size_min=record["batch_size_min"], batch_size_max=record["batch_size_max"],
+        action=action, from_k=record["from_k"], to_k=record["to_k"],
+        predicted_gain=record.get("predicted_gain"), predicted_low=record.get("predicted_low"),
+        predicted_high=record.get("predicted_high"), measured_gain=record.get("measured_gain"),
+        reason=record.get("reason", ""), run_id=None if record.get("run_id") is None else str(record["run_id"]),
+        engine=engine if isinstance(engine, int) and not isinstance(engine, bool) else None,
+    ), None  # fmt: skip
+
+
+def read(src: Source) -> tuple[list[TunerDecision], list[Skipped], int]:
+    """Every valid decision of one file, the skipped lines, and the number of lines."""
+    data, cut = read_whole(src)
+    skipped: list[Skipped] = [cut] if cut is not None else []
+    out: list[TunerDecision] = []
+    lines = 0
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        lines = number
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            skipped.append(Skipped(src.name, number, "not valid JSON"))
+            continue
+        decision, why = parse(record)
+        if decision is None:
+            skipped.append(Skipped(src.name, number, why or "invalid"))
+        else:
+            out.append(decision)
+    return out, skipped, lines

@@ -1,0 +1,280 @@
+"""Online tuning inside a live engine (opt-in, ``SPECOBS_TUNE=observe|explore|apply``).
+
+The capture hooks call :meth:`OnlineTuner.on_step` once per finished step with its batch size,
+k, generated tokens and step time. The tuner keeps tokens/s per (batch bucket, k) in chunks of
+``chunk_steps`` steps, and acts on the scheduler's batch-size → k table
+(``scheduler.dynamic_sd_lookup``), which vLLM reads on every step:
+
+- ``observe``: measures only. It writes a ``suggest`` decision when a k other than the current
+  one has been measured faster beyond noise (for example after an operator changed the table).
+- ``explore``: also runs one step in ``1 / share`` of a bucket at a neighbouring k (current ± 1),
+  the one with the fewest measurements, where the estimate is least certain. At most
+  ``share`` of a bucket's steps (default 5%) explore. This is lossless: speculative decoding
+  never changes outputs, only speed.
+- ``apply``: also switches a bucket to a k whose measured gain over the current k clears
+  ``margin`` with its whole 95% interval (``apply``). It then measures the next window at the
+  new k against the old k's rate: ``confirm`` when it holds, ``rollback`` (back to the old k)
+  when it measures worse.
+
+Every decision is a :class:`TunerDecision` (time, bucket, from k, to k, predicted gain with its
+interval, measured gain afterwards, reason), kept for the exporters and written beside the
+event files. The tuner never raises into vLLM: the hooks wrap it, and a failure turns it off.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, MutableSequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specobs.analysis.intervals import t95
+from specobs.results import TunerDecision
+from specobs.tuning.tune import power_buckets
+
+MODES = ("observe", "explore", "apply")
+ACTIONS = ("suggest", "apply", "confirm", "rollback", "refuse")
+DEFAULT_SHARE = 0.05
+CHUNK_STEPS = 32
+MIN_CHUNKS = 3
+MARGIN = 0.03
+MAX_CHUNKS = 64  # per (bucket, k): older chunks age out, so the estimate follows the traffic
+MAX_DECISIONS = 1000
+
+
+@dataclass
+class _Cell:
+    """tokens/s of one k in one bucket, in chunks of steps."""
+
+    chunks: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_CHUNKS))
+    tokens: float = 0.0
+    seconds: float = 0.0
+    steps: int = 0
+
+    def add(self, tokens: float, seconds: float, chunk_steps: int) -> bool:
+        """Add a step; True when it completed a chunk."""
+        self.tokens += tokens
+        self.seconds += seconds
+        self.steps += 1
+        if self.steps < chunk_steps:
+            return False
+        if self.seconds > 0:
+            self.chunks.append(self.tokens / self.seconds)
+        self.tokens = self.seconds = 0.0
+        self.steps = 0
+        return True
+
+    def log_stats(self) -> tuple[float, float, int]:
+        logs = [math.log(x) for x in self.chunks if x > 0]
+        n = len(logs)
+        if n == 0:
+            return math.nan, math.nan, 0
+        mean = math.fsum(logs) / n
+        var = math.fsum((v - mean) ** 2 for v in logs) / (n - 1) if n > 1 else math.inf
+        return mean, var, n
+
+
+def _gain(new: _Cell, old: _Cell) -> tuple[float, float, float] | None:
+    """(gain, low, high) of ``new`` over ``old``: Welch's 95% interval on the mean log tokens/s."""
+    m1, v1, n1 = new.log_stats()
+    m2, v2, n2 = old.log_stats()
+    if min(n1, n2) < 2:
+        return None
+    diff = m1 - m2
+    se = math.sqrt(v1 / n1 + v2 / n2)
+    half = t95(min(n1, n2) - 1) * se
+    return math.expm1(diff), math.expm1(diff - half), math.expm1(diff + half)
+
+
+@dataclass
+class _Bucket:
+    low: int
+    high: int
+    k: int
+    steps: int = 0
+    explored: int = 0
+    exploring: int | None = None  # the k the next step runs at (one step), None when not exploring
+    verifying: dict[str, Any] | None = None  # after an apply: from_k, baseline rate, the new window
+    cells: dict[int, _Cell] = field(default_factory=dict)
+    suggested: set[tuple[int, int]] = field(default_factory=set)
+
+
+class OnlineTuner:
+    """See the module docstring. ``table`` is the scheduler's dense batch-size → k list (index =
+    batch size), changed in place."""
+
+    def __init__(
+        self,
+        mode: str,
+        table: MutableSequence[int],
+        max_k: int,
+        *,
+        share: float = DEFAULT_SHARE,
+        margin: float = MARGIN,
+        chunk_steps: int = CHUNK_STEPS,
+        min_chunks: int = MIN_CHUNKS,
+        clock: Callable[[], float] = time.time,
+        run_id: str | None = None,
+        engine: int | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"SPECOBS_TUNE={mode}: expected one of {', '.join(MODES)}")
+        self.mode = mode
+        self.table = table
+        self.max_k = max_k
+        self.share = min(max(share, 0.0), 0.5)
+        self.margin = margin
+        self.chunk_steps = chunk_steps
+        self.min_chunks = min_chunks
+        self.clock = clock
+        self.run_id = run_id
+        self.engine = engine
+        largest = len(table) - 1
+        self.buckets = [_Bucket(lo, hi, int(table[lo])) for lo, hi in power_buckets(largest)]
+        self._by_batch = [0] * (largest + 1)
+        for i, b in enumerate(self.buckets):
+            for size in range(b.low, b.high + 1):
+                self._by_batch[size] = i
+        self.decisions: deque[TunerDecision] = deque(maxlen=MAX_DECISIONS)
+        self.decisions_total: dict[str, int] = dict.fromkeys(ACTIONS, 0)
+
+    # --- the table --------------------------------------------------------------------------------
+    def _set(self, bucket: _Bucket, k: int) -> None:
+        for size in range(bucket.low, bucket.high + 1):
+            self.table[size] = k
+
+    def schedule(self) -> list[tuple[int, int, int]]:
+        """The live schedule, one row per bucket (what ``specobs_tuner_num_speculative_tokens`` shows)."""
+        return [(b.low, b.high, b.k) for b in self.buckets]
+
+    def _decide(self, bucket: _Bucket, action: str, to_k: int, reason: str, predicted=None, measured=None) -> None:
+        gain, low, high = predicted if predicted is not None else (None, None, None)
+        decision = TunerDecision(self.clock(), bucket.low, bucket.high, action, bucket.k, to_k, gain, low, high,
+                                 measured, reason, self.run_id, self.engine)  # fmt: skip
+        self.decisions.append(decision)
+        self.decisions_total[action] += 1
+
+    # --- one step ---------------------------------------------------------------------------------
+    def on_step(self, batch_size: int, k: int, tokens: int | None, seconds: float | None) -> None:
+        if not 0 < batch_size < len(self._by_batch):
+            return
+        bucket = self.buckets[self._by_batch[batch_size]]
+        bucket.steps += 1
+        if bucket.exploring is not None:  # the exploring step is done: back to the bucket's k
+            bucket.exploring = None
+            self._set(bucket, bucket.k)
+        if tokens and seconds and seconds > 0:
+            cell = bucket.cells.setdefault(k, _Cell())
+            if cell.add(tokens, seconds, self.chunk_steps):
+                self._after_chunk(bucket, k)
+        if self.mode != "observe" and bucket.verifying is None:
+            self._maybe_explore(bucket)
+
+    def _maybe_explore(self, bucket: _Bucket) -> None:
+        if self.share <= 0 or (bucket.explored + 1) > self.share * bucket.steps:
+            return
+        options = [k for k in (bucket.k - 1, bucket.k + 1) if 0 <= k <= self.max_k]
+        if not options:
+            return
+        k = min(options, key=lambda o: (len(bucket.cells.get(o, _Cell()).chunks), o))
+        bucket.exploring = k
+        bucket.explored += 1
+        self._set(bucket, k)
+
+    def _after_chunk(self, bucket: _Bucket, k: int) -> None:
+        if bucket.verifying is not None:
+            self._verify(bucket, k)
+        elif self.mode != "explore":  # explore only gathers data; observe suggests; apply switches
+            self._consider(bucket)
+
+    def _consider(self, bucket: _Bucket) -> None:
+        """The best other k whose gain over the current k clears the margin with its interval."""
+        current = bucket.cells.get(bucket.k)
+        if current is None or len(current.chunks) < self.min_chunks:
+            return
+        best: tuple[tuple[float, float, float], int] | None = None
+        for k, cell in bucket.cells.items():
+            if k == bucket.k or len(cell.chunks) < self.min_chunks:
+                continue
+            gain = _gain(cell, current)
+            if gain is not None and gain[1] > self.margin and (best is None or gain[0] > best[0][0]):
+                best = (gain, k)
+        if best is None:
+            return
+        gain, k = best
+        reason = "measured faster than the current k beyond noise"
+        if self.mode == "observe":
+            if (bucket.k, k) not in bucket.suggested:
+                bucket.suggested.add((bucket.k, k))
+                self._decide(bucket, "suggest", k, reason, gain)
+        else:
+            self.switch(bucket.low, k, reason, gain)
+
+    def switch(self, batch_size: int, k: int, reason: str = "forced", predicted=None) -> None:
+        """Switch the bucket holding ``batch_size`` to ``k`` and verify it over the next window
+        (also how an operator or a test forces a choice)."""
+        bucket = self.buckets[self._by_batch[batch_size]]
+        if k == bucket.k or not 0 <= k <= self.max_k:
+            return
+        baseline = bucket.cells.get(bucket.k)
+        rate = math.exp(baseline.log_stats()[0]) if baseline is not None and baseline.chunks else None
+        self._decide(bucket, "apply", k, reason, predicted)
+        bucket.verifying = {"from_k": bucket.k, "baseline": rate, "window": _Cell()}
+        bucket.k = k
+        bucket.exploring = None
+        self._set(bucket, k)
+
+    def _verify(self, bucket: _Bucket, k: int) -> None:
+        state = bucket.verifying
+        assert state is not None
+        if k != bucket.k:
+            return
+        window: _Cell = state["window"]
+        window.chunks.append(bucket.cells[k].chunks[-1])
+        if len(window.chunks) < self.min_chunks:
+            return
+        bucket.verifying = None
+        baseline = state["baseline"]
+        if baseline is None:  # nothing measured before: keep it, there is nothing to compare
+            self._decide(bucket, "confirm", k, "no earlier measurement to compare with")
+            return
+        measured = math.exp(window.log_stats()[0]) / baseline - 1
+        if measured < 0:
+            old = state["from_k"]
+            self._decide(bucket, "rollback", old, f"the window after the switch measured {measured:+.1%}",
+                         measured=measured)  # fmt: skip
+            bucket.cells.pop(k, None)  # its earlier chunks promised a gain the switch did not keep
+            bucket.k = old
+            self._set(bucket, old)
+        else:
+            self._decide(bucket, "confirm", k, f"the window after the switch measured {measured:+.1%}",
+                         measured=measured)  # fmt: skip
+
+    def refuse(self, reason: str) -> None:
+        """Record that tuning is off for this engine, and why (one decision for the log)."""
+        bucket = self.buckets[0]
+        self._decide(bucket, "refuse", bucket.k, reason)
+
+    def exploration_share(self) -> float:
+        steps = sum(b.steps for b in self.buckets)
+        return sum(b.explored for b in self.buckets) / steps if steps else 0.0
+
+
+def refusal(scheduler: Any) -> str | None:
+    """Why the schedule would have no effect in this engine, or None when tuning can run."""
+    import os
+
+    config = getattr(scheduler, "vllm_config", None)
+    parallel = getattr(config, "parallel_config", None)
+    if int(getattr(parallel, "data_parallel_size", 1) or 1) > 1:
+        return "data parallel > 1: vLLM disables the batch-size schedule there"
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0"):
+        return "Model Runner V2 is reported to ignore the batch-size schedule"
+    if getattr(scheduler, "dynamic_sd_lookup", None) is None:
+        return (
+            "the engine has no batch-size schedule: start it with num_speculative_tokens_per_batch_size "
+            "in --speculative-config (e.g. [[1, MAX_NUM_SEQS, K]])"
+        )
+    return None
