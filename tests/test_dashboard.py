@@ -315,3 +315,38 @@ def test_views_keep_bucket_order_and_labels():
     assert bucket_order(["16-31", "1", "4-7", None, "2-3", "1"]) == ["1", "2-3", "4-7", "16-31"]
     assert group_label({"method": None, "num_spec_tokens": 0}, ["method", "num_spec_tokens"]) == f"{PLAIN} · 0"
     assert group_label({"model": None}, ["model"]) == "all"
+
+
+def test_tuning_page_shows_a_tune_run_and_the_online_tuners_log(monkeypatch, tmp_path):
+    """A tune.json among the inputs: its headline, measured points, schedule and verification, as
+    ``specobs tune`` printed them; a decision log: the live k per bucket and the decisions."""
+    tune = ROOT / "examples" / "data" / "tune-ngram" / "tune.json"
+    saved = json.loads(tune.read_text())
+    decisions = tmp_path / "specobs-r-tuner-p1-0001.jsonl"
+    rows = [
+        {"tuner_action": "apply", "ts": 3600.0, "batch_size_min": 1, "batch_size_max": 1, "from_k": 3, "to_k": 4,
+         "predicted_gain": 0.12, "predicted_low": 0.08, "predicted_high": 0.15, "measured_gain": None,
+         "reason": "measured faster", "run_id": "r", "engine": 0},
+        {"tuner_action": "confirm", "ts": 3700.0, "batch_size_min": 1, "batch_size_max": 1, "from_k": 4, "to_k": 4,
+         "predicted_gain": None, "predicted_low": None, "predicted_high": None, "measured_gain": 0.11,
+         "reason": "held", "run_id": "r", "engine": 0},
+    ]  # fmt: skip
+    decisions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setenv(ARGS_ENV, json.dumps({"paths": [str(tune), str(decisions), str(NGRAM), str(PLAIN)]}))
+    at = AppTest.from_file(APP, default_timeout=180).run()
+    goto(at, "Tuning")
+    subheaders = [h.value for h in at.subheader]
+    assert f"Tune run: {tune}" in subheaders and "Online tuner" in subheaders
+    v = saved["verification"]
+    assert metrics(at)["Chosen, tokens/s"] == f"{v['schedule_tokens_per_second']:,.0f}"
+    static = f"vs best static k={v['best_static_num_speculative_tokens']}"
+    assert metrics(at)[static] == f"{v['gain_vs_best_static']:+.1%}"
+    schedule = frame_with(at, "basis")
+    assert schedule["k"].to_list() == [str(b["num_speculative_tokens"]) for b in saved["buckets"]]
+    title = "batch size (grey: plain engine, ringed: chosen)"
+    tune_chart = next(s for s in chart_specs(at) if title in json.dumps(s))
+    assert tune_chart["facet"]["field"] == "batch_size" and len(tune_chart["spec"]["layer"]) == 5
+    state = "k=4 at batch 1 since 01:00:00 UTC: +12.0% [+8.0% to +15.0%] predicted, +11.0% measured after the switch."
+    assert state in bullets(at)
+    log = frame_with(at, "action")
+    assert log["action"].to_list() == ["apply", "confirm"]

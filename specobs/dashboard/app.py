@@ -230,8 +230,63 @@ def cost(ctx: Context) -> None:
     _download("Download CSV", table, "timing-by-batch.csv")
 
 
+def _rows_table(headers: tuple[str, ...], rows: list[list[str]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=list(headers), orient="row")
+
+
+def tune_runs(ctx: Context) -> None:
+    """``specobs tune`` results among the inputs: measured points, the schedule, the verification."""
+    from specobs.render import tuning as render
+    from specobs.render.plot import tune_frame
+    from specobs.render.sentences import tune_headline, tune_notes
+
+    for name, result in ctx.loaded.tune_runs:
+        st.subheader(f"Tune run: {name}")
+        st.markdown(f"**{tune_headline(result)}**")
+        if result.speculative_config:
+            st.code(f"--speculative-config '{result.speculative_config}'", language="bash")
+        v = result.verification
+        if v is not None:
+            cols = st.columns(3)
+            cols[0].metric("Chosen, tokens/s", f"{v.schedule_tokens_per_second:,.0f}")
+            cols[1].metric(f"vs best static k={v.best_static_num_speculative_tokens}", f"{v.gain_vs_best_static:+.1%}",
+                           help=f"95% interval {v.gain_vs_best_static_low:+.1%} to {v.gain_vs_best_static_high:+.1%}")
+            cols[2].metric("vs plain decoding", f"{v.gain_vs_plain:+.1%}",
+                           help=f"95% interval {v.gain_vs_plain_low:+.1%} to {v.gain_vs_plain_high:+.1%}")  # fmt: skip
+        if result.measurements:
+            st.markdown("Measured tokens/s against k (grey band: the plain engine; ringed: chosen)")
+            _chart(st, charts.tune_measurements(tune_frame(result)), stretch=False)
+        st.dataframe(_rows_table(render.TUNE_BUCKET_HEADERS, render.tune_bucket_rows(result)), hide_index=True)
+        if v is not None:
+            st.markdown(f"Verification: {v.workload}, {v.rounds} interleaved round(s)")
+            st.dataframe(_rows_table(render.TUNE_VERIFY_HEADERS, render.tune_verification_rows(result)),
+                         hide_index=True)  # fmt: skip
+        with st.expander("Every measurement"):
+            st.dataframe(_rows_table(render.TUNE_MEASUREMENT_HEADERS, render.tune_measurement_rows(result)),
+                         hide_index=True)  # fmt: skip
+        for line in tune_notes(result):
+            st.markdown(f"- {line}")
+
+
+def tuner_log(ctx: Context) -> None:
+    """The online tuner's decisions among the inputs (``SPECOBS_TUNE``)."""
+    from specobs.render.sentences import TUNER_HEADERS, tuner_rows, tuner_state
+
+    decisions = ctx.loaded.decisions
+    st.subheader("Online tuner")
+    for line in tuner_state(decisions):
+        st.markdown(f"- {line}")
+    st.dataframe(_rows_table(TUNER_HEADERS, tuner_rows(decisions, most=200)), hide_index=True)
+
+
 def tuning(ctx: Context) -> None:
     st.header("Tuning")
+    if ctx.loaded.tune_runs:
+        tune_runs(ctx)
+    if ctx.loaded.decisions:
+        tuner_log(ctx)
+    if ctx.loaded.tune_runs or ctx.loaded.decisions:
+        st.subheader("Recommendation from the steps in the selection")
     with st.expander("Model options"):
         inputs = st.columns(4)
         max_k = inputs[0].number_input("largest k (0: measured k + 2)", 0, 16, 0, key="max_k")

@@ -19,6 +19,7 @@ from specobs.analysis.cost import steady_state
 from specobs.errors import Skipped, SpecobsError
 from specobs.ingest import SourceReport, add_prometheus, counted_sources, load
 from specobs.ingest.source import expand_paths
+from specobs.results import TunerDecision, TuneResult
 
 #: The bundled real recording the app opens on when given nothing (present in a checkout).
 BUNDLED_SWEEP = Path(__file__).resolve().parents[2] / "examples" / "data" / "vllm-cpu-sweep"
@@ -80,6 +81,8 @@ class Loaded:
     failed: list[str] = field(default_factory=list)  # "input: why", one per unreadable input
     options: dict[str, list[LabelValue]] = field(default_factory=dict)  # filter_options(windows), read once
     bounds: tuple[float, float] | None = None  # time_bounds(windows)
+    tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)  # specobs tune results read back
+    decisions: list[TunerDecision] = field(default_factory=list)  # the online tuner's log
 
 
 def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Loaded:
@@ -96,8 +99,9 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Lo
     windows = steady_state(ingested.windows).collect()
     ingested.windows = windows.lazy()
     return Loaded(
-        windows, counted_sources(ingested), ingested.skipped, failed, filter_options(windows), time_bounds(windows)
-    )
+        windows, counted_sources(ingested), ingested.skipped, failed, filter_options(windows), time_bounds(windows),
+        ingested.tune_runs, ingested.decisions,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

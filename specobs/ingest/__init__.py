@@ -18,13 +18,13 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
-from specobs.ingest import decisions, events, prometheus_text, sglang_log, vllm_log
+from specobs.ingest import decisions, events, prometheus_text, sglang_log, tune_result, vllm_log
 from specobs.ingest.columns import reference_year
 from specobs.ingest.scan import find_lines
 from specobs.ingest.source import Source, expand_paths, open_bytes, open_source
 
 if TYPE_CHECKING:
-    from specobs.results import TunerDecision
+    from specobs.results import TunerDecision, TuneResult
 
 #: Names accepted by ``--format``.
 FORMATS = ("vllm-log", "sglang-log", "prometheus-text", "events")
@@ -59,6 +59,8 @@ class Ingested:
     notices: list[Notice] = field(default_factory=list)
     #: The online tuner's decision log (``SPECOBS_TUNE``), oldest first.
     decisions: list[TunerDecision] = field(default_factory=list)
+    #: ``specobs tune`` results read back (``tune.json``).
+    tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)
 
     def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
         """Append one input's windows; its notices are kept apart from its skipped lines."""
@@ -84,6 +86,8 @@ def detect(src: Source) -> str:
         return events.FORMAT_JSONL
     if decisions.looks_like_decisions(head):
         return decisions.FORMAT
+    if tune_result.looks_like_tune_result(head):
+        return tune_result.FORMAT
     lines = [_ANSI.sub(b"", raw).strip() for raw in head.split(b"\n")[:-1] or [head]]
     lines = [line for line in lines if line][:500]
     if lines and b"vllm:" in head:
@@ -170,11 +174,16 @@ def load(
             continue
         try:
             src = open_source(name) if data is None else open_bytes(name, data)
-            if fmt is None and detect(src) == decisions.FORMAT:
+            kind = detect(src) if fmt is None else None
+            if kind == decisions.FORMAT:
                 found, skipped, lines = decisions.read(src)
                 result.decisions.extend(found)
                 result.sources.append(SourceReport(name, decisions.FORMAT, lines, 0, len(skipped)))
                 result.skipped.extend(skipped)
+                continue
+            if kind == tune_result.FORMAT:
+                result.tune_runs.append((name, tune_result.read(src)))
+                result.sources.append(SourceReport(name, tune_result.FORMAT, None, 0, 0))
                 continue
             progress = progress_factory(src) if progress_factory else None
             frame, report, skipped = read_source(src, fmt, progress=progress)

@@ -1,0 +1,32 @@
+"""``specobs tune``'s own result file (``tune.json``), read back for the dashboard and reports."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from specobs.errors import InputError
+from specobs.ingest.source import Source, read_whole
+
+if TYPE_CHECKING:  # results imports ingest: imported where used
+    from specobs.results import TuneResult
+
+FORMAT = "specobs-tune"
+
+
+def looks_like_tune_result(head: bytes) -> bool:
+    """A JSON object whose first keys are a tune result's (``tune.json`` is indented JSON)."""
+    return head.lstrip().startswith(b"{") and b'"measurements"' in head and b'"verification"' in head
+
+
+def read(src: Source) -> TuneResult:
+    """The whole file as one :class:`TuneResult`; :class:`InputError` when it is not one."""
+    from specobs.results import TuneResult
+
+    data, cut = read_whole(src)
+    if cut is not None:
+        raise InputError(src.name, "a truncated specobs tune result")
+    try:
+        return TuneResult.from_dict(json.loads(data))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(src.name, f"not a complete specobs tune result ({type(exc).__name__}: {exc})") from None
