@@ -254,3 +254,29 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path, args, message):
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert message in lines[-1] and "Traceback" not in result.output
+
+
+def test_the_bundled_tune_example_has_the_keys_of_a_fresh_result():
+    """docs/tune.md documents the keys of examples/data/tune-ngram/tune.json: that file must have
+    exactly the keys a tune run writes now (rerun examples/make_tune_example.py when they change)."""
+    from pathlib import Path
+
+    from specobs.results import TuneResult
+
+    def keys(value, prefix=""):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if prefix in ("noise.idle_cpu_seconds", "noise.busy_seconds", "seconds"):
+                    continue
+                yield f"{prefix}.{key}" if prefix else key
+                yield from keys(item, f"{prefix}.{key}" if prefix else key)
+        elif isinstance(value, list):
+            for item in value:
+                yield from keys(item, prefix + "[]")
+
+    bundled = json.loads((Path(__file__).parents[1] / "examples/data/tune-ngram/tune.json").read_text())
+    _, result = run(ngram_like)
+    fresh = json.loads(to_json(result))
+    assert set(keys(bundled)) == set(keys(fresh))
+    assert set(bundled["seconds"]) == set(fresh["seconds"])
+    assert json.loads(to_json(TuneResult.from_dict(bundled))) == bundled  # read back whole

@@ -343,15 +343,17 @@ class _Engine:  # pragma: no cover - runs in the worker process
         self.scheduler.dynamic_sd_lookup[:] = table
 
     def _generate(self, batch: int, offset: int, lengths: list[int], min_seconds: float = 0.0) -> tuple[int, float]:
-        """Generate ``batch`` requests at once, again (next prompts) until ``min_seconds`` passed:
-        a round shorter than that is mostly timer and scheduling noise."""
+        """Generate ``batch`` requests at once, again until ``min_seconds`` passed (a round shorter
+        than that is mostly timer and scheduling noise). Every call of a round, and every
+        configuration's round with the same ``offset``, gets the same prompts: acceptance depends
+        on the text, so a round compares configurations on identical work."""
         params = [self.vllm.SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
         tokens = 0
         seconds = 0.0
         call = 0
+        first = offset * batch
+        prompts = [self.prompts[(first + i) % len(self.prompts)] for i in range(batch)]
         while call == 0 or seconds < min_seconds:
-            first = (offset * 7 + call) * batch
-            prompts = [self.prompts[(first + i) % len(self.prompts)] for i in range(batch)]
             started = time.perf_counter()
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
             seconds += time.perf_counter() - started
