@@ -32,6 +32,7 @@ _EXPORTS = {
     "recommend": "specobs.tuning.recommend",
     "compare": "specobs.tuning.compare",
     "simulate": "specobs.tuning.simulate",
+    "run_tune": "specobs.tuning.engine",
     "Report": "specobs.results",
     "Summary": "specobs.results",
     "GroupSummary": "specobs.results",
@@ -45,6 +46,8 @@ _EXPORTS = {
     "MethodWin": "specobs.results",
     "Comparison": "specobs.results",
     "Throughput": "specobs.results",
+    "TuneResult": "specobs.results",
+    "TunerDecision": "specobs.results",
     "SpecobsError": "specobs.errors",
     "InputError": "specobs.errors",
     "Skipped": "specobs.errors",
@@ -69,11 +72,14 @@ __all__ = [
     "SpecobsError",
     "Summary",
     "Throughput",
+    "TuneResult",
+    "TunerDecision",
     "__version__",
     "analyze",
     "compare",
     "load",
     "recommend",
+    "run_tune",
     "simulate",
     "summarize",
 ]
@@ -97,8 +103,11 @@ if TYPE_CHECKING:
         Report,
         Summary,
         Throughput,
+        TunerDecision,
+        TuneResult,
     )
     from specobs.tuning.compare import compare
+    from specobs.tuning.engine import run_tune
     from specobs.tuning.recommend import recommend
     from specobs.tuning.simulate import simulate
 

@@ -173,9 +173,13 @@ def test_a_k_within_noise_of_the_leader_yields_to_the_best_static_k():
         plain = 100.0 * batch
         return plain if k is None else plain * (1.3 if k else 0.9)
 
-    _, result = run(flat)
+    bench, result = run(flat)
     assert len(result.schedule) == 1
-    assert result.schedule[0][2] == result.verification.best_static_num_speculative_tokens
+    v = result.verification
+    assert result.schedule[0][2] == v.best_static_num_speculative_tokens
+    # The same configuration is not measured twice: its gain over itself is 0 by construction.
+    assert (v.gain_vs_best_static, v.gain_vs_best_static_low, v.gain_vs_best_static_high) == (0.0, 0.0, 0.0)
+    assert v.gain_vs_plain_low > 0.2  # 1.3× plain, measured
 
 
 def test_the_race_keeps_to_its_share_of_the_budget():

@@ -381,10 +381,15 @@ def verify(
     on_round: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> TuneVerification:
-    """Step 3: the chosen config vs the best static k vs plain on the mixed workload, interleaved."""
+    """Step 3: the chosen config vs the best static k vs plain on the mixed workload, interleaved.
+    A configuration identical to another (the schedule is the best static k, or plain decoding
+    was chosen) runs once per round and its gain over the other is 0 by construction."""
     names = {"schedule": chosen, "static": static, "plain": Config(PLAIN)}
     if chosen.engine == PLAIN:  # "no speculation" is the plain engine itself: measured once per round
         del names["plain"]
+    ks = {k for *_, k in chosen.schedule}
+    if chosen.engine == SPECULATIVE and ks == {static.k}:  # the best static k itself: twice would show noise only
+        del names["static"]
     samples: dict[str, dict[int, float]] = {n: {} for n in names}
     seconds = 0.0
     rounds = 0
@@ -400,6 +405,8 @@ def verify(
             on_round(rounds)
     if "plain" not in samples:
         samples["plain"] = samples["schedule"]
+    if "static" not in samples:
+        samples["static"] = samples["schedule"]
     vs_static = _gain(samples, "schedule", "static")
     vs_plain = _gain(samples, "schedule", "plain") if chosen.engine != PLAIN else (0.0, 0.0, 0.0)
     return TuneVerification(
