@@ -173,7 +173,7 @@ def test_a_k_within_noise_of_the_leader_yields_to_the_best_static_k():
         plain = 100.0 * batch
         return plain if k is None else plain * (1.3 if k else 0.9)
 
-    bench, result = run(flat)
+    _, result = run(flat)
     assert len(result.schedule) == 1
     v = result.verification
     assert result.schedule[0][2] == v.best_static_num_speculative_tokens
