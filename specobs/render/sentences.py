@@ -448,8 +448,9 @@ def tune_notes(result: TuneResult) -> list[str]:
     if undecided:
         sizes = ", ".join(str(b) for b in undecided)
         out.append(
-            f"Batch size {sizes}: the leading candidates stayed within noise of each other when the race ended "
-            "(budget or round limit); the fastest on average was taken."
+            f"Batch size {sizes}: the race ended (budget or round limit) before it could separate the leading "
+            "candidates, so the best static k was kept where it was still in the race (else the fastest on "
+            "average); a longer --budget narrows this."
         )
     modelled = [batch_range(b.batch_size_min, b.batch_size_max) for b in result.buckets if b.basis == "model"]
     if modelled:
