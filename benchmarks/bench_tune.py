@@ -34,20 +34,10 @@ from pathlib import Path
 from results import machine, publish
 
 from specobs.analysis.intervals import mean_interval
-from specobs.testing.tiny_llama import build
+from specobs.testing.tiny_llama import PROMPTS, build
 from specobs.tuning.engine import VllmBench
 from specobs.tuning.tune import PLAIN, SPECULATIVE, Config, decide, race, tune
 
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick",
-    "Speculative decoding lets a small draft propose several tokens that a large target model checks",
-    "A serving engine batches many requests together. A serving engine batches many requests",
-    "0123456789 0123456789 0123456789 0123456789 0123",
-    "Operators watch the acceptance rate, the mean acceptance length and the per-position rate.",
-    "With a small batch the accelerator has spare compute and speculation is cheap; with a large batch",
-    "It works well on code, on summaries that quote their source, and on any text that repeats itself.",
-    "The n-gram method needs no draft model at all: it looks for the last few tokens earlier in the prompt",
-]
 BATCH_SIZES = (1, 4, 16)
 MAX_TOKENS = 96
 ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 512}

@@ -21,16 +21,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick",
-    "Speculative decoding lets a small draft propose several tokens that a large target model checks",
-    "A serving engine batches many requests together. A serving engine batches many requests",
-    "0123456789 0123456789 0123456789 0123456789 0123",
-    "Operators watch the acceptance rate, the mean acceptance length and the per-position rate.",
-    "With a small batch the accelerator has spare compute and speculation is cheap; with a large batch",
-    "It works well on code, on summaries that quote their source, and on any text that repeats itself.",
-    "The n-gram method needs no draft model at all: it looks for the last few tokens earlier in the prompt",
-]
 SPEC = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
 ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 512}
 
@@ -40,7 +30,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--budget", default="4m")
     args = parser.parse_args()
-    from specobs.testing.tiny_llama import build
+    from specobs.testing.tiny_llama import PROMPTS, build
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -36,17 +36,6 @@ BATCH_SIZES = (1, 4, 16)
 ROUNDS = 3
 MAX_TOKENS = 96
 
-# Repetitive text: ngram prompt lookup finds matches, as it does on code and quoting summaries.
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick",
-    "Speculative decoding lets a small draft propose several tokens that a large target model checks",
-    "A serving engine batches many requests together. A serving engine batches many requests",
-    "0123456789 0123456789 0123456789 0123456789 0123",
-    "Operators watch the acceptance rate, the mean acceptance length and the per-position rate.",
-    "With a small batch the accelerator has spare compute and speculation is cheap; with a large batch",
-    "It works well on code, on summaries that quote their source, and on any text that repeats itself.",
-    "The n-gram method needs no draft model at all: it looks for the last few tokens earlier in the prompt",
-]
 
 
 def run_one(method: str, models: Path, out: Path) -> None:
@@ -58,6 +47,7 @@ def run_one(method: str, models: Path, out: Path) -> None:
     from specobs.capture.config import CaptureConfig
     from specobs.capture.sinks import JsonlSink
     from specobs.capture.vllm import instrument
+    from specobs.testing.tiny_llama import PROMPTS
 
     spec = None
     if method == "ngram":

@@ -45,6 +45,19 @@ length and the per-position acceptance rate to decide how many tokens to specula
 The quick brown fox jumps over the lazy dog. 0123456789, ;:!?()[]{}"'-+=*/<>@#$%&_
 """
 
+#: Prompts for runs with these models: repetitive text, so ngram prompt lookup finds matches (as it
+#: does on code and on summaries that quote their source). The examples, benchmarks and tests share them.
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick",
+    "Speculative decoding lets a small draft propose several tokens that a large target model checks",
+    "A serving engine batches many requests together. A serving engine batches many requests",
+    "0123456789 0123456789 0123456789 0123456789 0123",
+    "Operators watch the acceptance rate, the mean acceptance length and the per-position rate.",
+    "With a small batch the accelerator has spare compute and speculation is cheap; with a large batch",
+    "It works well on code, on summaries that quote their source, and on any text that repeats itself.",
+    "The n-gram method needs no draft model at all: it looks for the last few tokens earlier in the prompt",
+]
+
 LLAMA = dict(
     hidden_size=128,
     intermediate_size=256,
