@@ -77,8 +77,8 @@ def one(name: str, spec: dict, models: Path, args: argparse.Namespace) -> list[s
         static = Config.static(result.verification.best_static_num_speculative_tokens, largest)
         configs = {"tuned": tuned, "oracle": oracle.chosen, "static": static, "plain": Config(PLAIN)}
         same = {n: "tuned" for n in ("oracle", "static", "plain") if configs[n] == tuned}
-        for name in same:  # the same configuration twice would only measure noise: its ratio is 1
-            del configs[name]
+        for twin in same:  # the same configuration twice would only measure noise: its ratio is 1
+            del configs[twin]
         samples: dict[str, list[float]] = {n: [] for n in configs}
         rng = random.Random(2)
         for r in range(args.final_rounds):
@@ -86,8 +86,8 @@ def one(name: str, spec: dict, models: Path, args: argparse.Namespace) -> list[s
             rng.shuffle(order)
             for n in order:
                 samples[n].append(bench.mixed(configs[n], 100 + r).tokens_per_second)
-        for name, twin in same.items():
-            samples[name] = samples[twin]
+        for twin, original in same.items():
+            samples[twin] = samples[original]
     vs_oracle, vs_static, vs_plain = (paired(samples, "tuned", x) for x in ("oracle", "static", "plain"))
     # Per batch size, from the exhaustive rounds: the tuned k there against the best static k there.
     per_batch = []
