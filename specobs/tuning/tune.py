@@ -47,7 +47,8 @@ SPECULATIVE = "speculative"
 #: Share of the budget the race may use; the rest is kept for the verification.
 RACE_SHARE = 0.7
 MIN_ROUNDS = 3
-MAX_ROUNDS = 12
+#: A cap that only stops a race whose candidates stay tied; the budget normally ends it first.
+MAX_ROUNDS = 40
 VERIFY_MIN_ROUNDS = 3
 VERIFY_MAX_ROUNDS = 8
 #: Candidates within this share of the leader (at their interval's worst) are equivalent.
