@@ -17,8 +17,9 @@ import pytest
 from conftest import run_cli
 
 from specobs import schema
+from specobs.analysis.intervals import t95 as t_quantile_975
 from specobs.ingest import load
-from specobs.tuning.compare import Z95, compare, compare_throughput, t_quantile_975
+from specobs.tuning.compare import Z95, compare, compare_throughput
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data"
 SWEEP = DATA / "vllm-cpu-sweep"

@@ -38,7 +38,7 @@ import polars as pl
 
 from specobs.analysis.acceptance import summarize, with_group_columns
 from specobs.analysis.cost import steady_state, timing_by_batch
-from specobs.analysis.intervals import Z95
+from specobs.analysis.intervals import Z95, t95
 from specobs.results import (
     AcceptanceTest,
     BucketThroughput,
@@ -105,25 +105,6 @@ def configuration_differences(a: Configuration, b: Configuration) -> tuple[Diffe
 
 
 # --- throughput -----------------------------------------------------------------------------------
-
-
-def t_quantile_975(df: float) -> float:
-    """Student's t 97.5% quantile; df rounded down (conservative), Cornish–Fisher from df = 4
-    (within 0.001 of the exact value), exact values below."""
-    exact = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305}
-    if not math.isfinite(df):
-        return Z95
-    nu = max(1, math.floor(df))
-    if nu in exact:
-        return exact[nu]
-    z = Z95
-    terms = (
-        (z**3 + z) / 4,
-        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
-        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
-        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
-    )
-    return z + sum(term / nu ** (i + 1) for i, term in enumerate(terms))
 
 
 def _run_spread(steady: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
@@ -257,7 +238,7 @@ def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.Data
     low = high = df = direction = None
     if tested.height and combined["variance"] > 0:
         df = combined["variance"] ** 2 / combined["welch"]
-        half = t_quantile_975(df) * math.sqrt(combined["variance"])
+        half = t95(df) * math.sqrt(combined["variance"])
         low, high = math.exp(combined["log_ratio"] - half), math.exp(combined["log_ratio"] + half)
         direction = "fell" if high < 1 else "rose" if low > 1 else "unchanged"
     return Throughput(
