@@ -276,7 +276,7 @@ def otel_table() -> str:
 OPAQUE = {
     "report": {"change_points[].changed"},
     "recommend": {"method_comparison[].speedups"},
-    "tune": {"schedule", "notes", "noise.idle_cpu_seconds", "noise.busy_seconds"},
+    "tune": {"schedule", "noise.idle_cpu_seconds", "noise.busy_seconds"},
     "compare": {
         "configuration.a.schedule",
         "configuration.b.schedule",
@@ -482,7 +482,6 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "seconds.verification": "the verification",
         "seconds.total": "all of it",
         "decided": "every measured batch size's race ended with a decision",
-        "notes": "`no speculation` when the plain engine was chosen",
     },
     "compare": {
         "verdict": "the sentence: configuration first, then throughput, then acceptance",

@@ -519,7 +519,7 @@ def tune(
     from pathlib import Path
 
     from specobs.ingest.prometheus_api import parse_duration
-    from specobs.tuning.engine import read_prompts, run_tune
+    from specobs.tuning.engine import MAX_PROMPTS, read_prompts, run_tune
 
     spec = _json_object("--speculative-config", speculative_config)
     args = _json_object("--engine-args", engine_args)
@@ -548,6 +548,9 @@ def tune(
         say(f"{prompts}: {len(skipped)} line(s) skipped, {len(texts)} prompt(s) read")
     if not texts:
         raise SpecobsError(f"{prompts}: no prompts (JSON Lines with a 'prompt' string, or one prompt per line)")
+    if len(texts) > MAX_PROMPTS:
+        say(f"{prompts}: using the first {MAX_PROMPTS:,} of {len(texts):,} prompts")
+        texts = texts[:MAX_PROMPTS]
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise SpecobsError(f"--out {out}: exists and is not a folder")

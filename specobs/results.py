@@ -723,7 +723,6 @@ class TuneResult(Result):
     noise: TuneNoise
     seconds: dict[str, float]  # engine start, race, fit, verification, total
     decided: bool  # every measured batch size's race ended with a decision
-    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TuneResult:
@@ -739,7 +738,6 @@ class TuneResult(Result):
             noise=TuneNoise(**data["noise"]),
             seconds=dict(data["seconds"]),
             decided=bool(data["decided"]),
-            notes=tuple(data.get("notes", ())),
         )
 
 

@@ -41,7 +41,6 @@ class KnownBench:
         self.rng = random.Random(seed)
         self.now = 0.0
         self.largest = largest
-        self.calls: list[tuple[str, int]] = []
         self._drift: dict[int, float] = {}
 
     def _factor(self, round_index: int) -> float:
@@ -56,7 +55,6 @@ class KnownBench:
         return self.truth(k, batch)
 
     def measure(self, config: Config, batch_size: int, round_index: int) -> Sample:
-        self.calls.append((config.label(), batch_size))
         tps = self.tps(config, batch_size) * self._factor(round_index)
         tokens = batch_size * 64
         self.now += tokens / tps

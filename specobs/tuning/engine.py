@@ -69,7 +69,7 @@ def read_prompts(path: str) -> tuple[list[str], list[str]]:
             skipped.append(f"{path}:{number}: no string 'prompt'")
             continue
         prompts.append(prompt)
-    return prompts[:MAX_PROMPTS], skipped
+    return prompts, skipped
 
 
 def mixed_lengths(largest: int, max_tokens: int) -> list[int]:

@@ -178,7 +178,7 @@ class OnlineTuner:
         options = [k for k in (bucket.k - 1, bucket.k + 1) if 0 <= k <= self.max_k]
         if not options:
             return
-        k = min(options, key=lambda o: (len(bucket.cells.get(o, _Cell()).chunks), o))
+        k = min(options, key=lambda o: (len(bucket.cells[o].chunks) if o in bucket.cells else 0, o))
         bucket.exploring = k
         bucket.explored += 1
         self._set(bucket, k)

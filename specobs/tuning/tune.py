@@ -75,11 +75,6 @@ class Config:
         """The k of a single-range schedule (0 for the plain engine)."""
         return self.schedule[0][2] if self.schedule else 0
 
-    def label(self) -> str:
-        if self.engine == PLAIN:
-            return "plain"
-        return f"k={self.k}" if len(self.schedule) == 1 else "schedule"
-
 
 @dataclass(frozen=True)
 class Sample:
@@ -532,7 +527,6 @@ def tune(
     chooser = model_chooser(bench.steps(), method, largest)
     decision = decide(state, ks, largest, chooser, margin=margin)
     chosen, schedule, buckets, static = decision.chosen, decision.schedule, decision.buckets, decision.static
-    notes = ["no speculation"] if chosen.engine == PLAIN else []
     fitted = clock()
     verification = verify(
         bench, chosen, static, deadline=begin + budget_s, rng=rng, workload=workload,
@@ -557,5 +551,4 @@ def tune(
             "total": started_s + done - begin,
         },
         decided=all(state.decided.get(b, False) for b in batch_sizes),
-        notes=tuple(notes),
     )
