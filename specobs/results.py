@@ -765,8 +765,67 @@ class TunerDecision(Result):
         return {"tuner_action": row.pop("action"), **row}
 
 
+#: Run-metadata fields that make two engines' numbers incomparable when they differ, in the
+#: order a comparison names them (method, draft model, k and schedule are the configuration's).
+ENVIRONMENT_FIELDS = (
+    "platform", "device", "device_arch", "attention_backend", "draft_attention_backend", "graph_mode",
+    "vllm_version", "tensor_parallel_size", "data_parallel_size", "dtype", "kv_cache_dtype",
+    "rejection_sample_method", "draft_sample_method", "model_runner", "environment",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunMetadata(Result):
+    """What one engine ran on and with, captured once per engine (docs/schema.md, "Run metadata").
+
+    Every field is optional: a value that could not be read is None, never a guess.
+    ``schedule`` is vLLM's ``num_speculative_tokens_per_batch_size`` as the engine holds it
+    (``(low, high, k)`` per range); ``environment`` holds only the variables that change what
+    the engine runs (:data:`specobs.capture.vllm.metadata.ENVIRONMENT`).
+    """
+
+    ts: float | None = None
+    run_id: str | None = None
+    engine: int | None = None
+    pid: int | None = None
+    model: str | None = None
+    method: str | None = None
+    draft_model: str | None = None
+    num_speculative_tokens: int | None = None
+    schedule: tuple[tuple[int, int, int], ...] | None = None
+    max_num_seqs: int | None = None
+    rejection_sample_method: str | None = None
+    draft_sample_method: str | None = None
+    vllm_version: str | None = None
+    platform: str | None = None
+    device: str | None = None
+    device_arch: str | None = None
+    attention_backend: str | None = None
+    draft_attention_backend: str | None = None
+    graph_mode: str | None = None
+    model_runner: str | None = None  # v1 | v2 (VLLM_USE_V2_MODEL_RUNNER)
+    tensor_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    source: str | None = field(default=None, metadata={"json": False}, compare=False)  # the file it came from
+
+    def to_row(self) -> dict[str, Any]:
+        """The record written beside the event files: ``specobs_metadata`` marks it."""
+        from specobs.schema import METADATA_KEY, METADATA_VERSION
+
+        return {METADATA_KEY: METADATA_VERSION, **self.to_dict()}
+
+    def labels(self) -> dict[str, Any]:
+        """The low-cardinality fields every step row carries as labels (``schema.LABELS``)."""
+        return {"vllm_version": self.vllm_version, "attention_backend": self.attention_backend,
+                "graph_mode": self.graph_mode}  # fmt: skip
+
+
 __all__ = [
     "DETAIL_KEYS",
+    "ENVIRONMENT_FIELDS",
     "SIDE_KEYS",
     "SUMMARY_KEYS",
     "AcceptanceTest",
@@ -789,6 +848,7 @@ __all__ = [
     "Recommended",
     "Report",
     "Result",
+    "RunMetadata",
     "ScheduleTax",
     "SideTiming",
     "Summary",

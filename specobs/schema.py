@@ -27,6 +27,11 @@ LABELS: dict[str, pl.DataType] = {
     "draft_model": pl.String(),
     "platform": pl.String(),
     "device": pl.String(),
+    # What makes two engines' numbers comparable at all, from the run metadata (docs/schema.md):
+    # on ROCm the attention backend changes acceptance, not only speed.
+    "vllm_version": pl.String(),
+    "attention_backend": pl.String(),
+    "graph_mode": pl.String(),
     "workload": pl.String(),
 }
 
@@ -65,6 +70,8 @@ STEPS: dict[str, pl.DataType] = {
     "num_spec_tokens": pl.Int64(),
     **COUNTERS,
     **TIMINGS,
+    # The clock behind the step's timings: "device" (events), "host" (perf_counter) or "mixed".
+    "timing_clock": pl.String(),
 }
 
 #: One row per interval aggregate: a log line, a pair of Prometheus scrapes, or a step.
@@ -82,6 +89,7 @@ WINDOWS: dict[str, pl.DataType] = {
     # Timings are sums over ``num_timed_steps`` steps (mean = sum / num_timed_steps).
     **TIMINGS,
     "num_timed_steps": pl.Int64(),
+    "timing_clock": pl.String(),
     # What the source printed, kept when counts cannot be recovered (SGLang, V0 gauges).
     "reported_mean_acceptance_length": pl.Float64(),
     "reported_draft_acceptance_rate": pl.Float64(),
@@ -91,6 +99,11 @@ WINDOWS: dict[str, pl.DataType] = {
     # running totals that specobs turned into differences, "step" for event-file rows.
     "counters": pl.String(),
 }
+
+#: The key that marks a run-metadata record (one per engine, in its own file beside the event
+#: files); its value is the record's format version. See docs/schema.md.
+METADATA_KEY = "specobs_metadata"
+METADATA_VERSION = 1
 
 #: Columns an event file must have to be recognised as one (others may be missing).
 EVENT_FILE_REQUIRED = ("ts", "num_drafts", "num_accepted_tokens")

@@ -18,13 +18,13 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
-from specobs.ingest import decisions, events, prometheus_text, sglang_log, tune_result, vllm_log
+from specobs.ingest import decisions, events, metadata, prometheus_text, sglang_log, tune_result, vllm_log
 from specobs.ingest.columns import reference_year
 from specobs.ingest.scan import find_lines
 from specobs.ingest.source import Source, expand_paths, open_bytes, open_source
 
 if TYPE_CHECKING:
-    from specobs.results import TunerDecision, TuneResult
+    from specobs.results import RunMetadata, TunerDecision, TuneResult
 
 #: Names accepted by ``--format``.
 FORMATS = ("vllm-log", "sglang-log", "prometheus-text", "events")
@@ -61,6 +61,8 @@ class Ingested:
     decisions: list[TunerDecision] = field(default_factory=list)
     #: ``specobs tune`` results read back (``tune.json``).
     tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)
+    #: Run metadata, one record per engine (read beside the event files), oldest first.
+    metadata: list[RunMetadata] = field(default_factory=list)
 
     def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
         """Append one input's windows; its notices are kept apart from its skipped lines."""
@@ -86,6 +88,8 @@ def detect(src: Source) -> str:
         return events.FORMAT_JSONL
     if decisions.looks_like_decisions(head):
         return decisions.FORMAT
+    if metadata.looks_like_metadata(head):
+        return metadata.FORMAT
     if tune_result.looks_like_tune_result(head):
         return tune_result.FORMAT
     lines = [_ANSI.sub(b"", raw).strip() for raw in head.split(b"\n")[:-1] or [head]]
@@ -181,6 +185,12 @@ def load(
                 result.sources.append(SourceReport(name, decisions.FORMAT, lines, 0, len(skipped)))
                 result.skipped.extend(skipped)
                 continue
+            if kind == metadata.FORMAT:
+                records, skipped, lines = metadata.read(src)
+                result.metadata.extend(records)
+                result.sources.append(SourceReport(name, metadata.FORMAT, lines, 0, len(skipped)))
+                result.skipped.extend(skipped)
+                continue
             if kind == tune_result.FORMAT:
                 result.tune_runs.append((name, tune_result.read(src)))
                 result.sources.append(SourceReport(name, tune_result.FORMAT, None, 0, 0))
@@ -198,6 +208,7 @@ def load(
         result.add(frame, report, skipped)
     _drop_repeated_windows(result)
     result.decisions.sort(key=lambda d: d.ts)
+    result.metadata.sort(key=lambda m: (m.ts is None, m.ts or 0.0))
     return result
 
 

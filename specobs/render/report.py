@@ -126,8 +126,7 @@ def _sections(report: Report) -> list[tuple[str, Summary, list[str]]]:
     cols = _shown_columns(report)
     overall = [f.text for f in report.findings()]
     sections = [
-        (_label(g.labels, cols), g.summary, [f.text for f in report.findings(g.summary)])
-        for g in _shown_groups(report)
+        (_label(g.labels, cols), g.summary, [f.text for f in report.findings(g.summary)]) for g in _shown_groups(report)
     ]
     if len(report.groups) == 1 and len(sections) == 1:
         return [(sections[0][0], sections[0][1], overall)]

@@ -37,12 +37,14 @@ from typing import Any
 from specobs.capture.config import CaptureConfig
 from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
-from specobs.capture.timing import clock_for_device
+from specobs.capture.timing import clock_for_device, clock_of
 
 logger = logging.getLogger("specobs")
 
 #: Steps whose timing is kept while waiting for the scheduler to finish them.
 MAX_OPEN_STEPS = 256
+#: Run-metadata fields every row carries as labels (the rest is in the metadata file).
+METADATA_LABELS = ("vllm_version", "attention_backend", "graph_mode")
 _MAKE_STATS_PARAMS = ["self", "spec_decoding_stats", "num_draft_tokens", "num_accepted_tokens",
                       "num_invalid_spec_tokens", "request_id"]  # fmt: skip
 
@@ -134,6 +136,9 @@ class Capture:
         self.missing: list[str] = []
         self.originals: list[tuple[type, str, Any]] = []
         self._tuners: dict[int, Any] = {}  # per scheduler: its OnlineTuner, or None when off
+        self._metadata: dict[int, dict[str, Any]] = {}  # per scheduler: its run metadata record
+        self._described: set[int] = set()  # schedulers whose metadata was recorded
+        self.runner: Any = None  # the model runner of this process, once it has executed a step
 
     @property
     def recorder(self) -> Recorder | NullRecorder:
@@ -225,10 +230,13 @@ class Capture:
             draft_seconds=step.draft or None,
             verify_seconds=step.verify or None,
             step_seconds=(now - step.started) if step.started is not None else None,
+            timing_clock=clock_of(step.draft + step.verify) if step.draft or step.verify else None,
         )
         if self._recorder is None:
             self._recorder = self._new_recorder(labels)
         recorder = self._recorder
+        if id(scheduler) not in self._described:
+            self._describe(scheduler, recorder)
         recorder.record(row)
         for request_id, drafted, accepted in drafts.requests:
             length = max(k, drafted, accepted)
@@ -303,15 +311,42 @@ class Capture:
         return tuner
 
     def labels(self, scheduler: Any) -> dict[str, Any]:
+        """The labels of every row of this engine, its run metadata's low-cardinality fields too."""
         key = id(scheduler)
         labels = self._labels.get(key)
         if labels is None:
-            labels = self._labels[key] = {
+            labels = {
                 **labels_from_config(getattr(scheduler, "vllm_config", None)),
                 "run_id": self.config.run_id,
                 "workload": self.config.workload,
             }
+            metadata = self.metadata(scheduler, labels)
+            labels.update({name: metadata.get(name) for name in METADATA_LABELS})
+            self._labels[key] = labels
         return labels
+
+    def metadata(self, scheduler: Any, labels: dict[str, Any] | None = None) -> dict[str, Any]:
+        """This engine's run metadata record (read once; empty when it cannot be read)."""
+        key = id(scheduler)
+        if key not in self._metadata:
+            from specobs.capture.vllm.metadata import metadata_row
+
+            self._metadata[key] = {}
+            try:
+                runner = self.runner
+                self._metadata[key] = metadata_row(
+                    getattr(scheduler, "vllm_config", None), runner, labels or self.labels(scheduler)
+                )
+            except Exception as exc:  # rows still count without metadata
+                self.recorder.error("reading run metadata", exc)
+        return self._metadata[key]
+
+    def _describe(self, scheduler: Any, recorder: Recorder | NullRecorder) -> None:
+        """Record this engine's metadata once, beside its event files."""
+        self._described.add(id(scheduler))
+        record = self.metadata(scheduler)
+        if record:
+            recorder.record(dict(record))
 
 
 def _sampled(request_id: str, share: float) -> bool:
@@ -574,6 +609,9 @@ def _executed_step(self, args: tuple, kwargs: dict) -> int:
     """As :func:`_scheduled_step`, remembered on the runner for the ``sample_tokens`` that follows."""
     key = _scheduled_step(self, args, kwargs)
     self.__dict__["_specobs_step"] = key
+    capture = _CAPTURE
+    if capture is not None and capture.runner is None:  # for the run metadata (attention backends)
+        capture.runner = self
     return key
 
 
