@@ -359,7 +359,9 @@ def compare(
     """Compare two runs: configuration, throughput at matched batch sizes, acceptance length and
     per-position rates, with a verdict.
 
-    The verdict names a configuration difference first (method, draft model, k, schedule). With
+    The verdict names first what the two runs ran on where it differs (from the run metadata
+    beside captured event files, or the rows' labels: attention backend, graph mode, device,
+    vLLM version, …), then a configuration difference (method, draft model, k, schedule). With
     step timing on both sides it is decided by throughput (generated tokens/s per batch bucket
     both ran, with a 95% interval from the spread between runs); otherwise by acceptance
     length, and across a configuration change acceptance alone is never a regression.
@@ -370,7 +372,8 @@ def compare(
     from specobs.tuning.compare import compare as run
 
     _require_inputs("compare", [a, b])
-    result = run(_load([a], input_format).windows, _load([b], input_format).windows)
+    side_a, side_b = _load([a], input_format), _load([b], input_format)
+    result = run(side_a.windows, side_b.windows, side_a.metadata, side_b.metadata)
     _emit(result, output_format, (a, b))
     if result.kind == "regression":
         raise typer.Exit(EXIT_REGRESSION)  # scripts (CI after an upgrade) can gate on a regression

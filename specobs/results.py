@@ -329,6 +329,8 @@ class Report(Result):
     unsteady: Mapping[str, int] = field(default_factory=dict)  # why → steps left out of timing
     notices: tuple[Notice, ...] = ()  # what was assumed while reading the inputs
     tuner_decisions: tuple[TunerDecision, ...] = ()  # the online tuner's log (SPECOBS_TUNE), oldest first
+    metadata: tuple[RunMetadata, ...] = ()  # one record per engine, read beside the event files
+    integrity: tuple[IntegrityIssue, ...] = ()  # config-integrity issues (worded among the findings)
 
     @property
     def empty(self) -> bool:
@@ -367,6 +369,7 @@ class Report(Result):
             },
             "notices": [{"source": n.source, "line": n.line, "why": n.why} for n in self.notices],
             "tuner_decisions": [rounded(d.to_dict()) for d in self.tuner_decisions],
+            "run_metadata": [m.to_dict() for m in self.metadata],
         }
 
 
@@ -507,12 +510,16 @@ class Recommendation(Result):
 
 @dataclass(frozen=True)
 class Configuration(Result):
-    """Methods, draft models and ks a run used, and its schedule (the ks per batch bucket)."""
+    """Methods, draft models and ks a run used, its schedule (the ks per batch bucket), and what
+    it ran on: the values of each run-metadata field (:data:`ENVIRONMENT_FIELDS`, and each
+    recorded environment variable by name) over its engines."""
 
     method: tuple[str, ...]
     draft_model: tuple[str, ...]
     num_spec_tokens: tuple[int, ...]
     schedule: Mapping[str, tuple[int, ...]]
+    environment: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    engines_with_metadata: int = 0
 
 
 @dataclass(frozen=True)
@@ -529,10 +536,13 @@ class ConfigurationComparison(Result):
     a: Configuration
     b: Configuration
     differences: tuple[Difference, ...]
+    #: Run-metadata fields in which A and B differ (attention backend, graph mode, device, …):
+    #: named before anything else, since numbers across them are not comparable unsaid.
+    environment: tuple[Difference, ...] = ()
 
     @property
     def changed(self) -> bool:
-        return bool(self.differences)
+        return bool(self.differences or self.environment)
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "changed": self.changed}
@@ -765,6 +775,29 @@ class TunerDecision(Result):
         return {"tuner_action": row.pop("action"), **row}
 
 
+@dataclass(frozen=True)
+class IntegrityIssue(Result):
+    """Where the numbers do not measure what the configuration says (``analysis.integrity``).
+
+    ``affected`` of ``checked`` per kind: ``schedule_ignored``: steps drafting more than the
+    schedule allows, of the steps where it allows less than the maximum (``observed``: their
+    mean draft length, ``corrected``: the mean k allowed); ``short_drafts``: draft tokens, of
+    drafts × k (``observed``: the fill); ``accepted_past_end``: accepted tokens cut off by a
+    stop, of all accepted (``observed``/``corrected``: the draft acceptance rate with and
+    without them); ``synthetic_rejection``: nothing counted.
+    """
+
+    kind: str  # schedule_ignored | synthetic_rejection | short_drafts | accepted_past_end
+    run_id: str | None = None
+    engine: int | None = None
+    method: str | None = None
+    affected: int = 0
+    checked: int = 0
+    observed: float | None = None
+    corrected: float | None = None
+    max_k: int | None = None
+
+
 #: Run-metadata fields that make two engines' numbers incomparable when they differ, in the
 #: order a comparison names them (method, draft model, k and schedule are the configuration's).
 ENVIRONMENT_FIELDS = (
@@ -838,6 +871,7 @@ __all__ = [
     "Difference",
     "Finding",
     "GroupSummary",
+    "IntegrityIssue",
     "MethodFacts",
     "MethodWin",
     "PositionBound",

@@ -50,6 +50,9 @@ COUNTERS: dict[str, pl.DataType] = {
     # a_{i−1} scaled by n_i / n_{i−1}, exact while drafts are cut only by k.
     "num_drafts_accepted_before_pos": pl.List(pl.Int64()),
     "num_generated_tokens": pl.Int64(),
+    # Accepted draft tokens that vLLM counted in num_accepted_tokens although a stop (max_tokens,
+    # EOS, a stop string) then cut them off the request: acceptance inflated at request ends.
+    "num_accepted_tokens_past_end": pl.Int64(),
 }
 
 #: Wall-clock or device time, in seconds.

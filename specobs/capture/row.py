@@ -85,7 +85,10 @@ class StepRow:
     num_drafts_accepted_before_pos: list[int] | None = None
     """m_i: drafts that reached position i with positions 0..i-1 accepted."""
     num_generated_tokens: int | None = None
-    """Tokens the step produced (accepted drafts plus the bonus or recovered token)."""
+    """Tokens the step produced and the requests kept (accepted drafts plus the bonus or
+    recovered token, less what a stop cut off)."""
+    num_accepted_tokens_past_end: int | None = None
+    """Accepted draft tokens counted in ``num_accepted_tokens`` that a stop then cut off."""
     draft_seconds: Seconds = None
     """Time in the proposer (spans until resolved)."""
     verify_seconds: Seconds = None

@@ -10,6 +10,7 @@ from specobs.render.markdown import md_table
 from specobs.render.sentences import (
     batch_range,
     config_values,
+    environment_name,
     headline,
     speedup_with_interval,
     tune_headline,
@@ -88,6 +89,8 @@ def _comparison_rows(cmp: Comparison) -> list[list[str]]:
         rows.append([f"{label}{mark}", config_values(getattr(ca, key)), config_values(getattr(cb, key))])
     if "schedule" in differing:
         rows.append(["schedule *", config_values(ca.schedule), config_values(cb.schedule)])
+    for d in cmp.configuration.environment:
+        rows.append([f"{environment_name(d.field)} *", config_values(d.a), config_values(d.b)])
     a, b = cmp.a, cmp.b
     rows += [
         ["acceptance length", _fmt(a.mean_acceptance_length), _fmt(b.mean_acceptance_length)],
@@ -114,6 +117,8 @@ def _comparison_notes(cmp: Comparison) -> list[str]:
     notes = []
     if cmp.configuration.differences:
         notes.append("* configuration differs between A and B")
+    if cmp.configuration.environment:
+        notes.append("* A and B ran on different setups (run metadata)")
     if any(p.changed for p in cmp.positions):
         notes.append("* per-position rate changed beyond both 95% intervals")
     return notes

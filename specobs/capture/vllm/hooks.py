@@ -68,11 +68,24 @@ class _Drafts:
     per step by :func:`_per_position` (a step has a handful of distinct pairs).
     """
 
-    __slots__ = ("lengths", "requests")
+    __slots__ = ("lengths", "requests", "sampled")
 
     def __init__(self) -> None:
         self.lengths: dict[tuple[int, int], int] = {}
         self.requests: list[tuple[str, int, int]] = []
+        self.sampled: list[int] | None = None  # tokens sampled per request, before stops trim them
+
+
+def _past_end(before: list[int] | None, sampled: Any, kept: int | None) -> int | None:
+    """Accepted draft tokens the scheduler counted and then cut at a stop (``max_tokens``, EOS,
+    a stop string): ``update_from_output`` counts acceptance first, then trims each request's
+    sampled list in place where it stops. The last sampled token (the bonus or recovered one) is
+    the first cut, so a request that lost c tokens had c − 1 accepted ones among them."""
+    if before is None or kept is None or not isinstance(sampled, list) or len(before) != len(sampled):
+        return None
+    if sum(before) == kept:  # nothing trimmed: the common step
+        return 0
+    return sum(b - a - 1 for b, a in zip(before, map(len, sampled), strict=True) if b > a + 1)
 
 
 def _trials(drafted: int, accepted: int) -> int:
@@ -176,8 +189,14 @@ class Capture:
             getattr(self._step(key), kind).append(span)
 
     # --- acceptance, summed while update_from_output runs --------------------------------
-    def begin_update(self) -> None:
-        self._local.drafts = _Drafts()
+    def begin_update(self, model_runner_output: Any = None) -> None:
+        drafts = self._local.drafts = _Drafts()
+        sampled = getattr(model_runner_output, "sampled_token_ids", None)
+        if isinstance(sampled, list):  # the scheduler trims these lists in place at a stop
+            try:
+                drafts.sampled = list(map(len, sampled))
+            except TypeError:  # an output the capture cannot read: the step's row says why
+                drafts.sampled = None
 
     def observe_draft(self, num_draft_tokens: int, num_accepted: int, invalid: Any, request_id: str) -> None:
         drafts = getattr(self._local, "drafts", None)
@@ -213,6 +232,7 @@ class Capture:
         # Drafts made at an earlier step's k can be longer than this step's: lists grow to fit.
         num_drafts, accepted_pos, drafts_pos, tried_pos = _per_position(drafts.lengths, k)
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
+        generated = sum(map(len, sampled)) if isinstance(sampled, list) else None
         labels = self.labels(scheduler)
         row = StepRow(
             ts=time.time(),
@@ -226,7 +246,8 @@ class Capture:
             num_accepted_tokens_per_pos=accepted_pos,
             num_drafts_per_pos=drafts_pos,
             num_drafts_accepted_before_pos=tried_pos,
-            num_generated_tokens=sum(map(len, sampled)) if isinstance(sampled, list) else None,
+            num_generated_tokens=generated,
+            num_accepted_tokens_past_end=_past_end(drafts.sampled, sampled, generated),
             draft_seconds=step.draft or None,
             verify_seconds=step.verify or None,
             step_seconds=(now - step.started) if step.started is not None else None,
@@ -562,7 +583,7 @@ def _wrap_update(original, where):
         capture = _CAPTURE
         if capture is None:
             return original(self, scheduler_output, model_runner_output, *args, **kwargs)
-        _guard(where, capture.begin_update)
+        _guard(where, capture.begin_update, model_runner_output)
         try:
             out = original(self, scheduler_output, model_runner_output, *args, **kwargs)
         finally:
