@@ -520,8 +520,10 @@ def test_run_metadata_is_recorded_once_per_engine_and_labels_every_row(engine):
     e.scheduler.vllm_config.model_config.enforce_eager = False
     e.scheduler.vllm_config.compilation_config = SimpleNamespace(cudagraph_mode=SimpleNamespace(name="PIECEWISE"))
     e.scheduler.vllm_config.speculative_config.num_speculative_tokens_per_batch_size = [(1, 4, 2), (5, 8, 1)]
-    e.runner.attn_groups = [[SimpleNamespace(backend=Backend("ROCM_AITER_FA"), layer_names=["model.layers.0"])],
-                            [SimpleNamespace(backend=Backend("ROCM_ATTN"), layer_names=["draft.layers.0"])]]
+    e.runner.attn_groups = [
+        [SimpleNamespace(backend=Backend("ROCM_AITER_FA"), layer_names=["model.layers.0"])],
+        [SimpleNamespace(backend=Backend("ROCM_ATTN"), layer_names=["draft.layers.0"])],
+    ]
     e.runner.drafter = SimpleNamespace(draft_attn_groups=[e.runner.attn_groups[1][0]])
     e.step(Req("a", drafted=2, accepted=1))
     e.step(Req("b", drafted=2, accepted=2))
