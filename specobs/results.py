@@ -784,10 +784,11 @@ class IntegrityIssue(Result):
     mean draft length, ``corrected``: the mean k allowed); ``short_drafts``: draft tokens, of
     drafts × k (``observed``: the fill); ``accepted_past_end``: accepted tokens cut off by a
     stop, of all accepted (``observed``/``corrected``: the draft acceptance rate with and
-    without them); ``synthetic_rejection``: nothing counted.
+    without them); ``schedule_disabled``: ``affected`` is the data-parallel size;
+    ``synthetic_rejection``: nothing counted.
     """
 
-    kind: str  # schedule_ignored | synthetic_rejection | short_drafts | accepted_past_end
+    kind: str  # schedule_ignored | schedule_disabled | synthetic_rejection | short_drafts | accepted_past_end
     run_id: str | None = None
     engine: int | None = None
     method: str | None = None
@@ -813,7 +814,9 @@ class RunMetadata(Result):
 
     Every field is optional: a value that could not be read is None, never a guess.
     ``schedule`` is vLLM's ``num_speculative_tokens_per_batch_size`` as the engine holds it
-    (``(low, high, k)`` per range); ``environment`` holds only the variables that change what
+    (``(low, high, k)`` per range); ``schedule_configured`` the one the user asked for, where the
+    source shows it (a log's ``non-default args``: vLLM drops the schedule with data parallel > 1);
+    ``environment`` holds only the variables that change what
     the engine runs (:data:`specobs.capture.vllm.metadata.ENVIRONMENT`).
     """
 
@@ -826,6 +829,7 @@ class RunMetadata(Result):
     draft_model: str | None = None
     num_speculative_tokens: int | None = None
     schedule: tuple[tuple[int, int, int], ...] | None = None
+    schedule_configured: tuple[tuple[int, int, int], ...] | None = None  # what was asked for (logs)
     max_num_seqs: int | None = None
     rejection_sample_method: str | None = None
     draft_sample_method: str | None = None

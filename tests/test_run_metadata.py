@@ -143,3 +143,45 @@ def test_accepted_tokens_past_the_end_synthetic_sampling_and_short_drafts_are_fi
     findings = report.to_dict()["findings"]
     assert findings[0].startswith("Rejection sampling is synthetic") or findings[0].startswith("10 accepted")
     assert any("50.0% as counted, 45.0% without them" in f for f in findings)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+DP_LOG = """\
+(APIServer pid=7) INFO 11-30 04:48:47 [api_utils.py:286] non-default args: {'model': 'm', 'data_parallel_size': 2, \
+'speculative_config': {'method': 'eagle3', 'model': 'd', 'num_speculative_tokens': 3, \
+'num_speculative_tokens_per_batch_size': [[1, 4, 3], [5, 64, 1]]}}
+(EngineCore_DP0 pid=9) INFO 11-30 04:49:01 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: \
+model='m', speculative_config=SpeculativeConfig(method='eagle3', model='d', num_spec_tokens=3), dtype=torch.bfloat16, \
+tensor_parallel_size=4, pipeline_parallel_size=1, data_parallel_size=2, enforce_eager=False, kv_cache_dtype=fp8, \
+device_config=cuda, served_model_name=m, compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, \
+'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}
+(APIServer pid=7) INFO 11-30 04:53:28 [loggers.py:335] Engine 000: Avg prompt throughput: 34.2 tokens/s, Running: 1 reqs
+(APIServer pid=7) INFO 11-30 04:53:28 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 2.65, \
+Accepted: 124 tokens, Drafted: 225 tokens, Per-position acceptance rate: 0.813, 0.467, 0.373
+"""
+
+
+def test_log_start_up_lines_give_run_metadata_and_a_schedule_vllm_dropped(tmp_path):
+    (bundled,) = load([str(ROOT / "examples/data/vllm-cpu-ngram-k3.log")]).metadata
+    assert (bundled.vllm_version, bundled.method, bundled.num_speculative_tokens) == ("0.32.0", "ngram", 3)
+    assert (bundled.dtype, bundled.graph_mode, bundled.data_parallel_size, bundled.platform) == (
+        "float32",
+        "eager",
+        1,
+        "cpu",
+    )
+    log = tmp_path / "server.log"
+    log.write_text(DP_LOG)
+    ingested = load([str(log)])
+    (m,) = ingested.metadata
+    assert m.schedule_configured == ((1, 4, 3), (5, 64, 1)) and m.schedule is None  # vLLM drops it with DP > 1
+    assert (m.dtype, m.kv_cache_dtype, m.tensor_parallel_size, m.graph_mode) == (
+        "bfloat16",
+        "fp8",
+        4,
+        "full_and_piecewise",
+    )
+    report = analyze(ingested)
+    (issue,) = [i for i in report.integrity if i.kind == "schedule_disabled"]
+    assert (issue.affected, issue.max_k, issue.method) == (2, 3, "eagle3")
+    assert report.to_dict()["findings"][0].startswith("The batch-size schedule was configured")

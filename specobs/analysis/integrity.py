@@ -9,6 +9,8 @@ Each check reads the steps (and the run metadata) once and returns typed facts
   for it when that is below the maximum, else the schedule's k at its batch size (vLLM's
   dense lookup: gaps and the tail carry the previous range's k). Runs where the online tuner
   applied a k are left out: it rewrites the lookup at run time.
+- ``schedule_disabled``: a batch-size schedule was configured (a log's ``non-default args``)
+  with data parallel > 1, where vLLM drops it and every step drafts the static k.
 - ``synthetic_rejection``: ``rejection_sample_method="synthetic"``: vLLM accepts drafts at
   configured rates, so acceptance measures the configuration, not the drafter.
 - ``short_drafts``: drafts fill less than :data:`FILL_BELOW` of k (ngram lookups that find
@@ -107,6 +109,24 @@ def _schedule_ignored(
     return out
 
 
+def _disabled(metadata: Sequence[RunMetadata]) -> list[IntegrityIssue]:
+    seen: dict[tuple[str | None, int | None], RunMetadata] = {}
+    for m in metadata:
+        if m.schedule_configured and not m.schedule and (m.data_parallel_size or 1) > 1:
+            seen.setdefault((m.run_id, m.engine), m)
+    return [
+        IntegrityIssue(
+            "schedule_disabled",
+            run_id=m.run_id,
+            engine=m.engine,
+            method=m.method,
+            affected=m.data_parallel_size or 0,
+            max_k=m.num_speculative_tokens,
+        )
+        for m in seen.values()
+    ]
+
+
 def _mean(values: pl.Series) -> float | None:
     mean = values.mean()
     return float(mean) if isinstance(mean, int | float) else None
@@ -187,7 +207,10 @@ def integrity(
         .collect()
     )
     tuned = {(d.run_id, d.engine) for d in decisions if d.action in ("apply", "rollback")}
-    return [*_schedule_ignored(steps, metadata, tuned), *_synthetic(metadata), *_short_drafts(steps), *_past_end(steps)]
+    return [
+        *_disabled(metadata), *_schedule_ignored(steps, metadata, tuned), *_synthetic(metadata),
+        *_short_drafts(steps), *_past_end(steps),
+    ]  # fmt: skip
 
 
 __all__ = ["integrity", "schedule_lookup"]

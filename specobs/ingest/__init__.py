@@ -44,6 +44,8 @@ class SourceReport:
     lines: int | None
     windows: int
     skipped: int
+    #: Run metadata the input itself holds (engine start-up lines of a log).
+    metadata: tuple[RunMetadata, ...] = ()
 
 
 @dataclass
@@ -131,14 +133,17 @@ def read_source(
         found = find_lines(src, vllm_log.NEEDLES, fields=vllm_log.scan_fields(src.head), progress=progress)
         mtime = src.path.stat().st_mtime if src.path is not None else None
         frame, skipped = vllm_log.parse(found, src.name, year=reference_year(mtime), reference=mtime)
+        metadata = tuple(vllm_log.run_metadata(found, src.name))
     elif detected == sglang_log.FORMAT:
+        metadata = ()
         found = find_lines(src, sglang_log.NEEDLES, progress=progress)
         frame, skipped = sglang_log.parse(found, src.name)
     else:
+        metadata = ()
         found = find_lines(src, prometheus_text.NEEDLES, progress=progress)
         frame, skipped = prometheus_text.parse(found, src.name)
     skipped = found.skipped + skipped
-    report = SourceReport(src.name, detected, found.total_lines, frame.height, len(skipped))
+    report = SourceReport(src.name, detected, found.total_lines, frame.height, len(skipped), metadata)
     return frame.lazy(), report, skipped
 
 
@@ -206,6 +211,7 @@ def load(
                 result.skipped.append(Skipped(name, None, exc.why))
             continue
         result.add(frame, report, skipped)
+        result.metadata.extend(report.metadata)
     _drop_repeated_windows(result)
     result.decisions.sort(key=lambda d: d.ts)
     result.metadata.sort(key=lambda m: (m.ts is None, m.ts or 0.0))

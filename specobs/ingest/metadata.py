@@ -61,13 +61,13 @@ def parse(record: Any, source: str | None = None) -> tuple[RunMetadata | None, s
         elif f.name in _INTS:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 return None, f"{f.name} is not a non-negative integer"
-        elif f.name == "schedule":
+        elif f.name in ("schedule", "schedule_configured"):
             ok = isinstance(value, list) and all(
                 isinstance(r, list) and len(r) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
                 for r in value
             )
             if not ok:
-                return None, "schedule is not a list of [low, high, k] integers"
+                return None, f"{f.name} is not a list of [low, high, k] integers"
             value = tuple(tuple(r) for r in value)
         elif f.name == "environment":
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):

@@ -236,6 +236,12 @@ def integrity_findings(issues: Sequence[IntegrityIssue]) -> list[Finding]:
                 f"({i.observed or 0:.2f} tokens per draft). The engine drafts the maximum k whatever the batch size "
                 "(reported for Model Runner V2): the schedule's savings at large batches are not happening."
             )
+        elif i.kind == "schedule_disabled":
+            text = (
+                f"The batch-size schedule was configured{who} with data parallel size {i.affected}, where vLLM "
+                f"disables it (ranks could pick different k and deadlock): every step drafts the static "
+                f"k={i.max_k}. Run one engine per rank without data parallel to use a schedule."
+            )
         elif i.kind == "synthetic_rejection":
             text = (
                 f"Rejection sampling is synthetic{who} (rejection_sample_method=synthetic): vLLM accepts drafts at "

@@ -130,6 +130,8 @@ def engine_metadata(vllm_config: Any, runner: Any, labels: dict[str, Any], pid: 
         draft_model=labels.get("draft_model"),
         num_speculative_tokens=_int(getattr(spec, "num_speculative_tokens", None)) if spec is not None else 0,
         schedule=_read(lambda: tuple((int(a), int(b), int(k)) for a, b, k in schedule)) if schedule else None,
+        # Only what the engine still holds: vLLM has dropped a schedule it refuses (data parallel > 1).
+        schedule_configured=None,
         max_num_seqs=_int(getattr(getattr(vllm_config, "scheduler_config", None), "max_num_seqs", None)),
         rejection_sample_method=_str(getattr(spec, "rejection_sample_method", None)) if spec is not None else None,
         draft_sample_method=_str(getattr(spec, "draft_sample_method", None)) if spec is not None else None,
