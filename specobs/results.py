@@ -784,11 +784,13 @@ class IntegrityIssue(Result):
     mean draft length, ``corrected``: the mean k allowed); ``short_drafts``: draft tokens, of
     drafts × k (``observed``: the fill); ``accepted_past_end``: accepted tokens cut off by a
     stop, of all accepted (``observed``/``corrected``: the draft acceptance rate with and
-    without them); ``schedule_disabled``: ``affected`` is the data-parallel size;
+    without them); ``host_timed``: GPU steps timed on the host clock, of GPU steps timed;
+    ``schedule_disabled``: ``affected`` is the data-parallel size;
     ``synthetic_rejection``: nothing counted.
     """
 
-    kind: str  # schedule_ignored | schedule_disabled | synthetic_rejection | short_drafts | accepted_past_end
+    kind: str  # schedule_ignored | schedule_disabled | synthetic_rejection | short_drafts | accepted_past_end |
+    # host_timed
     run_id: str | None = None
     engine: int | None = None
     method: str | None = None

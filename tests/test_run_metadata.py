@@ -185,3 +185,12 @@ def test_log_start_up_lines_give_run_metadata_and_a_schedule_vllm_dropped(tmp_pa
     (issue,) = [i for i in report.integrity if i.kind == "schedule_disabled"]
     assert (issue.affected, issue.max_k, issue.method) == (2, 3, "eagle3")
     assert report.to_dict()["findings"][0].startswith("The batch-size schedule was configured")
+
+
+def test_gpu_steps_timed_on_the_host_clock_are_named(tmp_path):
+    rows = [step(i, 2, 3, 3, 2, timing_clock="device" if i % 4 else "host") for i in range(40)]
+    report = analyze(load([str(write(tmp_path / "r", rows))]))
+    (issue,) = [i for i in report.integrity if i.kind == "host_timed"]
+    assert (issue.affected, issue.checked) == (10, 40)
+    cpu = [step(i, 2, 3, 3, 2, platform="cpu", timing_clock="host") for i in range(40)]
+    assert not [i for i in analyze(load([str(write(tmp_path / "c", cpu))])).integrity if i.kind == "host_timed"]

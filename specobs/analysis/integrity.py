@@ -16,6 +16,10 @@ Each check reads the steps (and the run metadata) once and returns typed facts
 - ``short_drafts``: drafts fill less than :data:`FILL_BELOW` of k (ngram lookups that find
   shorter matches, a drafter that stops early): positions past the fill are rarely tried,
   while verification pays for k.
+- ``host_timed``: steps on a GPU (``cuda``/``rocm``) whose draft or verify time came from the
+  host clock (``timing_clock`` ``host`` or ``mixed``): a span that would have fallen inside a
+  graph capture, where HIP refuses events. Those times include launch and queueing, not only
+  device work.
 - ``accepted_past_end``: accepted draft tokens that vLLM counted although a stop
   (``max_tokens``, EOS) then cut them off the request: acceptance is inflated at request
   ends, most on short outputs.
@@ -167,6 +171,16 @@ def _short_drafts(steps: pl.DataFrame) -> list[IntegrityIssue]:
     ]
 
 
+def _host_timed(steps: pl.DataFrame) -> list[IntegrityIssue]:
+    on_device = steps.filter(pl.col("platform").is_in(["cuda", "rocm"]) & pl.col("timing_clock").is_not_null())
+    if on_device.is_empty():
+        return []
+    host = on_device.filter(pl.col("timing_clock").is_in(["host", "mixed"]))
+    if host.is_empty():
+        return []
+    return [IntegrityIssue("host_timed", affected=host.height, checked=on_device.height)]
+
+
 def _past_end(steps: pl.DataFrame) -> list[IntegrityIssue]:
     rows = (
         steps.filter(pl.col("num_accepted_tokens_past_end").is_not_null())
@@ -198,8 +212,8 @@ def integrity(
     decisions: Sequence[TunerDecision] = (),
 ) -> list[IntegrityIssue]:
     """Every config-integrity issue of these windows (step rows only) and their run metadata."""
-    columns = ["run_id", "engine", "method", "batch_size", "num_spec_tokens", "num_drafts", "num_draft_tokens",
-               "num_accepted_tokens", "num_accepted_tokens_past_end"]  # fmt: skip
+    columns = ["run_id", "engine", "method", "platform", "batch_size", "num_spec_tokens", "num_drafts",
+               "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_past_end", "timing_clock"]  # fmt: skip
     steps = (
         windows.lazy()
         .filter(pl.col("counters").eq_missing("step") & pl.col("num_drafts").is_not_null())
@@ -209,7 +223,7 @@ def integrity(
     tuned = {(d.run_id, d.engine) for d in decisions if d.action in ("apply", "rollback")}
     return [
         *_disabled(metadata), *_schedule_ignored(steps, metadata, tuned), *_synthetic(metadata),
-        *_short_drafts(steps), *_past_end(steps),
+        *_short_drafts(steps), *_past_end(steps), *_host_timed(steps),
     ]  # fmt: skip
 
 

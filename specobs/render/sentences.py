@@ -254,6 +254,12 @@ def integrity_findings(issues: Sequence[IntegrityIssue]) -> list[Finding]:
                 "shorter matches, a schedule or an early stop), so the last positions are rarely tried while "
                 "verification is sized for k."
             )
+        elif i.kind == "host_timed":
+            text = (
+                f"{i.affected:,} of {i.checked:,} GPU steps were timed on the host clock (timing_clock host or "
+                "mixed): a timed call ran inside a graph capture, where HIP refuses device events. Their draft and "
+                "verify times include launch and queueing, not only device work."
+            )
         elif i.kind == "accepted_past_end":
             share = i.affected / i.checked if i.checked else 0.0
             text = (
