@@ -194,3 +194,32 @@ def test_gpu_steps_timed_on_the_host_clock_are_named(tmp_path):
     assert (issue.affected, issue.checked) == (10, 40)
     cpu = [step(i, 2, 3, 3, 2, platform="cpu", timing_clock="host") for i in range(40)]
     assert not [i for i in analyze(load([str(write(tmp_path / "c", cpu))])).integrity if i.kind == "host_timed"]
+
+
+def test_metadata_rows_go_to_their_own_files_and_no_exporter_counts_them_as_steps(tmp_path):
+    from prometheus_client import CollectorRegistry
+
+    from specobs.capture.sinks import JsonlSink, MemorySink, ParquetSink
+    from specobs.exporters.prometheus import PrometheusMetrics, PrometheusSink
+
+    rows = [step(0, 2, 3, 3, 1), metadata(), step(1, 2, 3, 3, 2)]
+    for sink in (JsonlSink(tmp_path / "j", "r"), ParquetSink(tmp_path / "p", "r")):
+        sink.write(rows)
+        sink.close()
+    for folder in ("j", "p"):
+        names = sorted(p.name for p in (tmp_path / folder).iterdir())
+        assert sum("-meta-" in n for n in names) == 1, names
+        ingested = load([str(tmp_path / folder)])
+        assert ingested.windows.collect().height == 2 and len(ingested.metadata) == 1
+    memory = MemorySink()
+    memory.write(rows)
+    assert (len(memory.rows), len(memory.metadata)) == (2, 1)
+    metrics = PrometheusMetrics(CollectorRegistry())
+    PrometheusSink(metrics).write(rows)
+    drafts = metrics.registry.get_sample_value(
+        "specobs_drafts_total", {"model_name": "m", "engine": "0", "method": "eagle3"}
+    )
+    steps = metrics.registry.get_sample_value(
+        "specobs_steps_total", {"model_name": "m", "engine": "0", "method": "eagle3"}
+    )
+    assert (drafts, steps) == (4, 2)  # two steps of 2 drafts; the metadata record is no step
