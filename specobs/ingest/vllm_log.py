@@ -209,6 +209,12 @@ def _config(lines: pl.DataFrame) -> pl.DataFrame:
             method=spec_part.str.extract(r"method'?\s*[=:]\s*'([A-Za-z0-9_]+)'", 1),
             draft_model=spec_part.str.extract(r"(?-u:\b)model'?\s*[=:]\s*'([^']*)'", 1),
             num_spec_tokens=C.field_int(spec_part, r"num_spec(?:ulative)?_tokens'?\s*[=:]\s*([0-9]+)"),
+            # The run metadata's labels (``run_metadata`` reads the rest of these lines).
+            vllm_version=text.str.extract(r"Initializing a V1 LLM engine \(v([^)\s]+)\)", 1),
+            graph_mode=pl.when(text.str.contains("enforce_eager=True", literal=True))
+            .then(pl.lit("eager"))
+            .otherwise(text.str.extract(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)", 1).str.to_lowercase())
+            .replace("none", "eager"),
         )
         .sort("line")
     )
@@ -314,11 +320,13 @@ def _attach_config(windows: pl.DataFrame, config: pl.DataFrame) -> pl.DataFrame:
             method=pl.lit(None, pl.String),
             draft_model=pl.lit(None, pl.String),
             config_k=pl.lit(None, pl.Int64),
+            vllm_version=pl.lit(None, pl.String),
+            graph_mode=pl.lit(None, pl.String),
         )
     config = config.rename({"line": "config_line", "num_spec_tokens": "config_k"})
     before = windows.sort("line").join_asof(config, left_on="line", right_on="config_line", strategy="backward")
     after = windows.sort("line").join_asof(config, left_on="line", right_on="config_line", strategy="forward")
-    cols = ["model", "method", "draft_model", "config_k"]
+    cols = ["model", "method", "draft_model", "config_k", "vllm_version", "graph_mode"]
     return before.with_columns([pl.coalesce(pl.col(c), after[c]).alias(c) for c in cols]).drop("config_line")
 
 
@@ -429,6 +437,8 @@ def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
         model="model",
         method="method",
         draft_model="draft_model",
+        vllm_version="vllm_version",
+        graph_mode="graph_mode",
         # A snapshot at log time: 0 means the batch drained before the line was printed.
         batch_size=pl.when(pl.col("stats_batch") > 0).then(pl.col("stats_batch")),
         num_spec_tokens=pl.coalesce(pl.col("config_k"), pl.col("per_pos_rates").list.len().cast(pl.Int64)),
