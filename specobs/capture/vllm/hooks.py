@@ -359,7 +359,11 @@ class Capture:
                     getattr(scheduler, "vllm_config", None), runner, labels or self.labels(scheduler)
                 )
             except Exception as exc:  # rows still count without metadata
-                self.recorder.error("reading run metadata", exc)
+                if self._recorder is not None:
+                    self._recorder.error("reading run metadata", exc)
+                else:  # the recorder is made with these labels: not before they are known
+                    logger.warning("specobs: reading run metadata failed and was skipped (%s: %s)",
+                                   type(exc).__name__, exc)  # fmt: skip
         return self._metadata[key]
 
     def _describe(self, scheduler: Any, recorder: Recorder | NullRecorder) -> None:
