@@ -18,7 +18,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vllm_scenarios import ENGINE_ARGS, counters  # noqa: E402
+from vllm_scenarios import ENGINE_ARGS, counters
 
 MAX_TOKENS = 40
 

@@ -166,7 +166,7 @@ def _eagle3(tok: PreTrainedTokenizerFast, paths: Paths) -> None:
     _damp_late_layers(target.model.layers, "self_attn.o_proj", "mlp.down_proj")
     target.save_pretrained(paths.target)
     sd = target.state_dict()
-    hidden = LLAMA["hidden_size"]
+    hidden = target.config.hidden_size
     weights: dict[str, Any] = {
         "fc.weight": torch.zeros(hidden, 3 * hidden),
         "norm.weight": sd["model.norm.weight"],
@@ -254,7 +254,7 @@ def _gemma4(tok: PreTrainedTokenizerFast, paths: Paths) -> None:
             layer.post_feedforward_layernorm.weight.mul_(late if i else FFN_GAIN)
     target.save_pretrained(paths.target)
     sd = target.state_dict()
-    hidden = LLAMA["hidden_size"]
+    hidden = target.config.hidden_size
     weights: dict[str, Any] = {
         "model.embed_tokens.weight": sd["model.embed_tokens.weight"],
         "model.norm.weight": sd["model.norm.weight"],
@@ -291,7 +291,7 @@ def _dflash(tok: PreTrainedTokenizerFast, paths: Paths) -> None:
     _damp_late_layers(target.model.layers, "self_attn.o_proj", "mlp.down_proj")
     target.save_pretrained(paths.target)
     sd = target.state_dict()
-    hidden = LLAMA["hidden_size"]
+    hidden = target.config.hidden_size
     weights: dict[str, Any] = {
         "fc.weight": torch.zeros(hidden, 3 * hidden),
         "hidden_norm.weight": torch.ones(hidden),
