@@ -62,14 +62,16 @@ VLLM_METHOD = {"eagle3": "eagle3", "mtp-mimo": "mtp", "mtp-gemma4": "mtp", "dfla
 METHODS = tuple(VLLM_METHOD)
 MASK_TOKEN = "<mask>"
 LAYERS = 4
-#: Layer 0's feed-forward output is multiplied by this in the Gemma 4 and DFlash targets, so that
-#: it dominates the residual stream (the drafts reproduce it, not the embedding or attention).
-FFN_GAIN = 4.0
-#: Attention output scale in the DFlash target's layer 0 and (relative to the post-attention
-#: norm, whose weight sets it) the Gemma 4 target's layers, whose drafts do not attend to the
-#: context: the smaller, the more often the target's choice depends on the last token only.
-ATTENTION_SCALE = 0.3
+#: The Gemma 4 and DFlash targets: layer 0's feed-forward output is multiplied by a gain, so that
+#: it dominates the residual stream (the drafts reproduce it, not the embedding or attention), and
+#: the attention's output by a scale, because those drafts do not attend to the context: the
+#: smaller, the more often the target's choice depends on the last token only. (In Gemma 4 every
+#: sub-layer output is RMS-normalised: these multiply its post-norm's weight, which sets its size;
+#: the embedding, scaled by sqrt(hidden), has an RMS of about 0.23 there.)
+GEMMA4_FFN_GAIN = 4.0
 GEMMA4_ATTENTION_SCALE = 0.05
+DFLASH_FFN_GAIN = 8.0
+DFLASH_ATTENTION_SCALE = 0.1
 #: The EAGLE-3 target's layer-0 attention and feed-forward outputs are multiplied by this, so the
 #: token embedding (which the EAGLE-3 draft's residual stream does not carry) is a small part of
 #: its residual stream.
@@ -251,7 +253,7 @@ def _gemma4(tok: PreTrainedTokenizerFast, paths: Paths) -> None:
         for i, layer in enumerate(target.model.layers):
             late = LATE_LAYER_SCALE if i else 1.0
             layer.post_attention_layernorm.weight.mul_(GEMMA4_ATTENTION_SCALE * late)
-            layer.post_feedforward_layernorm.weight.mul_(late if i else FFN_GAIN)
+            layer.post_feedforward_layernorm.weight.mul_(late if i else GEMMA4_FFN_GAIN)
     target.save_pretrained(paths.target)
     sd = target.state_dict()
     hidden = target.config.hidden_size
@@ -286,8 +288,8 @@ def _dflash(tok: PreTrainedTokenizerFast, paths: Paths) -> None:
     with torch.no_grad():
         target.model.embed_tokens.weight[mask_id] = 0.0
         first = target.model.layers[0]
-        first.self_attn.o_proj.weight.mul_(ATTENTION_SCALE)
-        first.mlp.down_proj.weight.mul_(FFN_GAIN)
+        first.self_attn.o_proj.weight.mul_(DFLASH_ATTENTION_SCALE)
+        first.mlp.down_proj.weight.mul_(DFLASH_FFN_GAIN)
     _damp_late_layers(target.model.layers, "self_attn.o_proj", "mlp.down_proj")
     target.save_pretrained(paths.target)
     sd = target.state_dict()
