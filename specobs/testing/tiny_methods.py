@@ -12,17 +12,19 @@ feed-forward output is amplified, the later layers' outputs are damped) and, whe
 cannot see the context the way the target does, the attention's share is damped too. The draft
 then reproduces the target's layer 0 on the token it is given, and agrees with the target
 whenever the damped parts (the later layers, and the attention over earlier tokens) do not change
-the greedy choice: part of the time. Further draft positions agree less, for method-specific
-reasons given below, so the per-position acceptance falls with the position.
+the greedy choice: part of the time. A draft position counts as accepted only when every earlier
+one was, so the per-position acceptance falls with the position (for DFlash to nothing, below).
 
 - ``eagle3`` (vLLM ``eagle3``): target ``LlamaForCausalLM``; draft ``LlamaForCausalLMEagle3``.
   The draft layer's attention and feed-forward are the target's layer 0, reading only the token
   embedding half of its ``[embedding, hidden]`` input (the hidden half and ``fc`` are zero, so
   the target's aux hidden states are ignored); vLLM shares the target's embeddings, and the
-  draft's ``norm`` and ``lm_head`` are the target's. The draft's residual stream lacks the token
-  embedding the target's carries (EAGLE-3 feeds ``fc``'s output there), which the amplified
-  feed-forward makes small. From the second draft position on, vLLM feeds the draft's own
-  hidden state back into that residual, which disagrees more.
+  draft's ``norm`` and ``lm_head`` are the target's. EAGLE-3 starts the draft's residual stream
+  from its hidden input, not from the token embedding as the target does; with
+  ``norm_before_residual`` and a zero ``hidden_norm`` that start is zero at every draft
+  position, and the target's layer-0 outputs are amplified (:data:`EAGLE3_GAIN`) so the missing
+  embedding is a small part of its residual stream. The draft is then a 1-layer truncation of the
+  target at every position (it attends over its own KV cache, as the target's layer 0 does).
 - ``mtp-mimo`` (vLLM ``mtp``): one folder, a Qwen2 target saved as ``MiMoForCausalLM`` with one
   MTP layer in the same checkpoint: ``input_proj`` is ``[0 | I]`` (previous hidden state
   ignored), ``token_layernorm`` folds the embedding's scale back in, the MTP block is a copy of
@@ -33,15 +35,16 @@ reasons given below, so the per-position acceptance falls with the position.
   target's keys and values), so their attention output is switched off (``o_proj`` zero) and the
   assistant is the target's layer-0 feed-forward on the token (``pre_projection`` passes the
   scaled embedding and ignores the target's hidden state), with the target's final norm and
-  (tied) embeddings as head: a "what follows this token" model. Later positions see the
-  assistant's own guesses, which compounds the misses.
+  (tied) embeddings as head: a "what follows this token" model; the target's attention, damped
+  (:data:`GEMMA4_ATTENTION_SCALE`), is what it misses.
 - ``dflash`` (vLLM ``dflash``): target ``Qwen3ForCausalLM``; draft ``DFlashDraftModel``. DFlash
   drafts a whole block at once: the query block is ``[last token, <mask> × k]``. The target's
   ``<mask>`` embedding is zero and ``fc`` is zero, so in the draft's attention (queries zero:
   uniform weights) the only non-zero value is the last token's: every slot sees that token, and
-  the feed-forward (the target's layer 0, amplified so it dominates the residual) predicts what
-  follows it. Position 0 agrees part of the time; later positions repeat the same guess and agree
-  only where the target repeats a token.
+  the feed-forward (the target's layer 0, amplified in the draft so that it dominates the
+  attention's length-dependent share) predicts what follows it. Position 0 agrees part of the
+  time; the later slots know nothing more, repeat the same guess and agree only where the target
+  repeats a token (with these prompts: never, so DFlash's later positions accept nothing).
 """
 
 from __future__ import annotations
