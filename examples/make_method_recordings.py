@@ -18,7 +18,9 @@ torchcodec). Takes about 5 minutes on 2 cores (most of it engine start-up).
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,17 +30,24 @@ from typing import Any
 
 K = 3
 BATCH_SIZES = (1, 4, 8)
-MAX_TOKENS = 32
-#: Recorded engines in order: the baseline, tiny_llama's methods, then tiny_methods' methods.
-ENGINES = ("plain", "ngram", "draft_model", "eagle", "eagle3", "mtp-mimo", "mtp-gemma4", "dflash")
-#: The served model name of each engine's target (the ``model`` label of its rows).
-SERVED = {"mtp-mimo": "tiny-mimo", "mtp-gemma4": "tiny-gemma4", "dflash": "tiny-qwen3"}
+MAX_TOKENS = 64
+ROUNDS = 3
+#: Plain engines: one per target model (``plain`` runs tiny_llama's target).
+PLAIN = ("plain", "plain-eagle3", "plain-mtp-mimo", "plain-mtp-gemma4", "plain-dflash")
+#: Recorded engines in order: tiny_llama's target plain and its methods, then each of
+#: tiny_methods' targets plain and with its method.
+ENGINES = ("plain", "ngram", "draft_model", "eagle", "plain-eagle3", "eagle3", "plain-mtp-mimo", "mtp-mimo",
+           "plain-mtp-gemma4", "mtp-gemma4", "plain-dflash", "dflash")  # fmt: skip
+#: The served model name of each method's target (the ``model`` label of its rows): one name per target.
+SERVED = {"eagle3": "tiny-llama-eagle3", "mtp-mimo": "tiny-mimo", "mtp-gemma4": "tiny-gemma4", "dflash": "tiny-qwen3"}
 
 
 def engine_models(engine: str) -> tuple[str, dict[str, Any] | None]:
     """Target folder and speculative config of one engine, relative to the models folder."""
     from specobs.testing.tiny_methods import METHODS, Paths, speculative_config
 
+    if engine.startswith("plain-"):
+        return str(Path("methods", engine.removeprefix("plain-"), "target")), None
     if engine in METHODS:
         draft = None if engine == "mtp-mimo" else Path("methods", engine, "draft")
         return str(Path("methods", engine, "target")), speculative_config(
@@ -62,7 +71,7 @@ def run_one(engine: str) -> None:
     target, spec = engine_models(engine)
     llm = vllm.LLM(
         model=target,
-        served_model_name=SERVED.get(engine, "tiny-llama"),
+        served_model_name=SERVED.get(engine.removeprefix("plain-"), "tiny-llama"),
         speculative_config=spec,
         dtype="float32",
         enforce_eager=True,
@@ -73,8 +82,9 @@ def run_one(engine: str) -> None:
         seed=0,
     )
     params = vllm.SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    for batch in BATCH_SIZES:
-        llm.generate([PROMPTS[i % len(PROMPTS)] for i in range(batch)], params, use_tqdm=False)
+    for _ in range(ROUNDS):
+        for batch in BATCH_SIZES:
+            llm.generate([PROMPTS[i % len(PROMPTS)] for i in range(batch)], params, use_tqdm=False)
     from specobs.capture.vllm import hooks
 
     hooks.uninstall()  # closes the recorder: the last rows are written before vLLM's teardown is skipped
@@ -118,6 +128,19 @@ def main() -> None:
                 env=env,
             )
             print(f"{engine}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+    pack(args.out)
+
+
+def pack(folder: Path) -> None:
+    """Gzip every recorded file (small enough to bundle), with no timestamp in the header."""
+    for path in sorted(folder.glob("specobs-methods-*.jsonl")):
+        with (
+            open(path, "rb") as plain,
+            open(f"{path}.gz", "wb") as out,
+            gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as packed,
+        ):
+            shutil.copyfileobj(plain, packed)
+        path.unlink()
 
 
 if __name__ == "__main__":
