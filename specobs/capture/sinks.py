@@ -1,6 +1,9 @@
 """Sinks for captured rows: event files (JSON Lines, Parquet) and memory (tests).
 
 Event files hold ``steps`` rows (see ``docs/schema.md``); ``specobs report DIR`` reads them.
+Rows of the online tuner's decision log and finished-request rows (``requests``) go to their own
+JSON Lines files beside them: ``specobs-<run>-tuner-p<pid>-<n>.jsonl`` and
+``specobs-<run>-requests-p<pid>-<n>.jsonl``.
 
 - :class:`JsonlSink` appends each flush with one ``os.write`` of whole lines to a file opened
   with ``O_APPEND``: a SIGKILL loses at most the rows not yet flushed (≤ 1 s) and never leaves
@@ -26,6 +29,9 @@ from specobs import schema
 STEP_COLUMNS = tuple(schema.STEPS)
 #: The key that marks a row of the online tuner's decision log (written to its own files).
 DECISION_KEY = "tuner_action"
+#: The key that marks a finished-request row (``requests`` columns; written to its own files).
+REQUEST_KEY = schema.REQUEST_KEY
+REQUEST_COLUMNS = tuple(schema.REQUESTS)
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
@@ -39,15 +45,27 @@ def split_decisions(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]
     return [r for r in rows if DECISION_KEY not in r], [r for r in rows if DECISION_KEY in r]
 
 
+def split_requests(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(other rows, finished-request rows): request rows never go into the steps files."""
+    if not any(REQUEST_KEY in r for r in rows):
+        return list(rows), []
+    return [r for r in rows if REQUEST_KEY not in r], [
+        {name: r.get(name) for name in REQUEST_COLUMNS} for r in rows if REQUEST_KEY in r
+    ]
+
+
 class MemorySink:
     """Keeps rows in a list (tests, notebooks)."""
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
         self.decisions: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []
         self.closed = False
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
+        rows, requests = split_requests(rows)
+        self.requests.extend(requests)
         steps, decisions = split_decisions(rows)
         self.rows.extend(_clean(r) for r in steps)
         self.decisions.extend(decisions)
@@ -89,6 +107,7 @@ class JsonlSink:
         self.files = _FileSet(folder, run_id, "jsonl")
         self._folder, self._run_id = folder, run_id
         self._decisions: JsonlSink | None = None  # the tuner's decision log, in its own files
+        self._requests: JsonlSink | None = None  # finished-request rows, in their own files
         self._steps_only = True
         self.rotate_bytes = rotate_bytes
         self.rotate_seconds = rotate_seconds
@@ -106,6 +125,12 @@ class JsonlSink:
         return self._fd
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
+        if self._steps_only:
+            rows, requests = split_requests(rows)
+            if requests:
+                if self._requests is None:
+                    self._requests = request_sink(self._folder, self._run_id)
+                self._requests.write(requests)
         rows, decisions = split_decisions(rows) if self._steps_only else (list(rows), [])
         if decisions:
             if self._decisions is None:
@@ -132,6 +157,15 @@ class JsonlSink:
             self._fd = None
         if self._decisions is not None:
             self._decisions.close()
+        if self._requests is not None:
+            self._requests.close()
+
+
+def request_sink(folder: str | os.PathLike, run_id: str) -> JsonlSink:
+    """JSON Lines files ``specobs-<run>-requests-p<pid>-<seq>.jsonl`` for finished-request rows."""
+    sink = JsonlSink(folder, f"{run_id}-requests")
+    sink._steps_only = False
+    return sink
 
 
 def decision_sink(folder: str | os.PathLike, run_id: str) -> JsonlSink:
@@ -154,6 +188,7 @@ class ParquetSink:
     ) -> None:
         self.files = _FileSet(folder, run_id, "parquet")
         self._decisions = decision_sink(folder, run_id)
+        self._requests = request_sink(folder, run_id)
         self.part_seconds = part_seconds
         self.part_rows = part_rows
         self._rows: list[dict[str, Any]] = []
@@ -161,6 +196,9 @@ class ParquetSink:
         self.paths: list[Path] = []
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
+        rows, requests = split_requests(rows)
+        if requests:
+            self._requests.write(requests)
         steps, decisions = split_decisions(rows)
         if decisions:
             self._decisions.write(decisions)
@@ -185,3 +223,4 @@ class ParquetSink:
     def close(self) -> None:
         self._write_part()
         self._decisions.close()
+        self._requests.close()

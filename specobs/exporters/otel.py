@@ -142,7 +142,7 @@ class OtelSink:
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
         for row in rows:
-            if row.get("request_id") is None and "tuner_action" not in row:  # steps only
+            if row.get("request_id") is None and "tuner_action" not in row and "request_key" not in row:  # steps
                 self.metrics.observe_step(row)
 
     def close(self) -> None:

@@ -446,7 +446,7 @@ class PrometheusSink:
         for row in rows:
             if "tuner_action" in row:
                 self.metrics.observe_decision(row)
-            elif row.get("request_id") is None:  # per-request rows would count steps twice
+            elif row.get("request_id") is None and "request_key" not in row:  # per-request rows: not steps
                 self.metrics.observe_step(row)
 
     def close(self) -> None:

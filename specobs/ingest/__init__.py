@@ -18,7 +18,7 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
-from specobs.ingest import decisions, events, prometheus_text, sglang_log, tune_result, vllm_log
+from specobs.ingest import decisions, events, prometheus_text, requests, sglang_log, tune_result, vllm_log
 from specobs.ingest.columns import reference_year
 from specobs.ingest.scan import find_lines
 from specobs.ingest.source import Source, expand_paths, open_bytes, open_source
@@ -61,6 +61,8 @@ class Ingested:
     decisions: list[TunerDecision] = field(default_factory=list)
     #: ``specobs tune`` results read back (``tune.json``).
     tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)
+    #: Finished requests (``schema.REQUESTS``): capture request files, server responses, offline outputs.
+    requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))
 
     def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
         """Append one input's windows; its notices are kept apart from its skipped lines."""
@@ -84,6 +86,9 @@ def detect(src: Source) -> str:
         raise InputError(src.name, "binary data, not a recognised log, scrape or event file")
     if events.looks_like_jsonl(head):
         return events.FORMAT_JSONL
+    kind = requests.looks_like_requests(head)
+    if kind is not None:
+        return kind
     if decisions.looks_like_decisions(head):
         return decisions.FORMAT
     if tune_result.looks_like_tune_result(head):
@@ -180,6 +185,12 @@ def load(
                 result.decisions.extend(found)
                 result.sources.append(SourceReport(name, decisions.FORMAT, lines, 0, len(skipped)))
                 result.skipped.extend(skipped)
+                continue
+            if kind in requests.FORMATS:
+                frame, skipped, lines = requests.read(src, kind)
+                result.requests = pl.concat([result.requests, frame], how="vertical")
+                report = SourceReport(name, kind, lines, 0, 0)
+                result.add(schema.empty(schema.WINDOWS).lazy(), replace(report, skipped=len(skipped)), skipped)
                 continue
             if kind == tune_result.FORMAT:
                 result.tune_runs.append((name, tune_result.read(src)))
