@@ -18,7 +18,7 @@ from pathlib import Path
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
-from vllm_scenarios import ENGINE_ARGS, PROMPTS, REPEATING, spec_config  # noqa: E402
+from vllm_scenarios import ENGINE_ARGS, PROMPTS, REPEATING, spec_config
 
 #: Request ids no captured file may contain.
 SECRET_ID = "customer-4711-request-{}"

@@ -35,6 +35,8 @@ from specobs.analysis.acceptance import batch_bucket
 BIN_WIDTH = 0.25
 #: The percentiles of acceptance length reported across requests.
 PERCENTILES = (0.10, 0.50, 0.90, 0.99)
+#: Below this gap (tokens per step) between the request- and token-weighted means, they are called close.
+MATERIAL_MEAN_GAP = 0.05
 #: Groupings of the per-request summary: result name → column.
 GROUPINGS = {
     "by_prompt_length": "prompt_bucket",
@@ -118,4 +120,13 @@ def histogram(requests: pl.DataFrame, width: float = BIN_WIDTH) -> list[dict[str
     ]
 
 
-__all__ = ["BIN_WIDTH", "GROUPINGS", "PERCENTILES", "acceptance_length", "histogram", "per_request", "summarize"]
+__all__ = [
+    "BIN_WIDTH",
+    "GROUPINGS",
+    "MATERIAL_MEAN_GAP",
+    "PERCENTILES",
+    "acceptance_length",
+    "histogram",
+    "per_request",
+    "summarize",
+]

@@ -249,8 +249,11 @@ def tune_runs(ctx: Context) -> None:
         if v is not None:
             cols = st.columns(3)
             cols[0].metric("Chosen, tokens/s", f"{v.schedule_tokens_per_second:,.0f}")
-            cols[1].metric(f"vs best static k={v.best_static_num_speculative_tokens}", f"{v.gain_vs_best_static:+.1%}",
-                           help=f"95% interval {v.gain_vs_best_static_low:+.1%} to {v.gain_vs_best_static_high:+.1%}")
+            cols[1].metric(
+                f"vs best static k={v.best_static_num_speculative_tokens}",
+                f"{v.gain_vs_best_static:+.1%}",
+                help=f"95% interval {v.gain_vs_best_static_low:+.1%} to {v.gain_vs_best_static_high:+.1%}",
+            )
             cols[2].metric("vs plain decoding", f"{v.gain_vs_plain:+.1%}",
                            help=f"95% interval {v.gain_vs_plain_low:+.1%} to {v.gain_vs_plain_high:+.1%}")  # fmt: skip
         if result.measurements:

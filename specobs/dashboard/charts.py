@@ -248,8 +248,9 @@ def tune_measurements(frame: pl.DataFrame) -> alt.FacetChart:
     points = (
         alt.Chart()
         .mark_point(filled=True, size=60, color=OKABE_ITO[0])
-        .encode(x=k_axis, y=y, opacity=alt.condition(alt.datum.eliminated, alt.value(0.4), alt.value(1.0)),
-                tooltip=tooltip)
+        .encode(
+            x=k_axis, y=y, opacity=alt.condition(alt.datum.eliminated, alt.value(0.4), alt.value(1.0)), tooltip=tooltip
+        )
         .transform_filter(is_spec)
     )
     chosen = (

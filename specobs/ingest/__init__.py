@@ -187,8 +187,8 @@ def load(
                 result.skipped.extend(skipped)
                 continue
             if kind in requests.FORMATS:
-                frame, skipped, lines = requests.read(src, kind)
-                result.requests = pl.concat([result.requests, frame], how="vertical")
+                rows, skipped, lines = requests.read(src, kind)
+                result.requests = pl.concat([result.requests, rows], how="vertical")
                 report = SourceReport(name, kind, lines, 0, 0)
                 result.add(schema.empty(schema.WINDOWS).lazy(), replace(report, skipped=len(skipped)), skipped)
                 continue
@@ -208,8 +208,32 @@ def load(
             continue
         result.add(frame, report, skipped)
     _drop_repeated_windows(result)
+    _drop_repeated_requests(result)
     result.decisions.sort(key=lambda d: d.ts)
     return result
+
+
+#: What makes two finished-request rows one request read twice (its capture row and its saved output).
+REQUEST_REPEAT_KEY = (
+    "request_key", "num_prompt_tokens", "num_output_tokens", "num_spec_steps", "num_draft_tokens",
+    "num_accepted_tokens", "acceptance_histogram",
+)  # fmt: skip
+
+
+def _drop_repeated_requests(result: Ingested) -> None:
+    """Count once a request whose row repeats an earlier one (same key and numbers): the
+    capture's row and the saved output of the same request, or a file read twice."""
+    rows = result.requests
+    if rows.height < 2 or rows.get_column("request_key").n_unique() == rows.height:
+        return
+    first = rows.select(pl.struct(REQUEST_REPEAT_KEY).is_first_distinct()).to_series()
+    repeats = int((~first).sum())
+    if repeats:
+        result.requests = rows.filter(first)
+        result.notices.append(
+            Notice("requests", None, f"{repeats} finished request(s) read twice (same request id and counts, e.g. "
+                   "captured and saved as outputs): counted once")
+        )  # fmt: skip
 
 
 #: What makes two windows the same record read twice: their times, labels and counts. The

@@ -78,7 +78,7 @@ def offline_record(output: Any, **labels: Any) -> dict[str, Any]:
                 f.write(json.dumps(offline_record(out, workload="chat")) + "\\n")
     """
     prompt = getattr(output, "prompt_token_ids", None)
-    outputs = []
+    outputs: list[dict[str, Any]] = []
     for completion in getattr(output, "outputs", None) or []:
         metrics = getattr(completion, "spec_decode_metrics", None)
         reason = getattr(completion, "finish_reason", None)
@@ -132,7 +132,8 @@ def _problem(row: Mapping[str, Any]) -> str | None:
     k = row.get("num_spec_tokens")
     if k is not None and len(histogram) > k + 1:
         return f"acceptance_histogram has {len(histogram)} elements, more than num_spec_tokens + 1 = {k + 1}"
-    per_drafted, per_accepted = row.get("per_step_drafted"), row.get("per_step_accepted")
+    per_drafted: Any = row.get("per_step_drafted")
+    per_accepted: Any = row.get("per_step_accepted")
     if (per_drafted is None) != (per_accepted is None):
         return "per_step_drafted and per_step_accepted come together"
     if per_drafted is not None:
@@ -204,12 +205,12 @@ def _capture_rows(record: dict[str, Any], state: dict[str, Any]) -> list[dict[st
 
 
 def _openai_rows(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any]] | str:
-    choices = record.get("choices")
+    choices: Any = record.get("choices")
     request_id = record.get("id")
     reasons = state.setdefault("finish_reasons", {})
-    if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict):
-        if choices[0].get("finish_reason") is not None and isinstance(request_id, str):
-            reasons[request_id] = choices[0]["finish_reason"]  # a stream's last content chunk says it
+    single = isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)
+    if single and choices[0].get("finish_reason") is not None and isinstance(request_id, str):
+        reasons[request_id] = choices[0]["finish_reason"]  # a stream's last content chunk says it
     metrics = record.get("metrics")
     spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
     if spec is None:
@@ -220,11 +221,11 @@ def _openai_rows(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str
     row = _from_metrics(spec)
     if isinstance(row, str):
         return row
-    usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
+    usage: dict[str, Any] = record["usage"] if isinstance(record.get("usage"), dict) else {}
     labels = _labels(record)
     if isinstance(labels, str):
         return labels
-    created = record.get("created")
+    created: Any = record.get("created")
     return [
         {
             "ts": float(created) if _count(created) else None,
