@@ -96,7 +96,8 @@ WINDOWS: dict[str, pl.DataType] = {
 #: One row per finished request: its speculative decoding over its whole life, as vLLM's
 #: ``--per-request-spec-decode-metrics`` gives it. Never prompt text, never the raw request id.
 REQUESTS: dict[str, pl.DataType] = {
-    # Unix seconds when the request finished (capture), or when the record was read (other inputs).
+    # Unix seconds when the request finished (capture), was created (server responses: ``created``),
+    # or null when the input does not say (offline outputs without ``ts``).
     "ts": pl.Float64(),
     **LABELS,
     # A hash of the request id (:func:`request_key`), so rows of one request join across inputs.

@@ -53,7 +53,9 @@ def main(method: str, models: Path, out: Path) -> dict:
     vllm_metrics = []
     with open(out / "outputs.jsonl", "w", encoding="utf-8") as f:
         for o in finished:
-            f.write(json.dumps(offline_record(o, workload="chat" if int(o.request_id.rsplit("-", 1)[1]) % 2 else "code")))
+            f.write(
+                json.dumps(offline_record(o, workload="chat" if int(o.request_id.rsplit("-", 1)[1]) % 2 else "code"))
+            )
             f.write("\n")
             completion = o.outputs[0]
             vllm_metrics.append(

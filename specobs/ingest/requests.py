@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -112,6 +111,9 @@ def _counts(value: Any) -> bool:
 
 def _problem(row: Mapping[str, Any]) -> str | None:
     """Why a row's acceptance numbers cannot be counted, or None when they agree."""
+    ts = row.get("ts")
+    if ts is not None and (not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts)):
+        return "ts is not a number"
     histogram = row.get("acceptance_histogram")
     if not _counts(histogram) or not histogram:
         return "acceptance_histogram is not a non-empty list of non-negative integers"
@@ -194,9 +196,6 @@ def _text(value: Any) -> str | None:
 def _capture_rows(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any]] | str:
     if not isinstance(record.get(schema.REQUEST_KEY), str):
         return "request_key is not a string"
-    ts = record.get("ts")
-    if ts is not None and (not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts)):
-        return "ts is not a number"
     labels = _labels(record)
     if isinstance(labels, str):
         return labels
@@ -291,7 +290,6 @@ def read(src: Source, fmt: str) -> tuple[pl.DataFrame, list[Skipped], int]:
     state: dict[str, Any] = {}
     reader = _READERS[fmt]
     lines = 0
-    now = time.time()
     for number, raw in enumerate(data.split(b"\n"), start=1):
         line = raw.strip()
         if not line:
@@ -317,10 +315,7 @@ def read(src: Source, fmt: str) -> tuple[pl.DataFrame, list[Skipped], int]:
         if problems:
             skipped.append(Skipped(src.name, number, problems[0]))
             continue
-        for row in found:
-            if row.get("ts") is None:
-                row["ts"] = now
-            rows.append(row)
+        rows.extend(found)
     if state.get("without") and fmt != FORMAT_CAPTURE:
         where = "metrics.speculative_decoding" if fmt == FORMAT_OPENAI else "spec_decode_metrics"
         hint = "vLLM fills it with --per-request-spec-decode-metrics summary|detailed (streams: the final usage chunk)"

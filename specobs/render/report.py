@@ -124,7 +124,7 @@ POSITION_HEADERS = ("position", "accepted share r_i [95%]", "conditional β_i [9
 def _sections(report: Report) -> list[tuple[str, Summary, list[str]]]:
     """One section per group (and the overall one when there are several): title, summary, findings."""
     cols = _shown_columns(report)
-    overall = [f.text for f in report.findings()]
+    overall = [f.text for f in report.findings() if f.kind != "requests"]  # said in the per-request section
     sections = [
         (_label(g.labels, cols), g.summary, [f.text for f in report.findings(g.summary)]) for g in _shown_groups(report)
     ]
