@@ -124,16 +124,16 @@ def test_request_rows_go_to_their_own_files_never_into_steps(tmp_path, kind):
     sink = JsonlSink(tmp_path, "r") if kind == "jsonl" else ParquetSink(tmp_path, "r")
     step = {"ts": 1.0, "num_drafts": 2, "num_draft_tokens": 4, "num_accepted_tokens": 1}
     sink.write([step, ROW])
+    sink.write([ROW | {"request_key": "11ee"}, step | {"ts": 2.0}])  # opening the steps file keeps it
     sink.close()
-    files = sorted(p.name for p in tmp_path.iterdir())
-    assert any(f.startswith("specobs-r-requests-p") and f.endswith(".jsonl") for f in files), files
-    requests = next(tmp_path.glob("specobs-r-requests-p*"))
-    (saved,) = [json.loads(line) for line in requests.read_text().splitlines()]
-    assert saved == {name: ROW.get(name) for name in schema.REQUESTS}
+    (requests,) = tmp_path.glob("specobs-r-requests-p*-0001.jsonl")  # one file, both rows
+    assert len(list(tmp_path.glob("specobs-r-requests-*"))) == 1
+    saved = [json.loads(line) for line in requests.read_text().splitlines()]
+    assert saved == [{name: ROW.get(name) for name in schema.REQUESTS}, {**saved[0], "request_key": "11ee"}]
     ingested = load([str(tmp_path)])
-    assert ingested.requests.height == 1 and ingested.requests["num_spec_steps"].to_list() == [3]
+    assert ingested.requests["num_spec_steps"].to_list() == [3, 3]
     steps = ingested.windows.collect()
-    assert steps.height == 1 and steps["num_drafts"].to_list() == [2]  # the request row is no step
+    assert steps["num_drafts"].to_list() == [2, 2]  # the request rows are no steps
     memory = MemorySink()
     memory.write([step, ROW])
     assert len(memory.rows) == 1 and memory.requests[0]["acceptance_histogram"] == [1, 1, 1]

@@ -142,7 +142,7 @@ class JsonlSink:
         data = "".join(json.dumps(clean(r), separators=(",", ":")) + "\n" for r in rows).encode()
         expired = time.monotonic() - self._opened > self.rotate_seconds
         if self._fd is None or self._size + len(data) > self.rotate_bytes or expired:
-            self.close()
+            self._close_file()  # this file set only: the decision and request files rotate on their own
             self._open()
         assert self._fd is not None
         view = memoryview(data)
@@ -151,10 +151,13 @@ class JsonlSink:
             view = view[written:]
         self._size += len(data)
 
-    def close(self) -> None:
+    def _close_file(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def close(self) -> None:
+        self._close_file()
         if self._decisions is not None:
             self._decisions.close()
         if self._requests is not None:
