@@ -439,7 +439,7 @@ def _patch_all(capture: Capture, scheduler: type | None = None, runners: dict[st
     _patch(capture, scheduler, "schedule", _wrap_schedule)
     _patch(capture, scheduler, "update_from_output", _wrap_update)
     _patch(capture, scheduler, "make_spec_decoding_stats", _wrap_make_stats, params=_MAKE_STATS_PARAMS)
-    if capture.requests is not None:
+    if capture.requests is not None and any(w.endswith(".make_spec_decoding_stats") for w in capture.installed):
         _patch(capture, scheduler, "_free_request", _wrap_free_request, params=["self", "request"])
     if runners is None:
         runners = _vllm_runners(capture)
