@@ -343,3 +343,18 @@ def test_report_shows_the_distribution_and_why_the_means_differ(tmp_path):
 def test_analyze_without_request_rows_has_none():
     report = analyze(load([]))
     assert report.requests is None and report.to_dict()["requests"] is None
+
+
+def test_request_rows_never_count_as_steps_in_the_prometheus_exporter():
+    from prometheus_client import CollectorRegistry
+
+    from specobs.exporters.prometheus import PrometheusMetrics, PrometheusSink
+
+    registry = CollectorRegistry()
+    step = {"ts": 1.0, "model": "m", "engine": 0, "method": "ngram", "batch_size": 2, "num_spec_tokens": 2,
+            "num_drafts": 2, "num_draft_tokens": 4, "num_accepted_tokens": 1}  # fmt: skip
+    request_row = {**ROW, "model": "m", "engine": 0, "method": "ngram"}
+    PrometheusSink(PrometheusMetrics(registry)).write([step, request_row, request_row])
+    labels = {"model_name": "m", "engine": "0", "method": "ngram"}
+    assert registry.get_sample_value("specobs_steps_total", labels) == 1  # the step alone
+    assert registry.get_sample_value("specobs_drafts_total", labels) == 2
