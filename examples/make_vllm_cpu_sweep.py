@@ -37,6 +37,7 @@ ROUNDS = 3
 MAX_TOKENS = 96
 
 
+
 def run_one(method: str, models: Path, out: Path) -> None:
     """One engine (in this process): every k and batch size, ROUNDS interleaved rounds."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

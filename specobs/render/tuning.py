@@ -217,22 +217,12 @@ def tune_verification_rows(result: TuneResult) -> list[list[str]]:
     if v is None:
         return []
     chosen = "chosen (plain engine)" if result.speculative_config is None else "chosen schedule"
-    rows = [
-        [chosen, f"{v.schedule_tokens_per_second:,.0f}", ""],
-        [
-            f"best static k={v.best_static_num_speculative_tokens}",
-            f"{v.best_static_tokens_per_second:,.0f}",
-            f"{v.gain_vs_best_static:+.1%} [{v.gain_vs_best_static_low:+.1%} to {v.gain_vs_best_static_high:+.1%}]",
-        ],
-    ]
+    rows = [[chosen, f"{v.schedule_tokens_per_second:,.0f}", ""],
+            [f"best static k={v.best_static_num_speculative_tokens}", f"{v.best_static_tokens_per_second:,.0f}",
+             f"{v.gain_vs_best_static:+.1%} [{v.gain_vs_best_static_low:+.1%} to {v.gain_vs_best_static_high:+.1%}]"]]
     if result.speculative_config is not None:
-        rows.append(
-            [
-                "plain engine",
-                f"{v.plain_tokens_per_second:,.0f}",
-                f"{v.gain_vs_plain:+.1%} [{v.gain_vs_plain_low:+.1%} to {v.gain_vs_plain_high:+.1%}]",
-            ]
-        )
+        rows.append(["plain engine", f"{v.plain_tokens_per_second:,.0f}",
+                     f"{v.gain_vs_plain:+.1%} [{v.gain_vs_plain_low:+.1%} to {v.gain_vs_plain_high:+.1%}]"])
     return rows  # fmt: skip
 
 
