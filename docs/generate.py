@@ -282,6 +282,8 @@ OPAQUE = {
         "configuration.b.schedule",
         "configuration.differences[].a",
         "configuration.differences[].b",
+        "configuration.a.environment",
+        "configuration.b.environment",
     },
 }
 #: Objects with the keys of another one: only the first is listed key by key.
@@ -300,6 +302,9 @@ _LABELS = (
 
 JSON_KEYS: dict[str, dict[str, str]] = {
     "report": {
+        "run_metadata": "one object per engine read from the run-metadata files beside captured event files "
+        "(vLLM version, platform, device and its architecture, attention backends, graph mode, parallelism, "
+        "speculative config, dtypes, environment): the fields of docs/schema.md, Run metadata",
         "tuner_decisions": "the online tuner's decision log (`SPECOBS_TUNE`; docs/tune.md), oldest first: `ts`, "
         "`batch_size_min`, `batch_size_max`, `action` (suggest, apply, confirm, rollback, refuse), `from_k`, "
         "`to_k`, `predicted_gain` with `predicted_low`/`predicted_high`, `measured_gain`, `reason`, `run_id`, "
@@ -530,7 +535,13 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "configuration.differences[].field": "`method`, `draft_model`, `num_spec_tokens` or `schedule`",
         "configuration.differences[].a": "A's value",
         "configuration.differences[].b": "B's value",
-        "configuration.changed": "true when there is any difference",
+        "configuration.a.environment": "what A ran on: each run-metadata field (`attention_backend`, `graph_mode`, "
+        "`device_arch`, …, then each recorded environment variable by name) → its values over A's engines; "
+        "without metadata, read off the row labels (see docs/schema.md, Run metadata)",
+        "configuration.a.engines_with_metadata": "engines of A with a run-metadata record",
+        "configuration.environment": "run-metadata fields in which A and B differ, named first in the verdict "
+        "(`[{field, a, b}]`; an environment variable one side did not set reads `unset`)",
+        "configuration.changed": "true when there is any difference (configuration or environment)",
         "throughput": "both sides timed: B/A generated tokens per second at matched batch buckets; else null",
         "throughput.basis": "what is compared, in words",
         "throughput.interval": "how the interval is made, in words",

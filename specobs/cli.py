@@ -359,7 +359,9 @@ def compare(
     """Compare two runs: configuration, throughput at matched batch sizes, acceptance length and
     per-position rates, with a verdict.
 
-    The verdict names a configuration difference first (method, draft model, k, schedule). With
+    The verdict names first what the two runs ran on where it differs (from the run metadata
+    beside captured event files, or the rows' labels: attention backend, graph mode, device,
+    vLLM version, …), then a configuration difference (method, draft model, k, schedule). With
     step timing on both sides it is decided by throughput (generated tokens/s per batch bucket
     both ran, with a 95% interval from the spread between runs); otherwise by acceptance
     length, and across a configuration change acceptance alone is never a regression.
@@ -370,7 +372,8 @@ def compare(
     from specobs.tuning.compare import compare as run
 
     _require_inputs("compare", [a, b])
-    result = run(_load([a], input_format).windows, _load([b], input_format).windows)
+    side_a, side_b = _load([a], input_format), _load([b], input_format)
+    result = run(side_a.windows, side_b.windows, side_a.metadata, side_b.metadata)
     _emit(result, output_format, (a, b))
     if result.kind == "regression":
         raise typer.Exit(EXIT_REGRESSION)  # scripts (CI after an upgrade) can gate on a regression
@@ -468,7 +471,7 @@ def _json_object(name: str, text: str) -> dict:
     except ValueError as exc:
         raise SpecobsError(f"{name}: not JSON ({exc})") from None
     if not isinstance(value, dict):
-        raise SpecobsError(f"{name}: expected a JSON object like '{{\"method\": \"ngram\"}}'")
+        raise SpecobsError(f'{name}: expected a JSON object like \'{{"method": "ngram"}}\'')
     return value
 
 
@@ -485,10 +488,10 @@ def _batch_sizes(text: str) -> list[int]:
 @app.command(
     epilog="Examples:\n\n"
     "  specobs tune --model ./target --prompts prompts.jsonl --speculative-config "
-    "'{\"method\": \"ngram\", \"num_speculative_tokens\": 6, \"prompt_lookup_max\": 3}'\n\n"
+    '\'{"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_max": 3}\'\n\n'
     "  specobs tune --model ./target --prompts prompts.txt --batch-sizes 1,4,16 --budget 5m "
-    "--speculative-config '{\"method\": \"draft_model\", \"model\": \"./draft\", \"num_speculative_tokens\": 4}' "
-    "--engine-args '{\"dtype\": \"float32\"}' -f json",
+    '--speculative-config \'{"method": "draft_model", "model": "./draft", "num_speculative_tokens": 4}\' '
+    '--engine-args \'{"dtype": "float32"}\' -f json',
 )
 @user_errors
 def tune(
@@ -524,10 +527,10 @@ def tune(
     spec = _json_object("--speculative-config", speculative_config)
     args = _json_object("--engine-args", engine_args)
     if not spec.get("method"):
-        raise SpecobsError("--speculative-config: needs a \"method\" (ngram, draft_model, eagle3, mtp, ...)")
+        raise SpecobsError('--speculative-config: needs a "method" (ngram, draft_model, eagle3, mtp, ...)')
     k = spec.get("num_speculative_tokens")
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 32:
-        raise SpecobsError("--speculative-config: needs \"num_speculative_tokens\", the largest k to try (1 to 32)")
+        raise SpecobsError('--speculative-config: needs "num_speculative_tokens", the largest k to try (1 to 32)')
     sizes = _batch_sizes(batch_sizes)
     _at_least("--max-tokens", max_tokens, 1)
     _at_least("--min-round-seconds", min_round_seconds, 0)

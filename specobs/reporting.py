@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from specobs.analysis import acceptance
 from specobs.analysis.cost import schedule_tax, steady_state, timing_by_batch, unsteady_counts
+from specobs.analysis.integrity import integrity
 from specobs.analysis.timeseries import detect_changes
 from specobs.ingest import Ingested, counted_sources
 from specobs.results import BatchTiming, GroupSummary, Report, RequestAcceptance, Summary
@@ -58,6 +59,8 @@ def analyze(
         notices=tuple(ingested.notices),
         tuner_decisions=tuple(ingested.decisions),
         requests=RequestAcceptance.from_frame(ingested.requests),
+        metadata=tuple(ingested.metadata),
+        integrity=tuple(integrity(frame, ingested.metadata, ingested.decisions)),
     )
 
 

@@ -411,6 +411,8 @@ class Report(Result):
     notices: tuple[Notice, ...] = ()  # what was assumed while reading the inputs
     tuner_decisions: tuple[TunerDecision, ...] = ()  # the online tuner's log (SPECOBS_TUNE), oldest first
     requests: RequestAcceptance | None = None  # finished requests (capture, server responses, offline outputs)
+    metadata: tuple[RunMetadata, ...] = ()  # one record per engine, read beside the event files
+    integrity: tuple[IntegrityIssue, ...] = ()  # config-integrity issues (worded among the findings)
 
     @property
     def empty(self) -> bool:
@@ -450,6 +452,7 @@ class Report(Result):
             "notices": [{"source": n.source, "line": n.line, "why": n.why} for n in self.notices],
             "tuner_decisions": [rounded(d.to_dict()) for d in self.tuner_decisions],
             "requests": rounded(self.requests.to_dict()) if self.requests is not None else None,
+            "run_metadata": [m.to_dict() for m in self.metadata],
         }
 
 
@@ -590,12 +593,16 @@ class Recommendation(Result):
 
 @dataclass(frozen=True)
 class Configuration(Result):
-    """Methods, draft models and ks a run used, and its schedule (the ks per batch bucket)."""
+    """Methods, draft models and ks a run used, its schedule (the ks per batch bucket), and what
+    it ran on: the values of each run-metadata field (:data:`ENVIRONMENT_FIELDS`, and each
+    recorded environment variable by name) over its engines."""
 
     method: tuple[str, ...]
     draft_model: tuple[str, ...]
     num_spec_tokens: tuple[int, ...]
     schedule: Mapping[str, tuple[int, ...]]
+    environment: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    engines_with_metadata: int = 0
 
 
 @dataclass(frozen=True)
@@ -612,10 +619,13 @@ class ConfigurationComparison(Result):
     a: Configuration
     b: Configuration
     differences: tuple[Difference, ...]
+    #: Run-metadata fields in which A and B differ (attention backend, graph mode, device, …):
+    #: named before anything else, since numbers across them are not comparable unsaid.
+    environment: tuple[Difference, ...] = ()
 
     @property
     def changed(self) -> bool:
-        return bool(self.differences)
+        return bool(self.differences or self.environment)
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "changed": self.changed}
@@ -848,8 +858,96 @@ class TunerDecision(Result):
         return {"tuner_action": row.pop("action"), **row}
 
 
+@dataclass(frozen=True)
+class IntegrityIssue(Result):
+    """Where the numbers do not measure what the configuration says (``analysis.integrity``).
+
+    ``affected`` of ``checked`` per kind: ``schedule_ignored``: steps drafting more than the
+    schedule allows, of the steps where it allows less than the maximum (``observed``: their
+    mean draft length, ``corrected``: the mean k allowed); ``short_drafts``: draft tokens, of
+    drafts × k (``observed``: the fill); ``accepted_past_end``: accepted tokens cut off by a
+    stop, of all accepted (``observed``/``corrected``: the draft acceptance rate with and
+    without them); ``host_timed``: GPU steps timed on the host clock, of GPU steps timed;
+    ``schedule_disabled``: ``affected`` is the data-parallel size;
+    ``synthetic_rejection``: nothing counted.
+    """
+
+    kind: str  # schedule_ignored | schedule_disabled | synthetic_rejection | short_drafts | accepted_past_end |
+    # host_timed
+    run_id: str | None = None
+    engine: int | None = None
+    method: str | None = None
+    affected: int = 0
+    checked: int = 0
+    observed: float | None = None
+    corrected: float | None = None
+    max_k: int | None = None
+
+
+#: Run-metadata fields that make two engines' numbers incomparable when they differ, in the
+#: order a comparison names them (method, draft model, k and schedule are the configuration's).
+ENVIRONMENT_FIELDS = (
+    "platform", "device", "device_arch", "attention_backend", "draft_attention_backend", "graph_mode",
+    "vllm_version", "tensor_parallel_size", "data_parallel_size", "dtype", "kv_cache_dtype",
+    "rejection_sample_method", "draft_sample_method", "model_runner", "environment",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunMetadata(Result):
+    """What one engine ran on and with, captured once per engine (docs/schema.md, "Run metadata").
+
+    Every field is optional: a value that could not be read is None, never a guess.
+    ``schedule`` is vLLM's ``num_speculative_tokens_per_batch_size`` as the engine holds it
+    (``(low, high, k)`` per range); ``schedule_configured`` the one the user asked for, where the
+    source shows it (a log's ``non-default args``: vLLM drops the schedule with data parallel > 1);
+    ``environment`` holds only the variables that change what
+    the engine runs (:data:`specobs.capture.vllm.metadata.ENVIRONMENT`).
+    """
+
+    ts: float | None = None
+    run_id: str | None = None
+    engine: int | None = None
+    pid: int | None = None
+    model: str | None = None
+    method: str | None = None
+    draft_model: str | None = None
+    num_speculative_tokens: int | None = None
+    schedule: tuple[tuple[int, int, int], ...] | None = None
+    schedule_configured: tuple[tuple[int, int, int], ...] | None = None  # what was asked for (logs)
+    max_num_seqs: int | None = None
+    rejection_sample_method: str | None = None
+    draft_sample_method: str | None = None
+    vllm_version: str | None = None
+    platform: str | None = None
+    device: str | None = None
+    device_arch: str | None = None
+    attention_backend: str | None = None
+    draft_attention_backend: str | None = None
+    graph_mode: str | None = None
+    model_runner: str | None = None  # v1 | v2 (VLLM_USE_V2_MODEL_RUNNER)
+    tensor_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    source: str | None = field(default=None, metadata={"json": False}, compare=False)  # the file it came from
+
+    def to_row(self) -> dict[str, Any]:
+        """The record written beside the event files: ``specobs_metadata`` marks it."""
+        from specobs.schema import METADATA_KEY, METADATA_VERSION
+
+        return {METADATA_KEY: METADATA_VERSION, **self.to_dict()}
+
+    def labels(self) -> dict[str, Any]:
+        """The low-cardinality fields every step row carries as labels (``schema.LABELS``)."""
+        return {"vllm_version": self.vllm_version, "attention_backend": self.attention_backend,
+                "graph_mode": self.graph_mode}  # fmt: skip
+
+
 __all__ = [
     "DETAIL_KEYS",
+    "ENVIRONMENT_FIELDS",
     "SIDE_KEYS",
     "SUMMARY_KEYS",
     "AcceptanceTest",
@@ -862,6 +960,7 @@ __all__ = [
     "Difference",
     "Finding",
     "GroupSummary",
+    "IntegrityIssue",
     "LengthBin",
     "MethodFacts",
     "MethodWin",
@@ -875,6 +974,7 @@ __all__ = [
     "RequestAcceptance",
     "RequestGroup",
     "Result",
+    "RunMetadata",
     "ScheduleTax",
     "SideTiming",
     "Summary",

@@ -28,6 +28,11 @@ LABELS: dict[str, pl.DataType] = {
     "draft_model": pl.String(),
     "platform": pl.String(),
     "device": pl.String(),
+    # What makes two engines' numbers comparable at all, from the run metadata (docs/schema.md):
+    # on ROCm the attention backend changes acceptance, not only speed.
+    "vllm_version": pl.String(),
+    "attention_backend": pl.String(),
+    "graph_mode": pl.String(),
     "workload": pl.String(),
 }
 
@@ -46,6 +51,9 @@ COUNTERS: dict[str, pl.DataType] = {
     # a_{i−1} scaled by n_i / n_{i−1}, exact while drafts are cut only by k.
     "num_drafts_accepted_before_pos": pl.List(pl.Int64()),
     "num_generated_tokens": pl.Int64(),
+    # Accepted draft tokens that vLLM counted in num_accepted_tokens although a stop (max_tokens,
+    # EOS, a stop string) then cut them off the request: acceptance inflated at request ends.
+    "num_accepted_tokens_past_end": pl.Int64(),
 }
 
 #: Wall-clock or device time, in seconds.
@@ -66,6 +74,8 @@ STEPS: dict[str, pl.DataType] = {
     "num_spec_tokens": pl.Int64(),
     **COUNTERS,
     **TIMINGS,
+    # The clock behind the step's timings: "device" (events), "host" (perf_counter) or "mixed".
+    "timing_clock": pl.String(),
 }
 
 #: One row per interval aggregate: a log line, a pair of Prometheus scrapes, or a step.
@@ -83,6 +93,7 @@ WINDOWS: dict[str, pl.DataType] = {
     # Timings are sums over ``num_timed_steps`` steps (mean = sum / num_timed_steps).
     **TIMINGS,
     "num_timed_steps": pl.Int64(),
+    "timing_clock": pl.String(),
     # What the source printed, kept when counts cannot be recovered (SGLang, V0 gauges).
     "reported_mean_acceptance_length": pl.Float64(),
     "reported_draft_acceptance_rate": pl.Float64(),
@@ -134,6 +145,11 @@ def request_key(request_id: object) -> str:
     """
     return hashlib.blake2b(str(request_id).encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
+
+#: The key that marks a run-metadata record (one per engine, in its own file beside the event
+#: files); its value is the record's format version. See docs/schema.md.
+METADATA_KEY = "specobs_metadata"
+METADATA_VERSION = 1
 
 #: Columns an event file must have to be recognised as one (others may be missing).
 EVENT_FILE_REQUIRED = ("ts", "num_drafts", "num_accepted_tokens")

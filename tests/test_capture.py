@@ -18,7 +18,7 @@ from specobs import schema
 from specobs.capture import JsonlSink, MemorySink, ParquetSink, Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.sinks import STEP_COLUMNS
-from specobs.capture.timing import DeviceClock, HostClock
+from specobs.capture.timing import DeviceClock, HostClock, clock_of
 from specobs.ingest import load
 
 
@@ -118,15 +118,26 @@ def test_a_blocking_sink_never_blocks_the_engine():
 
 
 class FakeEvent:
-    """torch.cuda.Event stand-in: a timestamp set by record(), complete once the 'device' says so."""
+    """torch.cuda.Event stand-in: a timestamp set by record(), complete once the 'device' says so.
+
+    Like HIP, it refuses to be recorded while the stream captures a graph (``capturing``)."""
 
     device_done = False
     device_time_ms = 0.0
+    capturing = False
+    records = 0
 
     def __init__(self) -> None:
         self.at: float | None = None
 
+    @classmethod
+    def is_capturing(cls) -> bool:
+        return cls.capturing
+
     def record(self) -> None:
+        if FakeEvent.capturing:
+            raise RuntimeError("hipErrorStreamCaptureUnsupported: operation not permitted when stream is capturing")
+        FakeEvent.records += 1
         FakeEvent.device_time_ms += 2.5  # the device needs 2.5 ms between records
         self.at = FakeEvent.device_time_ms
 
@@ -140,7 +151,7 @@ class FakeEvent:
 
 def test_device_spans_wait_for_the_device_and_never_synchronise():
     FakeEvent.device_done = False
-    clock = DeviceClock(make_event=FakeEvent)
+    clock = DeviceClock(make_event=FakeEvent, is_capturing=FakeEvent.is_capturing)
     sink = MemorySink()
     recorder = Recorder([sink], flush_interval=0.05)
     span = clock.start()
@@ -156,7 +167,7 @@ def test_device_spans_wait_for_the_device_and_never_synchronise():
 
 def test_unresolved_device_spans_become_null_at_close():
     FakeEvent.device_done = False
-    span = DeviceClock(make_event=FakeEvent).start()
+    span = DeviceClock(make_event=FakeEvent, is_capturing=FakeEvent.is_capturing).start()
     span.stop()
     sink = MemorySink()
     recorder = Recorder([sink], flush_interval=0.05, close_timeout=0.5)
@@ -178,7 +189,7 @@ def test_step_row_fields_are_the_schemas_step_columns():
 
 def test_step_rows_reach_sinks_as_dicts_and_device_spans_resolve_off_the_row():
     FakeEvent.device_done = False
-    span = DeviceClock(make_event=FakeEvent).start()
+    span = DeviceClock(make_event=FakeEvent, is_capturing=FakeEvent.is_capturing).start()
     span.stop()
     sink = MemorySink()
     recorder = Recorder([sink], flush_interval=0.05)
@@ -193,6 +204,34 @@ def test_step_rows_reach_sinks_as_dicts_and_device_spans_resolve_off_the_row():
     assert (written["num_drafts"], written["num_accepted_tokens"], written["request_id"]) == (4, 7, None)
     assert step.verify_seconds == [span]  # the engine's row was never changed
     recorder.close()
+
+
+def test_device_clock_never_records_an_event_inside_a_graph_capture():
+    FakeEvent.device_done, FakeEvent.capturing, FakeEvent.records = True, False, 0
+    clock = DeviceClock(make_event=FakeEvent, is_capturing=FakeEvent.is_capturing)
+    outside = clock.start()
+    outside.stop()
+    assert (outside.clock, FakeEvent.records, outside.seconds()) == ("device", 2, pytest.approx(0.0025))
+
+    FakeEvent.capturing = True  # a warm-up captures a graph: HIP would refuse every record
+    inside = clock.start()
+    time.sleep(0.01)
+    inside.stop()
+    assert inside.clock == "host" and FakeEvent.records == 2 and clock.host_spans == 1
+    assert 0.009 < inside.seconds() < 1.0  # host time, not the fake device's 2.5 ms
+
+    FakeEvent.capturing = False
+    crossing = clock.start()  # started before a capture, stopped inside one
+    FakeEvent.capturing = True
+    crossing.stop()
+    FakeEvent.capturing = False
+    assert crossing.clock == "host" and FakeEvent.records == 3 and crossing.seconds() is not None
+    assert clock_of([outside, inside]) == "mixed" and clock_of([outside]) == "device" and clock_of([]) is None
+
+    def unknown() -> bool:
+        raise RuntimeError("no capture state")
+
+    assert DeviceClock(make_event=FakeEvent, is_capturing=unknown).start().clock == "host"  # unknown: never record
 
 
 def test_host_clock_measures_elapsed_time():

@@ -72,6 +72,7 @@ class Req:
     accepted: int = 0  # of them, accepted by the target (it then samples accepted + 1 tokens)
     invalid: int = 0  # grammar-invalid drafts (SchedulerOutput.num_invalid_spec_tokens)
     prefill: int = 0  # prompt tokens of a prefill chunk that samples nothing
+    keep: int | None = None  # the request stops after this many of its sampled tokens (max_tokens, EOS)
 
     @property
     def tokens(self) -> int:
@@ -153,6 +154,9 @@ class FakeScheduler:
                     num_invalid_spec_tokens=scheduler_output.num_invalid_spec_tokens,
                     request_id=req_id,
                 )
+            keep = next(r.keep for r in scheduler_output.plan if r.id == req_id)
+            if keep is not None:  # vLLM's _update_request_with_output: `del new_token_ids[num_new:]`
+                del generated_token_ids[keep:]
         return {0: spec_decoding_stats}
 
     def make_spec_decoding_stats(
@@ -493,6 +497,52 @@ def test_per_request_sample_edges(engine, monkeypatch, share, expected):
 class BrokenClock:
     def start(self):
         raise RuntimeError("no clock")
+
+
+def test_accepted_tokens_cut_by_a_stop_are_counted_past_the_end(engine):
+    e = engine(num_spec_tokens=4)
+    e.step(
+        Req("A", drafted=4, accepted=4, keep=2),  # samples 5, keeps 2: the bonus and 2 accepted cut
+        Req("B", drafted=4, accepted=3, keep=3),  # samples 4, keeps 3: only the bonus cut
+        Req("C", drafted=4, accepted=1),  # no stop
+    )
+    e.step(Req("D", drafted=4, accepted=2))
+    (first, second), _ = e.rows()
+    assert first["num_accepted_tokens"] == 8  # vLLM counts before the stop trims: 4 + 3 + 1
+    assert first["num_generated_tokens"] == 2 + 3 + 2  # what the requests kept
+    assert first["num_accepted_tokens_past_end"] == 2  # A's 2 accepted tokens beyond its end
+    assert second["num_accepted_tokens_past_end"] == 0
+
+
+def test_run_metadata_is_recorded_once_per_engine_and_labels_every_row(engine):
+    e = engine(num_spec_tokens=2)
+    e.scheduler.vllm_config.parallel_config.tensor_parallel_size = 2
+    e.scheduler.vllm_config.model_config.enforce_eager = False
+    e.scheduler.vllm_config.compilation_config = SimpleNamespace(cudagraph_mode=SimpleNamespace(name="PIECEWISE"))
+    e.scheduler.vllm_config.speculative_config.num_speculative_tokens_per_batch_size = [(1, 4, 2), (5, 8, 1)]
+    e.runner.attn_groups = [
+        [SimpleNamespace(backend=Backend("ROCM_AITER_FA"), layer_names=["model.layers.0"])],
+        [SimpleNamespace(backend=Backend("ROCM_ATTN"), layer_names=["draft.layers.0"])],
+    ]
+    e.runner.drafter = SimpleNamespace(draft_attn_groups=[e.runner.attn_groups[1][0]])
+    e.step(Req("a", drafted=2, accepted=1))
+    e.step(Req("b", drafted=2, accepted=2))
+    steps, _ = e.rows()
+    (record,) = e.sink.metadata  # one record for the engine, not one per step
+    assert record["specobs_metadata"] == 1 and record["engine"] == 1 and record["run_id"] == "t"
+    assert (record["attention_backend"], record["draft_attention_backend"]) == ("ROCM_AITER_FA", "ROCM_ATTN")
+    assert (record["graph_mode"], record["tensor_parallel_size"]) == ("piecewise", 2)
+    assert record["schedule"] == ((1, 4, 2), (5, 8, 1)) and record["method"] == "ngram"
+    assert all((r["attention_backend"], r["graph_mode"]) == ("ROCM_AITER_FA", "piecewise") for r in steps)
+    assert len(steps) == 2  # the metadata record is no step
+
+
+class Backend:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get_name(self) -> str:
+        return self.name
 
 
 def test_errors_inside_the_hooks_are_counted_and_never_raised(engine, caplog):

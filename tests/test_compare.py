@@ -241,7 +241,7 @@ def test_cli_json_contract_and_exit_codes(tmp_path):
     assert {"mean_acceptance_length", "mean_acceptance_length_low", "mean_acceptance_length_high",
             "draft_acceptance_rate", "num_drafts", "num_accepted_tokens"} <= set(data["a"])  # fmt: skip
     assert data["kind"] == "regression" and data["throughput"]["direction"] == "fell"
-    assert set(data["configuration"]) == {"a", "b", "differences", "changed"}
+    assert set(data["configuration"]) == {"a", "b", "differences", "environment", "changed"}
     # A configuration change without timing: compared, exit 0.
     logs = run_cli("compare", str(DATA / "vllm-cpu-ngram-k3.log"), str(DATA / "vllm-cpu-draft-k3.log"))
     assert logs.returncode == 0, logs.stderr.decode()

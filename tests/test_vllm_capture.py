@@ -98,6 +98,34 @@ def test_identical_outputs_exact_totals_and_timing(models, method, label):
     assert r["counters"]["dropped_events"] == 0 and r["hook_errors"] == 0
 
 
+def test_run_metadata_and_accepted_tokens_past_the_end_in_a_real_engine(models):
+    from vllm_scenarios import STOP_AFTER
+
+    r = run_scenario("stops", str(models))
+    steps = [x for x in r["rows"] if x["request_id"] is None]
+    vllm_accepted = r["after"]["accepted_tokens"] - r["before"].get("accepted_tokens", 0)
+    assert sum(x["num_accepted_tokens"] for x in steps) == vllm_accepted  # as vLLM counts: before the stop
+    assert [len(o) for o in r["on"]] == [STOP_AFTER] * len(PROMPTS)
+    assert sum(x["num_generated_tokens"] for x in steps) == STOP_AFTER * len(PROMPTS)  # what the requests kept
+    # Every draft accepted: 3 spec steps × 3 tokens counted per request, of which the last step's
+    # bonus and 2 accepted tokens were cut by max_tokens.
+    assert vllm_accepted == 9 * len(PROMPTS)
+    assert sum(x["num_accepted_tokens_past_end"] for x in steps) == 2 * len(PROMPTS)
+    (meta,) = r["metadata"]  # one record for the one engine
+    assert (meta["method"], meta["num_speculative_tokens"], meta["vllm_version"]) == (
+        "draft_model",
+        3,
+        r["vllm_version"],
+    )
+    assert (meta["platform"], meta["graph_mode"], meta["model_runner"]) == ("cpu", "eager", "v1")
+    assert meta["attention_backend"] and meta["draft_attention_backend"]  # what the CPU runner chose
+    assert (meta["tensor_parallel_size"], meta["data_parallel_size"], meta["dtype"]) == (1, 1, "float32")
+    assert meta["rejection_sample_method"] == "standard" and meta["device_arch"]
+    assert all(x["attention_backend"] == meta["attention_backend"] and x["graph_mode"] == "eager" for x in steps)
+    assert {x["timing_clock"] for x in steps if x["num_drafts"]} == {"host"}  # a CPU: perf_counter spans
+    assert r["hook_errors"] == 0
+
+
 def test_failing_and_stuck_sinks_cost_only_counted_drops(models):
     r = run_scenario("sinks", str(models))
     assert r["with_raising"] == r["off"] and r["with_stuck"] == r["off"]

@@ -53,7 +53,10 @@ def test_the_forced_bad_choice_is_rolled_back_and_logged(result):
     rollback = [d for d in later if d["tuner_action"] == "rollback" and d["batch_size_min"] == 1]
     assert rollback and rollback[0]["measured_gain"] < 0
     assert result["k_after_forced"] == result["k_before_forced"] != 0
-    assert result["table_after"][1] in (result["k_before_forced"], result["k_before_forced"] - 1,
-                                        result["k_before_forced"] + 1)  # fmt: skip (an exploring step may be due)
+    assert result["table_after"][1] in (
+        result["k_before_forced"],
+        result["k_before_forced"] - 1,
+        result["k_before_forced"] + 1,
+    )  # fmt: skip (an exploring step may be due)
     for d in result["decisions"]:
         assert set(d) >= {"tuner_action", "ts", "batch_size_min", "batch_size_max", "from_k", "to_k", "reason"}

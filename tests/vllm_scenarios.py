@@ -155,6 +155,32 @@ def stat_logger(models: Path) -> dict:
     return {"metrics": counters(engine)}  # the logger's rows are flushed at exit
 
 
+#: Tokens per request in the stop scenario: 1 from the prefill, then steps of k + 1 = 4 tokens, so
+#: the last step keeps 1 of its 4 (9 = 2 × 4 + 1) and cuts the bonus and 2 accepted tokens.
+STOP_AFTER = 10
+
+
+def stops(models: Path) -> dict:
+    """A draft that always agrees (``copy``) and requests cut by ``max_tokens`` mid-step: the run
+    metadata, the accepted tokens past the end, and vLLM's own counters."""
+    import vllm
+
+    from specobs.capture import MemorySink
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.vllm import hooks, instrument
+
+    llm = engine("copy", models)
+    before = counters(llm)
+    sink = MemorySink()
+    state = instrument(llm, sink=sink, config=CaptureConfig(run_id="stops"))
+    on = generate(llm, STOP_AFTER)
+    state.recorder.flush(final=True)
+    result = {"on": on, "before": before, "after": counters(llm), "rows": sink.rows, "metadata": sink.metadata,
+              "vllm_version": vllm.__version__, "hook_errors": state.recorder.hook_errors}  # fmt: skip
+    hooks.uninstall()
+    return result
+
+
 #: k by batch size for the dynamic-schedule scenario: 5 alone, 3 for 2-3 requests, 1 from 4 up.
 DYNAMIC_SCHEDULE = [[1, 1, 5], [2, 3, 3], [4, ENGINE_ARGS["max_num_seqs"], 1]]
 #: Prompts that repeat themselves, so ngram finds drafts of every length up to k.
@@ -228,6 +254,8 @@ if __name__ == "__main__":
         result = sinks(Path(sys.argv[2]))
     elif what == "per_position":
         result = per_position(Path(sys.argv[2]))
+    elif what == "stops":
+        result = stops(Path(sys.argv[2]))
     else:
         result = stat_logger(Path(sys.argv[2]))
     print("RESULT " + json.dumps(result))

@@ -35,7 +35,7 @@ class StepRow:
     ``draft_seconds`` and ``verify_seconds`` in the dict :meth:`to_dict` returns (and keeps
     that dict back while a device span is still in flight), never in the row. The class is
     still not ``frozen``, for the engine thread's sake: a frozen dataclass stores each of its
-    23 fields through ``object.__setattr__``, which costs about 3.5 µs more per row than
+    27 fields through ``object.__setattr__``, which costs about 3.5 µs more per row than
     plain slot stores — +15% on all hooks of a step at batch 8, and the same again for every
     per-request row (benchmarks/bench_capture.py).
     """
@@ -56,6 +56,12 @@ class StepRow:
     """``cuda``, ``rocm``, ``cpu``, …"""
     device: str | None = None
     """Device (or CPU) name."""
+    vllm_version: str | None = None
+    """vLLM's version."""
+    attention_backend: str | None = None
+    """The target's attention backend (vLLM's name, e.g. ``FLASH_ATTN``, ``ROCM_AITER_FA``)."""
+    graph_mode: str | None = None
+    """``eager``, or the CUDA/HIP graph mode (``piecewise``, ``full``, ``full_and_piecewise``, …)."""
     workload: str | None = None
     """A label for the traffic (``SPECOBS_WORKLOAD``)."""
     request_id: str | None = None
@@ -79,13 +85,18 @@ class StepRow:
     num_drafts_accepted_before_pos: list[int] | None = None
     """m_i: drafts that reached position i with positions 0..i-1 accepted."""
     num_generated_tokens: int | None = None
-    """Tokens the step produced (accepted drafts plus the bonus or recovered token)."""
+    """Tokens the step produced and the requests kept (accepted drafts plus the bonus or
+    recovered token, less what a stop cut off)."""
+    num_accepted_tokens_past_end: int | None = None
+    """Accepted draft tokens counted in ``num_accepted_tokens`` that a stop then cut off."""
     draft_seconds: Seconds = None
     """Time in the proposer (spans until resolved)."""
     verify_seconds: Seconds = None
     """Time in the target forward and rejection sampling (spans until resolved)."""
     step_seconds: float | None = None
     """Wall time from ``schedule`` to the end of ``update_from_output``."""
+    timing_clock: str | None = None
+    """The clock of ``draft_seconds`` and ``verify_seconds``: ``device``, ``host`` or ``mixed``."""
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict of every column (a new dict; span values are left for the recorder)."""

@@ -1,9 +1,8 @@
 """Sinks for captured rows: event files (JSON Lines, Parquet) and memory (tests).
 
 Event files hold ``steps`` rows (see ``docs/schema.md``); ``specobs report DIR`` reads them.
-Rows of the online tuner's decision log and finished-request rows (``requests``) go to their own
-JSON Lines files beside them: ``specobs-<run>-tuner-p<pid>-<n>.jsonl`` and
-``specobs-<run>-requests-p<pid>-<n>.jsonl``.
+Side rows go to their own JSON Lines files beside them: the online tuner's decisions
+(``-tuner-``), run metadata (``-meta-``) and finished requests (``-requests-``, ``requests`` rows).
 
 - :class:`JsonlSink` appends each flush with one ``os.write`` of whole lines to a file opened
   with ``O_APPEND``: a SIGKILL loses at most the rows not yet flushed (≤ 1 s) and never leaves
@@ -29,29 +28,61 @@ from specobs import schema
 STEP_COLUMNS = tuple(schema.STEPS)
 #: The key that marks a row of the online tuner's decision log (written to its own files).
 DECISION_KEY = "tuner_action"
-#: The key that marks a finished-request row (``requests`` columns; written to its own files).
-REQUEST_KEY = schema.REQUEST_KEY
-REQUEST_COLUMNS = tuple(schema.REQUESTS)
+#: Rows that are not steps, by the key that marks them, and the tag of the files they go to:
+#: ``specobs-<run>-<tag>-p<pid>-<seq>.jsonl`` beside the event files.
+SIDE_FILES = {DECISION_KEY: "tuner", schema.METADATA_KEY: "meta", schema.REQUEST_KEY: "requests"}
+#: Side rows written with exactly these columns (the others as written).
+SIDE_COLUMNS = {schema.REQUEST_KEY: tuple(schema.REQUESTS)}
 
 
-def _clean(row: dict[str, Any]) -> dict[str, Any]:
-    return {name: row.get(name) for name in STEP_COLUMNS}
+def _clean(row: dict[str, Any], columns: Sequence[str] = STEP_COLUMNS) -> dict[str, Any]:
+    return {name: row.get(name) for name in columns}
 
 
-def split_decisions(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(step rows, decision rows): decisions never go into the steps files."""
-    if not any(DECISION_KEY in r for r in rows):
-        return list(rows), []
-    return [r for r in rows if DECISION_KEY not in r], [r for r in rows if DECISION_KEY in r]
+def side_kind(row: dict[str, Any]) -> str | None:
+    """The marker key of a row that is not a steps row (a decision, run metadata, a finished
+    request), or None."""
+    for key in SIDE_FILES:
+        if key in row:
+            return key
+    return None
 
 
-def split_requests(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(other rows, finished-request rows): request rows never go into the steps files."""
-    if not any(REQUEST_KEY in r for r in rows):
-        return list(rows), []
-    return [r for r in rows if REQUEST_KEY not in r], [
-        {name: r.get(name) for name in REQUEST_COLUMNS} for r in rows if REQUEST_KEY in r
-    ]
+def is_step(row: dict[str, Any]) -> bool:
+    """A row of the engine's steps: not a per-request share of a step, not a side record.
+    Exporters count these only."""
+    return row.get("request_id") is None and side_kind(row) is None
+
+
+def split_side_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """(steps rows, side rows by marker key): side rows never go into the steps files."""
+    side: dict[str, list[dict[str, Any]]] = {}
+    steps: list[dict[str, Any]] = []
+    for row in rows:
+        kind = side_kind(row)
+        if kind is None:
+            steps.append(row)
+        else:
+            side.setdefault(kind, []).append(row)
+    return steps, side
+
+
+class _SideFiles:
+    """The side rows' JSON Lines files of one sink, opened on their first row."""
+
+    def __init__(self, folder: str | os.PathLike, run_id: str) -> None:
+        self.folder, self.run_id = folder, run_id
+        self.sinks: dict[str, JsonlSink] = {}
+
+    def write(self, side: dict[str, list[dict[str, Any]]]) -> None:
+        for key, records in side.items():
+            if key not in self.sinks:
+                self.sinks[key] = side_sink(self.folder, self.run_id, key)
+            self.sinks[key].write(records)
+
+    def close(self) -> None:
+        for sink in self.sinks.values():
+            sink.close()
 
 
 class MemorySink:
@@ -60,15 +91,16 @@ class MemorySink:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
         self.decisions: list[dict[str, Any]] = []
+        self.metadata: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.closed = False
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
-        rows, requests = split_requests(rows)
-        self.requests.extend(requests)
-        steps, decisions = split_decisions(rows)
+        steps, side = split_side_rows(rows)
         self.rows.extend(_clean(r) for r in steps)
-        self.decisions.extend(decisions)
+        self.decisions.extend(side.get(DECISION_KEY, []))
+        self.metadata.extend(side.get(schema.METADATA_KEY, []))
+        self.requests.extend(_clean(r, SIDE_COLUMNS[schema.REQUEST_KEY]) for r in side.get(schema.REQUEST_KEY, []))
 
     def close(self) -> None:
         self.closed = True
@@ -105,10 +137,9 @@ class JsonlSink:
         rotate_seconds: float = 3600.0,
     ) -> None:
         self.files = _FileSet(folder, run_id, "jsonl")
-        self._folder, self._run_id = folder, run_id
-        self._decisions: JsonlSink | None = None  # the tuner's decision log, in its own files
-        self._requests: JsonlSink | None = None  # finished-request rows, in their own files
+        self._side = _SideFiles(folder, run_id)  # decisions, metadata and requests, in their own files
         self._steps_only = True
+        self._columns: Sequence[str] | None = STEP_COLUMNS  # None: side rows as written
         self.rotate_bytes = rotate_bytes
         self.rotate_seconds = rotate_seconds
         self._fd: int | None = None
@@ -125,24 +156,17 @@ class JsonlSink:
         return self._fd
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
-        if self._steps_only:
-            rows, requests = split_requests(rows)
-            if requests:
-                if self._requests is None:
-                    self._requests = request_sink(self._folder, self._run_id)
-                self._requests.write(requests)
-        rows, decisions = split_decisions(rows) if self._steps_only else (list(rows), [])
-        if decisions:
-            if self._decisions is None:
-                self._decisions = decision_sink(self._folder, self._run_id)
-            self._decisions.write(decisions)
+        rows, side = split_side_rows(rows) if self._steps_only else (list(rows), {})
+        self._side.write(side)
         if not rows:
             return
-        clean = _clean if self._steps_only else dict
-        data = "".join(json.dumps(clean(r), separators=(",", ":")) + "\n" for r in rows).encode()
+        columns = self._columns
+        data = "".join(
+            json.dumps(_clean(r, columns) if columns is not None else r, separators=(",", ":")) + "\n" for r in rows
+        ).encode()
         expired = time.monotonic() - self._opened > self.rotate_seconds
         if self._fd is None or self._size + len(data) > self.rotate_bytes or expired:
-            self._close_file()  # this file set only: the decision and request files rotate on their own
+            self._close_file()  # this file set only: the side files rotate on their own
             self._open()
         assert self._fd is not None
         view = memoryview(data)
@@ -158,23 +182,15 @@ class JsonlSink:
 
     def close(self) -> None:
         self._close_file()
-        if self._decisions is not None:
-            self._decisions.close()
-        if self._requests is not None:
-            self._requests.close()
+        self._side.close()
 
 
-def request_sink(folder: str | os.PathLike, run_id: str) -> JsonlSink:
-    """JSON Lines files ``specobs-<run>-requests-p<pid>-<seq>.jsonl`` for finished-request rows."""
-    sink = JsonlSink(folder, f"{run_id}-requests")
+def side_sink(folder: str | os.PathLike, run_id: str, key: str = DECISION_KEY) -> JsonlSink:
+    """JSON Lines files ``specobs-<run>-<tag>-p<pid>-<seq>.jsonl`` for side rows, as written
+    (``tuner`` for decisions, ``meta`` for run metadata, ``requests`` for finished requests)."""
+    sink = JsonlSink(folder, f"{run_id}-{SIDE_FILES[key]}")
     sink._steps_only = False
-    return sink
-
-
-def decision_sink(folder: str | os.PathLike, run_id: str) -> JsonlSink:
-    """JSON Lines files ``specobs-<run>-tuner-p<pid>-<seq>.jsonl`` for decision rows, as written."""
-    sink = JsonlSink(folder, f"{run_id}-tuner")
-    sink._steps_only = False
+    sink._columns = SIDE_COLUMNS.get(key)
     return sink
 
 
@@ -190,8 +206,7 @@ class ParquetSink:
         part_rows: int = 100_000,
     ) -> None:
         self.files = _FileSet(folder, run_id, "parquet")
-        self._decisions = decision_sink(folder, run_id)
-        self._requests = request_sink(folder, run_id)
+        self._side = _SideFiles(folder, run_id)
         self.part_seconds = part_seconds
         self.part_rows = part_rows
         self._rows: list[dict[str, Any]] = []
@@ -199,12 +214,8 @@ class ParquetSink:
         self.paths: list[Path] = []
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
-        rows, requests = split_requests(rows)
-        if requests:
-            self._requests.write(requests)
-        steps, decisions = split_decisions(rows)
-        if decisions:
-            self._decisions.write(decisions)
+        steps, side = split_side_rows(rows)
+        self._side.write(side)
         self._rows.extend(_clean(r) for r in steps)
         if len(self._rows) >= self.part_rows or time.monotonic() - self._started >= self.part_seconds:
             self._write_part()
@@ -225,5 +236,4 @@ class ParquetSink:
 
     def close(self) -> None:
         self._write_part()
-        self._decisions.close()
-        self._requests.close()
+        self._side.close()

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specobs.capture.config import EnvironmentVariable
+from specobs.capture.sinks import is_step
 from specobs.exporters.prometheus import MAX_POSITIONS, batch_size_bucket, drafts_per_position
 
 OTEL_EXPORTER_OTLP_ENDPOINT = EnvironmentVariable(
@@ -142,7 +143,7 @@ class OtelSink:
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
         for row in rows:
-            if row.get("request_id") is None and "tuner_action" not in row and "request_key" not in row:  # steps
+            if is_step(row):  # steps only: no per-request shares, decisions or metadata
                 self.metrics.observe_step(row)
 
     def close(self) -> None:

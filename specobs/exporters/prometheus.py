@@ -47,6 +47,7 @@ from prometheus_client.registry import Collector
 from specobs import schema
 from specobs.analysis.acceptance import accepted_length_counts, bucket_label, bucket_of, drafts_per_position
 from specobs.analysis.cost import cost_ratio
+from specobs.capture.sinks import is_step
 from specobs.results import Recommendation
 from specobs.tuning.recommend import traffic_speedup
 
@@ -446,7 +447,7 @@ class PrometheusSink:
         for row in rows:
             if "tuner_action" in row:
                 self.metrics.observe_decision(row)
-            elif row.get("request_id") is None and "request_key" not in row:  # per-request rows: not steps
+            elif is_step(row):  # per-request rows would count steps twice; metadata is no step
                 self.metrics.observe_step(row)
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector
 from specobs import schema
 from specobs.exporters.follow import Follower, Lines, _Followed
 from specobs.exporters.prometheus import PrometheusMetrics
-from specobs.ingest import decisions, detect, events, read_source
+from specobs.ingest import decisions, detect, events, metadata, read_source
 from specobs.ingest.source import Source
 
 logger = logging.getLogger("specobs")
@@ -98,6 +98,8 @@ class Sidecar:
             return self._feed_jsonl(state, data)
         if state.kind == decisions.FORMAT:
             return self._feed_decisions(state, data)
+        if state.kind == metadata.FORMAT:
+            return 0  # describes an engine; nothing to count
         src = Source(str(state.path), None, False, len(data), head=data[:65536], data=data)
         windows, _, _ = read_source(src, state.kind)
         frame = windows.collect()

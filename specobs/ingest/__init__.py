@@ -18,13 +18,13 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
-from specobs.ingest import decisions, events, prometheus_text, requests, sglang_log, tune_result, vllm_log
+from specobs.ingest import decisions, events, metadata, prometheus_text, requests, sglang_log, tune_result, vllm_log
 from specobs.ingest.columns import reference_year
 from specobs.ingest.scan import find_lines
 from specobs.ingest.source import Source, expand_paths, open_bytes, open_source
 
 if TYPE_CHECKING:
-    from specobs.results import TunerDecision, TuneResult
+    from specobs.results import RunMetadata, TunerDecision, TuneResult
 
 #: Names accepted by ``--format``.
 FORMATS = ("vllm-log", "sglang-log", "prometheus-text", "events")
@@ -44,6 +44,8 @@ class SourceReport:
     lines: int | None
     windows: int
     skipped: int
+    #: Run metadata the input itself holds (engine start-up lines of a log).
+    metadata: tuple[RunMetadata, ...] = ()
 
 
 @dataclass
@@ -63,6 +65,8 @@ class Ingested:
     tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)
     #: Finished requests (``schema.REQUESTS``): capture request files, server responses, offline outputs.
     requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))
+    #: Run metadata, one record per engine (read beside the event files), oldest first.
+    metadata: list[RunMetadata] = field(default_factory=list)
 
     def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
         """Append one input's windows; its notices are kept apart from its skipped lines."""
@@ -91,6 +95,8 @@ def detect(src: Source) -> str:
         return kind
     if decisions.looks_like_decisions(head):
         return decisions.FORMAT
+    if metadata.looks_like_metadata(head):
+        return metadata.FORMAT
     if tune_result.looks_like_tune_result(head):
         return tune_result.FORMAT
     lines = [_ANSI.sub(b"", raw).strip() for raw in head.split(b"\n")[:-1] or [head]]
@@ -132,14 +138,17 @@ def read_source(
         found = find_lines(src, vllm_log.NEEDLES, fields=vllm_log.scan_fields(src.head), progress=progress)
         mtime = src.path.stat().st_mtime if src.path is not None else None
         frame, skipped = vllm_log.parse(found, src.name, year=reference_year(mtime), reference=mtime)
+        metadata = tuple(vllm_log.run_metadata(found, src.name))
     elif detected == sglang_log.FORMAT:
+        metadata = ()
         found = find_lines(src, sglang_log.NEEDLES, progress=progress)
         frame, skipped = sglang_log.parse(found, src.name)
     else:
+        metadata = ()
         found = find_lines(src, prometheus_text.NEEDLES, progress=progress)
         frame, skipped = prometheus_text.parse(found, src.name)
     skipped = found.skipped + skipped
-    report = SourceReport(src.name, detected, found.total_lines, frame.height, len(skipped))
+    report = SourceReport(src.name, detected, found.total_lines, frame.height, len(skipped), metadata)
     return frame.lazy(), report, skipped
 
 
@@ -192,6 +201,12 @@ def load(
                 report = SourceReport(name, kind, lines, 0, 0)
                 result.add(schema.empty(schema.WINDOWS).lazy(), replace(report, skipped=len(skipped)), skipped)
                 continue
+            if kind == metadata.FORMAT:
+                records, skipped, lines = metadata.read(src)
+                result.metadata.extend(records)
+                result.sources.append(SourceReport(name, metadata.FORMAT, lines, 0, len(skipped)))
+                result.skipped.extend(skipped)
+                continue
             if kind == tune_result.FORMAT:
                 result.tune_runs.append((name, tune_result.read(src)))
                 result.sources.append(SourceReport(name, tune_result.FORMAT, None, 0, 0))
@@ -207,9 +222,11 @@ def load(
                 result.skipped.append(Skipped(name, None, exc.why))
             continue
         result.add(frame, report, skipped)
+        result.metadata.extend(report.metadata)
     _drop_repeated_windows(result)
     _drop_repeated_requests(result)
     result.decisions.sort(key=lambda d: d.ts)
+    result.metadata.sort(key=lambda m: (m.ts is None, m.ts or 0.0))
     return result
 
 

@@ -12,7 +12,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from specobs.errors import Skipped
-from specobs.ingest.source import Source, read_whole
+from specobs.ingest.source import Source, read_records
 
 if TYPE_CHECKING:  # results imports ingest: imported where used
     from specobs.results import TunerDecision
@@ -76,23 +76,4 @@ def parse(record: Any) -> tuple[TunerDecision | None, str | None]:
 
 def read(src: Source) -> tuple[list[TunerDecision], list[Skipped], int]:
     """Every valid decision of one file, the skipped lines, and the number of lines."""
-    data, cut = read_whole(src)
-    skipped: list[Skipped] = [cut] if cut is not None else []
-    out: list[TunerDecision] = []
-    lines = 0
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        lines = number
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            skipped.append(Skipped(src.name, number, "not valid JSON"))
-            continue
-        decision, why = parse(record)
-        if decision is None:
-            skipped.append(Skipped(src.name, number, why or "invalid"))
-        else:
-            out.append(decision)
-    return out, skipped, lines
+    return read_records(src, parse)

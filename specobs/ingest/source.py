@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 import select
 import stat
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
-from specobs.errors import InputError, Notice
+from specobs.errors import InputError, Notice, Skipped
+
+T = TypeVar("T")
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
@@ -167,6 +170,33 @@ def read_whole(src: Source) -> tuple[bytes, Notice | None]:
         f"in line {lines + 1}; the {lines} complete lines before it are kept"
     )
     return data, Notice(src.name, None, why)
+
+
+def read_records(
+    src: Source, parse: Callable[[Any], tuple[T | None, str | None]]
+) -> tuple[list[T], list[Skipped], int]:
+    """Every record of a JSON Lines file that ``parse`` accepts, the skipped lines (FILE:LINE and
+    ``parse``'s reason), and the number of lines; a gzip cut is a notice among the skipped."""
+    data, cut = read_whole(src)
+    skipped: list[Skipped] = [cut] if cut is not None else []
+    out: list[T] = []
+    lines = 0
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        lines = number
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            skipped.append(Skipped(src.name, number, "not valid JSON"))
+            continue
+        parsed, why = parse(record)
+        if parsed is None:
+            skipped.append(Skipped(src.name, number, why or "invalid"))
+        else:
+            out.append(parsed)
+    return out, skipped, lines
 
 
 def gunzip(src: Source, limit: int | None = None) -> Gunzipped:

@@ -34,12 +34,16 @@ Counting conventions (see docs/formats.md):
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from specobs.errors import Skipped
 from specobs.ingest import columns as C
 from specobs.ingest.scan import Fields, FoundLines
+
+if TYPE_CHECKING:  # results imports ingest: imported where used
+    from specobs.results import RunMetadata
 
 FORMAT = "vllm-log"
 
@@ -208,6 +212,98 @@ def _config(lines: pl.DataFrame) -> pl.DataFrame:
         )
         .sort("line")
     )
+
+
+_ENGINE_START = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\) with config: (.*)")
+_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+_START_FIELDS = {
+    "dtype": r"(?<![\w_])dtype=(?:torch\.)?(\w+)",
+    "tensor_parallel_size": r"tensor_parallel_size=(\d+)",
+    "data_parallel_size": r"(?<![\w_])data_parallel_size=(\d+)",
+    "kv_cache_dtype": r"kv_cache_dtype=(\w+)",
+    "enforce_eager": r"enforce_eager=(True|False)",
+    "cudagraph_mode": r"'cudagraph_mode': <CUDAGraphMode\.(\w+)",
+    "platform": r"device_config=(\w+)",
+    "model": r"served_model_name=([^,\s)]+)",
+    "method": r"SpeculativeConfig\(method='(\w+)'",
+    "num_speculative_tokens": r"SpeculativeConfig\([^)]*num_spec_tokens=(\d+)",
+}
+
+
+def run_metadata(found: FoundLines, source: str) -> list[RunMetadata]:
+    """Run metadata from engine start-up lines: one record per ``Initializing a V1 LLM engine``
+    line (vLLM's version, dtypes, parallelism, graph mode, method and k), with the user's own
+    settings from the ``non-default args`` line printed before it (the configured batch-size
+    schedule, which vLLM drops with data parallel > 1, and the rejection sampler). The attention
+    backend and device are not in these lines: left unknown.
+    """
+    from specobs.results import RunMetadata
+
+    frame = found.frame
+    if frame.is_empty():
+        return []
+    config = frame.filter(pl.col("needle") == NEEDLES.index(b"speculative_config"))
+    out: list[RunMetadata] = []
+    args: dict[str, Any] = {}
+    for line, text in config.select("line", "text").iter_rows():
+        non_default = _NON_DEFAULT.search(text)
+        if non_default is not None:
+            args = _literal(non_default.group(1))
+            continue
+        start = _ENGINE_START.search(text)
+        if start is None:
+            continue
+        body = start.group(2)
+        got = {name: m.group(1) for name, pattern in _START_FIELDS.items() if (m := re.search(pattern, body))}
+        found_spec, args = args.get("speculative_config"), {}  # one engine's arguments
+        spec: dict[str, Any] = found_spec if isinstance(found_spec, dict) else {}
+        configured = _schedule(spec.get("num_speculative_tokens_per_batch_size"))
+        dp = int(got["data_parallel_size"]) if "data_parallel_size" in got else None
+        graphs = got.get("cudagraph_mode")
+        eager = got.get("enforce_eager") == "True" or graphs == "NONE"
+        out.append(RunMetadata(
+            run_id=source, model=got.get("model"), method=got.get("method"),
+            num_speculative_tokens=(
+                int(got["num_speculative_tokens"]) if "num_speculative_tokens" in got
+                else 0 if "speculative_config=None" in body else None
+            ),
+            schedule_configured=configured,
+            # vLLM's own rule (VllmConfig._maybe_disable_dynamic_sd_for_data_parallel)
+            schedule=configured if configured and (dp or 1) <= 1 else None,
+            rejection_sample_method=_text(spec.get("rejection_sample_method")),
+            draft_sample_method=_text(spec.get("draft_sample_method")),
+            vllm_version=start.group(1), platform=got.get("platform"),
+            graph_mode="eager" if eager else graphs.lower() if graphs else None,
+            tensor_parallel_size=int(got["tensor_parallel_size"]) if "tensor_parallel_size" in got else None,
+            data_parallel_size=dp, dtype=got.get("dtype"), kv_cache_dtype=got.get("kv_cache_dtype"),
+            source=f"{source}:{line}",
+        ))  # fmt: skip
+    return out
+
+
+def _literal(text: str) -> dict[str, Any]:
+    """A Python dict literal as vLLM prints its arguments (``{'model': 'm', ...}``); {} when it
+    is not one (an object repr inside, a cut line)."""
+    import ast
+
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _schedule(value: object) -> tuple[tuple[int, int, int], ...] | None:
+    if not isinstance(value, list | tuple) or not value:
+        return None
+    try:
+        return tuple((int(a), int(b), int(k)) for a, b, k in value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _attach_config(windows: pl.DataFrame, config: pl.DataFrame) -> pl.DataFrame:

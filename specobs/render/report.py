@@ -231,6 +231,14 @@ def to_rich(report: Report, console: Console) -> None:
         sources.add_row(Text(s.name), s.format, _num(s.lines), _num(s.windows), _num(s.skipped))
     console.print(sources)
     console.print()
+    if report.metadata:
+        engines = Table(title="Engines (run metadata)", title_justify="left", show_edge=False)
+        for header in sentences.METADATA_HEADERS:
+            engines.add_column(header)
+        for cells in sentences.metadata_rows(report.metadata):
+            engines.add_row(*(Text(cell) for cell in cells))
+        console.print(engines)
+        console.print()
 
     if report.summary.num_windows:
         _acceptance_to_rich(report, console)
@@ -339,6 +347,9 @@ def to_markdown(report: Report) -> str:
         ("source", "format", "lines", "windows", "skipped"),
         [[s.name, s.format, _num(s.lines), _num(s.windows), _num(s.skipped)] for s in report.sources],
     )
+    if report.metadata:
+        parts += ["", "Engines (run metadata):", ""]
+        parts += md_table(sentences.METADATA_HEADERS, sentences.metadata_rows(report.metadata))
     if report.summary.num_windows:
         rows = [_summary_cells(label, row, with_k=not _grouped_by_k(report)) for label, row in _summary_rows(report)]
         parts += ["", *md_table(_summary_headers(report), rows)]

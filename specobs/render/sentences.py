@@ -15,9 +15,11 @@ from specobs.results import (
     Comparison,
     Difference,
     Finding,
+    IntegrityIssue,
     Recommendation,
     Report,
     RequestAcceptance,
+    RunMetadata,
     ScheduleTax,
     Summary,
     Throughput,
@@ -207,9 +209,11 @@ def cost_findings(tax: Sequence[ScheduleTax], unsteady: Mapping[str, int]) -> li
 
 
 def report_findings(report: Report) -> list[Finding]:
-    """The overall findings of a report: acceptance, changes over time, then costs."""
+    """The overall findings of a report: config integrity first (it says what the numbers
+    mean), then acceptance, changes over time, then costs."""
     return (
-        acceptance_findings(report.summary)
+        integrity_findings(report.integrity)
+        + acceptance_findings(report.summary)
         + change_findings(report.changes)
         + cost_findings(report.tax, report.unsteady)
         + request_findings(report.requests)
@@ -244,6 +248,62 @@ def request_findings(r: RequestAcceptance | None) -> list[Finding]:
             f"{o.num_requests_without_drafts:,} of {o.num_requests:,} finished request(s) never verified a draft "
             "(the drafter proposed nothing for them, or they ended first): left out of the per-request distribution."
         )))  # fmt: skip
+    return out
+
+
+def _who(issue: IntegrityIssue) -> str:
+    parts = [issue.method or "", f"run {issue.run_id}" if issue.run_id else "",
+             f"engine {issue.engine}" if issue.engine is not None and issue.run_id else ""]  # fmt: skip
+    named = ", ".join(p for p in parts if p)
+    return f" ({named})" if named else ""
+
+
+def integrity_findings(issues: Sequence[IntegrityIssue]) -> list[Finding]:
+    """One finding per config-integrity issue (``analysis.integrity``)."""
+    out = []
+    for i in issues:
+        who = _who(i)
+        if i.kind == "schedule_ignored":
+            text = (
+                f"The batch-size schedule is being ignored{who}: in {i.affected:,} of {i.checked:,} steps where it "
+                f"allows fewer than k={i.max_k} tokens (k={i.corrected or 0:.1f} on average), drafts were longer "
+                f"({i.observed or 0:.2f} tokens per draft). The engine drafts the maximum k whatever the batch size "
+                "(reported for Model Runner V2): the schedule's savings at large batches are not happening."
+            )
+        elif i.kind == "schedule_disabled":
+            text = (
+                f"The batch-size schedule was configured{who} with data parallel size {i.affected}, where vLLM "
+                f"disables it (ranks could pick different k and deadlock): every step drafts the static "
+                f"k={i.max_k}. Run one engine per rank without data parallel to use a schedule."
+            )
+        elif i.kind == "synthetic_rejection":
+            text = (
+                f"Rejection sampling is synthetic{who} (rejection_sample_method=synthetic): vLLM accepts drafts at "
+                "configured rates, so these acceptance numbers measure the configuration, not the drafter."
+            )
+        elif i.kind == "short_drafts":
+            text = (
+                f"Drafts fill {i.observed or 0:.0%} of k{who} ({i.affected:,} draft tokens where k allowed "
+                f"{i.checked:,}, k up to {i.max_k}): the drafter often proposes fewer than k tokens (ngram finds "
+                "shorter matches, a schedule or an early stop), so the last positions are rarely tried while "
+                "verification is sized for k."
+            )
+        elif i.kind == "host_timed":
+            text = (
+                f"{i.affected:,} of {i.checked:,} GPU steps were timed on the host clock (timing_clock host or "
+                "mixed): a timed call ran inside a graph capture, where HIP refuses device events. Their draft and "
+                "verify times include launch and queueing, not only device work."
+            )
+        elif i.kind == "accepted_past_end":
+            share = i.affected / i.checked if i.checked else 0.0
+            text = (
+                f"{i.affected:,} accepted draft tokens ({share:.1%} of accepted){who} were counted by vLLM although "
+                "a stop (max_tokens, EOS) then cut them off the request: the draft acceptance rate is "
+                f"{i.observed or 0:.1%} as counted, {i.corrected or 0:.1%} without them. Short outputs inflate it most."
+            )
+        else:
+            continue
+        out.append(Finding(i.kind, text))
     return out
 
 
@@ -376,6 +436,27 @@ def config_values(value: object) -> str:
     return "none" if value is None else str(value)
 
 
+#: How run-metadata fields read in sentences (environment variables read as their own names).
+ENVIRONMENT_NAMES = {
+    "platform": "platform", "device": "device", "device_arch": "device architecture",
+    "attention_backend": "attention backend", "draft_attention_backend": "drafter attention backend",
+    "graph_mode": "graph mode", "vllm_version": "vLLM version", "tensor_parallel_size": "tensor parallel size",
+    "data_parallel_size": "data parallel size", "dtype": "dtype", "kv_cache_dtype": "KV-cache dtype",
+    "rejection_sample_method": "rejection sampling", "draft_sample_method": "draft sampling",
+    "model_runner": "model runner",
+}  # fmt: skip
+
+
+def environment_name(field: str) -> str:
+    return ENVIRONMENT_NAMES.get(field, field)
+
+
+def describe_environment(differences: Sequence[Difference]) -> str:
+    """``attention backend differs: ROCM_ATTN vs ROCM_AITER_FA; …``, then what it means."""
+    parts = [f"{environment_name(d.field)} differs: {config_values(d.a)} vs {config_values(d.b)}" for d in differences]
+    return _capital("; ".join(parts)) + " (A and B ran on different setups: their numbers are not like for like)."
+
+
 def _describe_differences(differences: Sequence[Difference]) -> str:
     parts = [f"{_FIELD_NAMES[d.field]} {config_values(d.a)} → {config_values(d.b)}" for d in differences]
     return "A and B differ in configuration: " + "; ".join(parts) + "."
@@ -419,7 +500,11 @@ def verdict(cmp: Comparison) -> str:
     """The comparison's one-paragraph verdict; ``cmp.kind`` (``tuning.compare``) decides what it says."""
     la, lb = cmp.a.mean_acceptance_length, cmp.b.mean_acceptance_length
     tp, test, differences = cmp.throughput, cmp.acceptance, cmp.configuration.differences
-    lead = _describe_differences(differences) + " " if differences else ""
+    setup = cmp.configuration.environment
+    lead = (describe_environment(setup) + " " if setup else "") + (
+        _describe_differences(differences) + " " if differences else ""
+    )
+    differences = differences + setup
     if tp is not None and tp.direction is not None:
         label = cmp.kind if tp.direction in ("fell", "rose") else "no significant change"
         return lead + _capital(f"{_throughput_sentence(tp)}: {label}.") + _why(la, lb, test, tp)
@@ -537,6 +622,40 @@ def tuner_state(decisions: Sequence[TunerDecision]) -> list[str]:
         out.append(text + ".")
     out += [f"Online tuning off: {d.reason}." for d in decisions if d.action == "refuse"]
     return out
+
+
+METADATA_HEADERS = ("run · engine", "vLLM", "device", "attention (target / drafter)", "graphs", "TP · DP",
+                    "dtype · KV cache", "speculative", "environment")  # fmt: skip
+
+
+def metadata_rows(metadata: Sequence[RunMetadata]) -> list[list[str]]:
+    """One row per engine's run metadata (``–`` where a field was not readable)."""
+
+    def text(value: object) -> str:
+        return "–" if value is None else str(value)
+
+    rows = []
+    for m in metadata:
+        device = " ".join(str(v) for v in (m.platform, m.device, f"({m.device_arch})" if m.device_arch else None) if v)
+        attention = text(m.attention_backend) + (f" / {m.draft_attention_backend}" if m.draft_attention_backend else "")
+        if m.method:
+            spec = f"{m.method} k={text(m.num_speculative_tokens)}"
+            if m.schedule:
+                spec += ", schedule " + ", ".join(f"{batch_range(lo, hi)}: {k}" for lo, hi, k in m.schedule)
+            if m.rejection_sample_method not in (None, "standard"):
+                spec += f", {m.rejection_sample_method} rejection sampling"
+            if m.draft_sample_method not in (None, "greedy"):
+                spec += f", {m.draft_sample_method} drafts"
+        else:
+            spec = "off"
+        version = text(m.vllm_version) + (f" ({m.model_runner})" if m.model_runner else "")
+        rows.append([
+            f"{text(m.run_id)} · {text(m.engine)}", version, device or "–", attention, text(m.graph_mode),
+            f"{text(m.tensor_parallel_size)} · {text(m.data_parallel_size)}",
+            f"{text(m.dtype)} · {text(m.kv_cache_dtype)}", spec,
+            ", ".join(f"{k}={v}" for k, v in m.environment.items()) or "–",
+        ])  # fmt: skip
+    return rows
 
 
 TUNER_HEADERS = ("time (UTC)", "batch", "action", "k", "predicted [95%]", "measured", "reason")

@@ -10,6 +10,7 @@ from specobs.render.markdown import md_table
 from specobs.render.sentences import (
     batch_range,
     config_values,
+    environment_name,
     headline,
     speedup_with_interval,
     tune_headline,
@@ -88,6 +89,8 @@ def _comparison_rows(cmp: Comparison) -> list[list[str]]:
         rows.append([f"{label}{mark}", config_values(getattr(ca, key)), config_values(getattr(cb, key))])
     if "schedule" in differing:
         rows.append(["schedule *", config_values(ca.schedule), config_values(cb.schedule)])
+    for d in cmp.configuration.environment:
+        rows.append([f"{environment_name(d.field)} *", config_values(d.a), config_values(d.b)])
     a, b = cmp.a, cmp.b
     rows += [
         ["acceptance length", _fmt(a.mean_acceptance_length), _fmt(b.mean_acceptance_length)],
@@ -114,6 +117,8 @@ def _comparison_notes(cmp: Comparison) -> list[str]:
     notes = []
     if cmp.configuration.differences:
         notes.append("* configuration differs between A and B")
+    if cmp.configuration.environment:
+        notes.append("* A and B ran on different setups (run metadata)")
     if any(p.changed for p in cmp.positions):
         notes.append("* per-position rate changed beyond both 95% intervals")
     return notes
@@ -217,12 +222,22 @@ def tune_verification_rows(result: TuneResult) -> list[list[str]]:
     if v is None:
         return []
     chosen = "chosen (plain engine)" if result.speculative_config is None else "chosen schedule"
-    rows = [[chosen, f"{v.schedule_tokens_per_second:,.0f}", ""],
-            [f"best static k={v.best_static_num_speculative_tokens}", f"{v.best_static_tokens_per_second:,.0f}",
-             f"{v.gain_vs_best_static:+.1%} [{v.gain_vs_best_static_low:+.1%} to {v.gain_vs_best_static_high:+.1%}]"]]
+    rows = [
+        [chosen, f"{v.schedule_tokens_per_second:,.0f}", ""],
+        [
+            f"best static k={v.best_static_num_speculative_tokens}",
+            f"{v.best_static_tokens_per_second:,.0f}",
+            f"{v.gain_vs_best_static:+.1%} [{v.gain_vs_best_static_low:+.1%} to {v.gain_vs_best_static_high:+.1%}]",
+        ],
+    ]
     if result.speculative_config is not None:
-        rows.append(["plain engine", f"{v.plain_tokens_per_second:,.0f}",
-                     f"{v.gain_vs_plain:+.1%} [{v.gain_vs_plain_low:+.1%} to {v.gain_vs_plain_high:+.1%}]"])
+        rows.append(
+            [
+                "plain engine",
+                f"{v.plain_tokens_per_second:,.0f}",
+                f"{v.gain_vs_plain:+.1%} [{v.gain_vs_plain_low:+.1%} to {v.gain_vs_plain_high:+.1%}]",
+            ]
+        )
     return rows  # fmt: skip
 
 

@@ -33,6 +33,7 @@ interval unless each side spans several processes: the runs of one side share it
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 
@@ -40,6 +41,7 @@ from specobs.analysis.acceptance import summarize, with_group_columns
 from specobs.analysis.cost import steady_state, timing_by_batch
 from specobs.analysis.intervals import Z95, t95
 from specobs.results import (
+    ENVIRONMENT_FIELDS,
     AcceptanceTest,
     BucketThroughput,
     Comparison,
@@ -47,6 +49,7 @@ from specobs.results import (
     ConfigurationComparison,
     Difference,
     PositionChange,
+    RunMetadata,
     SideTiming,
     Summary,
     Throughput,
@@ -61,9 +64,15 @@ BLOCK_SECONDS = 10.0
 # --- configuration --------------------------------------------------------------------------------
 
 
-def configuration(windows: pl.LazyFrame | pl.DataFrame) -> Configuration:
-    """Methods, draft models and ks a run used (sorted, nulls left out), and its schedule:
-    the ks per batch bucket, in bucket order."""
+#: Labels that describe what a run ran on: read off the rows when no run metadata says more.
+ENVIRONMENT_LABELS = ("platform", "device", "vllm_version", "attention_backend", "graph_mode")
+#: How an environment variable's value reads when one side's engines did not set it.
+UNSET = "unset"
+
+
+def configuration(windows: pl.LazyFrame | pl.DataFrame, metadata: Sequence[RunMetadata] = ()) -> Configuration:
+    """Methods, draft models and ks a run used (sorted, nulls left out), its schedule (the ks per
+    batch bucket, in bucket order), and its environment (:func:`environment`)."""
     lazy = with_group_columns(windows.lazy())
     rows = (
         lazy.group_by("batch_bucket")
@@ -72,6 +81,7 @@ def configuration(windows: pl.LazyFrame | pl.DataFrame) -> Configuration:
             method=pl.col("method").drop_nulls().unique(),
             draft_model=pl.col("draft_model").drop_nulls().unique(),
             k=pl.col("num_spec_tokens").drop_nulls().unique(),
+            **{name: pl.col(name).drop_nulls().unique() for name in ENVIRONMENT_LABELS},
         )
         .sort("low", nulls_last=True)
         .collect()
@@ -83,7 +93,47 @@ def configuration(windows: pl.LazyFrame | pl.DataFrame) -> Configuration:
     schedule = {
         r["batch_bucket"]: tuple(sorted(r["k"])) for r in rows.iter_rows(named=True) if r["batch_bucket"] and r["k"]
     }
-    return Configuration(union("method"), union("draft_model"), union("k"), schedule)
+    labels = {name: union(name) for name in ENVIRONMENT_LABELS}
+    return Configuration(
+        union("method"), union("draft_model"), union("k"), schedule, environment(metadata, labels), len(metadata)
+    )
+
+
+def environment(
+    metadata: Sequence[RunMetadata], labels: Mapping[str, tuple[str, ...]] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """The values of each run-metadata field over a run's engines, in :data:`ENVIRONMENT_FIELDS`
+    order, then each recorded environment variable by name (``unset`` on engines without it).
+    Fields no engine recorded are read off the row labels (``labels``), else left out."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name in ENVIRONMENT_FIELDS:
+        if name == "environment":
+            continue
+        values = {str(v) for m in metadata if (v := getattr(m, name)) is not None}
+        if not values and labels and labels.get(name):
+            values = {str(v) for v in labels[name]}
+        if values:
+            out[name] = tuple(sorted(values))
+    variables = sorted({var for m in metadata for var in m.environment})
+    for var in variables:
+        out[var] = tuple(sorted({m.environment.get(var, UNSET) for m in metadata}))
+    return out
+
+
+def environment_differences(a: Configuration, b: Configuration) -> tuple[Difference, ...]:
+    """Run-metadata fields known on both sides whose values differ. An environment variable that
+    one side set and the other did not differs too (the unset side ran vLLM's default); an
+    engine without metadata says nothing about its variables."""
+    out = []
+    for name in dict.fromkeys([*a.environment, *b.environment]):
+        va, vb = a.environment.get(name), b.environment.get(name)
+        is_variable = name not in ENVIRONMENT_FIELDS
+        if is_variable:
+            va = va or ((UNSET,) if a.engines_with_metadata else None)
+            vb = vb or ((UNSET,) if b.engines_with_metadata else None)
+        if va and vb and va != vb:
+            out.append(Difference(name, va, vb))
+    return tuple(out)
 
 
 def configuration_differences(a: Configuration, b: Configuration) -> tuple[Difference, ...]:
@@ -350,20 +400,26 @@ def kind_of(
     return {"fell": "regression", "rose": "improvement", "unchanged": "unchanged"}[test.direction]
 
 
-def compare(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.DataFrame) -> Comparison:
-    """Run A (before) against run B (after)."""
+def compare(
+    a: pl.LazyFrame | pl.DataFrame,
+    b: pl.LazyFrame | pl.DataFrame,
+    metadata_a: Sequence[RunMetadata] = (),
+    metadata_b: Sequence[RunMetadata] = (),
+) -> Comparison:
+    """Run A (before) against run B (after), with each side's run metadata when there is some."""
     ra, rb, test = compare_acceptance(a, b)
-    ca, cb = configuration(a), configuration(b)
+    ca, cb = configuration(a, metadata_a), configuration(b, metadata_b)
     differences = configuration_differences(ca, cb)
+    setup = environment_differences(ca, cb)
     tp = compare_throughput(a, b)
     return Comparison(
-        kind=kind_of(differences, tp, ra, rb, test),
+        kind=kind_of(differences + setup, tp, ra, rb, test),
         a=ra,
         b=rb,
         positions=_positions(ra, rb),
         timing_a=_overall_timing(a),
         timing_b=_overall_timing(b),
-        configuration=ConfigurationComparison(ca, cb, differences),
+        configuration=ConfigurationComparison(ca, cb, differences, setup),
         throughput=tp,
         acceptance=test,
     )

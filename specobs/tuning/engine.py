@@ -370,9 +370,7 @@ class _Engine:  # pragma: no cover - runs in the worker process
         self._apply(command.get("schedule") or [])
         if op == "round":
             batch = int(command["batch"])
-            tokens, seconds = self._generate(
-                batch, int(command["offset"]), [self.max_tokens] * batch, self.min_round_s
-            )
+            tokens, seconds = self._generate(batch, int(command["offset"]), [self.max_tokens] * batch, self.min_round_s)
         elif op == "mixed":
             lengths = mixed_lengths(self.largest, self.max_tokens)
             tokens, seconds = self._generate(len(lengths), int(command["offset"]), lengths, self.min_round_s)

@@ -537,9 +537,7 @@ def fit_cost(
     return CostModel(verify, draft, overhead, base_model, kind, tuple(notes), off_model, baseline)
 
 
-def _measured_kind(
-    draft: DraftCost, k: np.ndarray, b: np.ndarray, n: np.ndarray, default: str
-) -> tuple[str, str]:
+def _measured_kind(draft: DraftCost, k: np.ndarray, b: np.ndarray, n: np.ndarray, default: str) -> tuple[str, str]:
     """The drafter kind the fitted draft time shows across the measured k (at the steps'
     typical batch size), and the sentence the assumptions quote. A lookup stays a lookup."""
     k_low, k_high = int(k.min()), int(k.max())

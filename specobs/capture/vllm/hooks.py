@@ -37,13 +37,15 @@ from typing import Any
 from specobs.capture.config import CaptureConfig
 from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
-from specobs.capture.timing import clock_for_device
+from specobs.capture.timing import clock_for_device, clock_of
 from specobs.schema import REQUEST_KEY, request_key
 
 logger = logging.getLogger("specobs")
 
 #: Steps whose timing is kept while waiting for the scheduler to finish them.
 MAX_OPEN_STEPS = 256
+#: Run-metadata fields every row carries as labels (the rest is in the metadata file).
+METADATA_LABELS = ("vllm_version", "attention_backend", "graph_mode")
 _MAKE_STATS_PARAMS = ["self", "spec_decoding_stats", "num_draft_tokens", "num_accepted_tokens",
                       "num_invalid_spec_tokens", "request_id"]  # fmt: skip
 
@@ -67,11 +69,24 @@ class _Drafts:
     per step by :func:`_per_position` (a step has a handful of distinct pairs).
     """
 
-    __slots__ = ("lengths", "requests")
+    __slots__ = ("lengths", "requests", "sampled")
 
     def __init__(self) -> None:
         self.lengths: dict[tuple[int, int], int] = {}
         self.requests: list[tuple[str, int, int]] = []
+        self.sampled: list[int] | None = None  # tokens sampled per request, before stops trim them
+
+
+def _past_end(before: list[int] | None, sampled: Any, kept: int | None) -> int | None:
+    """Accepted draft tokens the scheduler counted and then cut at a stop (``max_tokens``, EOS,
+    a stop string): ``update_from_output`` counts acceptance first, then trims each request's
+    sampled list in place where it stops. The last sampled token (the bonus or recovered one) is
+    the first cut, so a request that lost c tokens had c − 1 accepted ones among them."""
+    if before is None or kept is None or not isinstance(sampled, list) or len(before) != len(sampled):
+        return None
+    if sum(before) == kept:  # nothing trimmed: the common step
+        return 0
+    return sum(b - a - 1 for b, a in zip(before, map(len, sampled), strict=True) if b > a + 1)
 
 
 def _trials(drafted: int, accepted: int) -> int:
@@ -136,6 +151,9 @@ class Capture:
         self.originals: list[tuple[type, str, Any]] = []
         self._tuners: dict[int, Any] = {}  # per scheduler: its OnlineTuner, or None when off
         self.requests = _Requests(config.requests == "detailed") if config.requests else None  # SPECOBS_REQUESTS
+        self._metadata: dict[int, dict[str, Any]] = {}  # per scheduler: its run metadata record
+        self._described: set[int] = set()  # schedulers whose metadata was recorded
+        self.runner: Any = None  # the model runner of this process, once it has executed a step
 
     @property
     def recorder(self) -> Recorder | NullRecorder:
@@ -173,8 +191,14 @@ class Capture:
             getattr(self._step(key), kind).append(span)
 
     # --- acceptance, summed while update_from_output runs --------------------------------
-    def begin_update(self) -> None:
-        self._local.drafts = _Drafts()
+    def begin_update(self, model_runner_output: Any = None) -> None:
+        drafts = self._local.drafts = _Drafts()
+        sampled = getattr(model_runner_output, "sampled_token_ids", None)
+        if isinstance(sampled, list):  # the scheduler trims these lists in place at a stop
+            try:
+                drafts.sampled = list(map(len, sampled))
+            except TypeError:  # an output the capture cannot read: the step's row says why
+                drafts.sampled = None
 
     def observe_draft(self, num_draft_tokens: int, num_accepted: int, invalid: Any, request_id: str) -> None:
         drafts = getattr(self._local, "drafts", None)
@@ -212,6 +236,7 @@ class Capture:
         # Drafts made at an earlier step's k can be longer than this step's: lists grow to fit.
         num_drafts, accepted_pos, drafts_pos, tried_pos = _per_position(drafts.lengths, k)
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
+        generated = sum(map(len, sampled)) if isinstance(sampled, list) else None
         labels = self.labels(scheduler)
         row = StepRow(
             ts=time.time(),
@@ -225,14 +250,18 @@ class Capture:
             num_accepted_tokens_per_pos=accepted_pos,
             num_drafts_per_pos=drafts_pos,
             num_drafts_accepted_before_pos=tried_pos,
-            num_generated_tokens=sum(map(len, sampled)) if isinstance(sampled, list) else None,
+            num_generated_tokens=generated,
+            num_accepted_tokens_past_end=_past_end(drafts.sampled, sampled, generated),
             draft_seconds=step.draft or None,
             verify_seconds=step.verify or None,
             step_seconds=(now - step.started) if step.started is not None else None,
+            timing_clock=clock_of(step.draft + step.verify) if step.draft or step.verify else None,
         )
         if self._recorder is None:
             self._recorder = self._new_recorder(labels)
         recorder = self._recorder
+        if id(scheduler) not in self._described:
+            self._describe(scheduler, recorder)
         recorder.record(row)
         for request_id, drafted, accepted in drafts.requests:
             length = max(k, drafted, accepted)
@@ -307,15 +336,42 @@ class Capture:
         return tuner
 
     def labels(self, scheduler: Any) -> dict[str, Any]:
+        """The labels of every row of this engine, its run metadata's low-cardinality fields too."""
         key = id(scheduler)
         labels = self._labels.get(key)
         if labels is None:
-            labels = self._labels[key] = {
+            labels = {
                 **labels_from_config(getattr(scheduler, "vllm_config", None)),
                 "run_id": self.config.run_id,
                 "workload": self.config.workload,
             }
+            metadata = self.metadata(scheduler, labels)
+            labels.update({name: metadata.get(name) for name in METADATA_LABELS})
+            self._labels[key] = labels
         return labels
+
+    def metadata(self, scheduler: Any, labels: dict[str, Any] | None = None) -> dict[str, Any]:
+        """This engine's run metadata record (read once; empty when it cannot be read)."""
+        key = id(scheduler)
+        if key not in self._metadata:
+            from specobs.capture.vllm.metadata import metadata_row
+
+            self._metadata[key] = {}
+            try:
+                runner = self.runner
+                self._metadata[key] = metadata_row(
+                    getattr(scheduler, "vllm_config", None), runner, labels or self.labels(scheduler)
+                )
+            except Exception as exc:  # rows still count without metadata
+                self.recorder.error("reading run metadata", exc)
+        return self._metadata[key]
+
+    def _describe(self, scheduler: Any, recorder: Recorder | NullRecorder) -> None:
+        """Record this engine's metadata once, beside its event files."""
+        self._described.add(id(scheduler))
+        record = self.metadata(scheduler)
+        if record:
+            recorder.record(dict(record))
 
 
 def _sampled(request_id: str, share: float) -> bool:
@@ -533,7 +589,7 @@ def _wrap_update(original, where):
         capture = _CAPTURE
         if capture is None:
             return original(self, scheduler_output, model_runner_output, *args, **kwargs)
-        _guard(where, capture.begin_update)
+        _guard(where, capture.begin_update, model_runner_output)
         try:
             out = original(self, scheduler_output, model_runner_output, *args, **kwargs)
         finally:
@@ -682,6 +738,9 @@ def _executed_step(self, args: tuple, kwargs: dict) -> int:
     """As :func:`_scheduled_step`, remembered on the runner for the ``sample_tokens`` that follows."""
     key = _scheduled_step(self, args, kwargs)
     self.__dict__["_specobs_step"] = key
+    capture = _CAPTURE
+    if capture is not None and capture.runner is None:  # for the run metadata (attention backends)
+        capture.runner = self
     return key
 
 

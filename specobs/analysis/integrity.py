@@ -1,0 +1,230 @@
+"""Config integrity: where the numbers do not measure what the configuration says they do.
+
+Each check reads the steps (and the run metadata) once and returns typed facts
+(:class:`specobs.results.IntegrityIssue`); :mod:`specobs.render.sentences` words them.
+
+- ``schedule_ignored``: a batch-size → k schedule is configured, yet drafts are longer than
+  the k it allows at their batch size (as reported for Model Runner V2, which drafts the
+  maximum k whatever the schedule says). A step's allowed k is the k the scheduler recorded
+  for it when that is below the maximum, else the schedule's k at its batch size (vLLM's
+  dense lookup: gaps and the tail carry the previous range's k). Runs where the online tuner
+  applied a k are left out: it rewrites the lookup at run time.
+- ``schedule_disabled``: a batch-size schedule was configured (a log's ``non-default args``)
+  with data parallel > 1, where vLLM drops it and every step drafts the static k.
+- ``synthetic_rejection``: ``rejection_sample_method="synthetic"``: vLLM accepts drafts at
+  configured rates, so acceptance measures the configuration, not the drafter.
+- ``short_drafts``: drafts fill less than :data:`FILL_BELOW` of k (ngram lookups that find
+  shorter matches, a drafter that stops early): positions past the fill are rarely tried,
+  while verification pays for k.
+- ``host_timed``: steps on a GPU (``cuda``/``rocm``) whose draft or verify time came from the
+  host clock (``timing_clock`` ``host`` or ``mixed``): a span that would have fallen inside a
+  graph capture, where HIP refuses events. Those times include launch and queueing, not only
+  device work.
+- ``accepted_past_end``: accepted draft tokens that vLLM counted although a stop
+  (``max_tokens``, EOS) then cut them off the request: acceptance is inflated at request
+  ends, most on short outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from specobs.results import IntegrityIssue, RunMetadata, TunerDecision
+
+#: Steps below the schedule's maximum k needed before calling the schedule ignored.
+MIN_STEPS = 20
+#: Share of those steps whose drafts exceed the allowed k that makes the schedule ignored.
+IGNORED_SHARE = 0.9
+#: Drafts filling less than this share of k are called short.
+FILL_BELOW = 0.9
+#: Accepted tokens past the end below this share of all accepted are not worth a finding.
+PAST_END_AT_LEAST = 0.005
+
+
+def schedule_lookup(schedule: Sequence[tuple[int, int, int]], max_batch: int, max_k: int) -> list[int]:
+    """vLLM's dense batch size → k table (index = batch size; index 0 unused), as
+    ``build_dynamic_sd_schedule_lookup`` builds it: each range's k capped at ``max_k``, gaps
+    and the tail after the last range carrying the previous range's k::
+
+        schedule_lookup([(1, 2, 3), (5, 6, 1)], 8, 4) == [0, 3, 3, 3, 3, 1, 1, 1, 1]
+    """
+    table = [0] * (max_batch + 1)
+    previous: int | None = None
+    following = 1
+    for low, high, k in sorted(schedule):
+        for b in range(following, min(low, max_batch + 1)):
+            if previous is not None:
+                table[b] = min(max_k, previous)
+        for b in range(max(low, following), min(high, max_batch) + 1):
+            table[b] = min(max_k, k)
+        following, previous = max(following, high + 1), k
+    for b in range(following, max_batch + 1):
+        if previous is not None:
+            table[b] = min(max_k, previous)
+    return table
+
+
+def _schedule_ignored(
+    steps: pl.DataFrame, metadata: Sequence[RunMetadata], tuned: set[tuple[str | None, int | None]]
+) -> list[IntegrityIssue]:
+    out = []
+    seen: set[tuple[str | None, int | None]] = set()
+    for m in metadata:
+        key = (m.run_id, m.engine)
+        if not m.schedule or not m.num_speculative_tokens or key in seen or key in tuned:
+            continue
+        seen.add(key)
+        max_k = m.num_speculative_tokens
+        largest = max(m.max_num_seqs or 0, max(high for _, high, _ in m.schedule))
+        table = schedule_lookup(m.schedule, largest, max_k)
+        if min(table[1:], default=max_k) >= max_k:
+            continue  # the schedule never asks for less than the maximum
+        rows = steps.filter(
+            pl.col("run_id").eq_missing(m.run_id)
+            & pl.col("engine").eq_missing(m.engine)
+            & (pl.col("num_drafts") > 0)
+            & pl.col("batch_size").is_between(1, largest)
+        )
+        if rows.is_empty():
+            continue
+        scheduled = pl.col("batch_size").replace_strict(list(range(len(table))), table, default=max_k)
+        allowed = pl.when(pl.col("num_spec_tokens") < max_k).then(pl.col("num_spec_tokens")).otherwise(scheduled)
+        per_draft = pl.col("num_draft_tokens") / pl.col("num_drafts")
+        below = rows.with_columns(allowed=allowed, per_draft=per_draft).filter(pl.col("allowed") < max_k)
+        if below.height < MIN_STEPS:
+            continue
+        over = below.filter(pl.col("per_draft") > pl.col("allowed") + 1e-9)
+        if over.height >= IGNORED_SHARE * below.height:
+            out.append(
+                IntegrityIssue(
+                    "schedule_ignored",
+                    run_id=m.run_id,
+                    engine=m.engine,
+                    method=m.method,
+                    affected=over.height,
+                    checked=below.height,
+                    observed=_mean(below["per_draft"]),
+                    corrected=_mean(below["allowed"]),
+                    max_k=max_k,
+                )
+            )
+    return out
+
+
+def _disabled(metadata: Sequence[RunMetadata]) -> list[IntegrityIssue]:
+    seen: dict[tuple[str | None, int | None], RunMetadata] = {}
+    for m in metadata:
+        if m.schedule_configured and not m.schedule and (m.data_parallel_size or 1) > 1:
+            seen.setdefault((m.run_id, m.engine), m)
+    return [
+        IntegrityIssue(
+            "schedule_disabled",
+            run_id=m.run_id,
+            engine=m.engine,
+            method=m.method,
+            affected=m.data_parallel_size or 0,
+            max_k=m.num_speculative_tokens,
+        )
+        for m in seen.values()
+    ]
+
+
+def _mean(values: pl.Series) -> float | None:
+    mean = values.mean()
+    return float(mean) if isinstance(mean, int | float) else None
+
+
+def _synthetic(metadata: Sequence[RunMetadata]) -> list[IntegrityIssue]:
+    seen: dict[tuple[str | None, int | None], RunMetadata] = {}
+    for m in metadata:
+        if m.rejection_sample_method == "synthetic":
+            seen.setdefault((m.run_id, m.engine), m)
+    return [
+        IntegrityIssue("synthetic_rejection", run_id=m.run_id, engine=m.engine, method=m.method) for m in seen.values()
+    ]
+
+
+def _short_drafts(steps: pl.DataFrame) -> list[IntegrityIssue]:
+    rows = (
+        steps.filter((pl.col("num_drafts") > 0) & (pl.col("num_spec_tokens") > 0))
+        .group_by("method", maintain_order=True)
+        .agg(
+            drafted=pl.col("num_draft_tokens").sum(),
+            room=(pl.col("num_drafts") * pl.col("num_spec_tokens")).sum(),
+            steps=pl.len(),
+            k=pl.col("num_spec_tokens").max(),
+        )
+        .filter((pl.col("room") > 0) & (pl.col("drafted") < FILL_BELOW * pl.col("room")))
+    )
+    return [
+        IntegrityIssue(
+            "short_drafts",
+            method=r["method"],
+            affected=r["drafted"],
+            checked=r["room"],
+            observed=r["drafted"] / r["room"],
+            max_k=r["k"],
+        )
+        for r in rows.iter_rows(named=True)
+    ]
+
+
+def _host_timed(steps: pl.DataFrame) -> list[IntegrityIssue]:
+    on_device = steps.filter(pl.col("platform").is_in(["cuda", "rocm"]) & pl.col("timing_clock").is_not_null())
+    if on_device.is_empty():
+        return []
+    host = on_device.filter(pl.col("timing_clock").is_in(["host", "mixed"]))
+    if host.is_empty():
+        return []
+    return [IntegrityIssue("host_timed", affected=host.height, checked=on_device.height)]
+
+
+def _past_end(steps: pl.DataFrame) -> list[IntegrityIssue]:
+    rows = (
+        steps.filter(pl.col("num_accepted_tokens_past_end").is_not_null())
+        .group_by("method", maintain_order=True)
+        .agg(
+            past=pl.col("num_accepted_tokens_past_end").sum(),
+            accepted=pl.col("num_accepted_tokens").sum(),
+            drafted=pl.col("num_draft_tokens").sum(),
+        )
+        .filter((pl.col("accepted") > 0) & (pl.col("past") >= PAST_END_AT_LEAST * pl.col("accepted")))
+    )
+    return [
+        IntegrityIssue(
+            "accepted_past_end",
+            method=r["method"],
+            affected=r["past"],
+            checked=r["accepted"],
+            observed=r["accepted"] / r["drafted"],
+            corrected=(r["accepted"] - r["past"]) / r["drafted"],
+        )
+        for r in rows.iter_rows(named=True)
+        if r["drafted"]
+    ]
+
+
+def integrity(
+    windows: pl.DataFrame | pl.LazyFrame,
+    metadata: Sequence[RunMetadata] = (),
+    decisions: Sequence[TunerDecision] = (),
+) -> list[IntegrityIssue]:
+    """Every config-integrity issue of these windows (step rows only) and their run metadata."""
+    columns = ["run_id", "engine", "method", "platform", "batch_size", "num_spec_tokens", "num_drafts",
+               "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_past_end", "timing_clock"]  # fmt: skip
+    steps = (
+        windows.lazy()
+        .filter(pl.col("counters").eq_missing("step") & pl.col("num_drafts").is_not_null())
+        .select(columns)
+        .collect()
+    )
+    tuned = {(d.run_id, d.engine) for d in decisions if d.action in ("apply", "rollback")}
+    return [
+        *_disabled(metadata), *_schedule_ignored(steps, metadata, tuned), *_synthetic(metadata),
+        *_short_drafts(steps), *_past_end(steps), *_host_timed(steps),
+    ]  # fmt: skip
+
+
+__all__ = ["integrity", "schedule_lookup"]

@@ -1,0 +1,86 @@
+"""Run metadata files: one JSON record per engine, marked by ``specobs_metadata``.
+
+The capture writes them beside the event files (``specobs-<run>-meta-p<pid>-<seq>.jsonl``).
+A record counts only when every field it has carries its type; a line that does not is
+skipped and named (FILE:LINE), and so is a record of an unknown format version. Example::
+
+    {"specobs_metadata": 1, "run_id": "r", "engine": 0, "platform": "rocm", "device_arch": "gfx942",
+     "attention_backend": "ROCM_AITER_FA", "graph_mode": "full_and_piecewise", "schedule": [[1, 8, 3]]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from specobs.errors import Skipped
+from specobs.ingest.source import Source, read_records
+from specobs.schema import METADATA_KEY, METADATA_VERSION
+
+if TYPE_CHECKING:  # results imports ingest: imported where used
+    from specobs.results import RunMetadata
+
+FORMAT = "run-metadata"
+_INTS = ("engine", "pid", "num_speculative_tokens", "max_num_seqs", "tensor_parallel_size", "data_parallel_size")
+#: Longest string kept in a field (a label, never a payload).
+MAX_CHARS = 256
+
+
+def looks_like_metadata(head: bytes) -> bool:
+    """True when the first non-empty line is a JSON object with ``specobs_metadata``."""
+    for raw in head.split(b"\n"):
+        line = raw.strip()
+        if line:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return False
+            return isinstance(record, dict) and METADATA_KEY in record
+    return False
+
+
+def parse(record: Any, source: str | None = None) -> tuple[RunMetadata | None, str | None]:
+    """(metadata, None) or (None, why)."""
+    from specobs.results import RunMetadata
+
+    if not isinstance(record, dict):
+        return None, "not a JSON object"
+    if record.get(METADATA_KEY) != METADATA_VERSION:
+        return None, f"{METADATA_KEY} is not {METADATA_VERSION} (an unknown metadata format)"
+    values: dict[str, Any] = {}
+    for f in fields(RunMetadata):
+        if f.name == "source" or f.name not in record or record[f.name] is None:
+            continue
+        value = record[f.name]
+        if f.name == "ts":
+            if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+                return None, "ts is not a number"
+            value = float(value)
+        elif f.name in _INTS:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                return None, f"{f.name} is not a non-negative integer"
+        elif f.name in ("schedule", "schedule_configured"):
+            ok = isinstance(value, list) and all(
+                isinstance(r, list) and len(r) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+                for r in value
+            )
+            if not ok:
+                return None, f"{f.name} is not a list of [low, high, k] integers"
+            value = tuple(tuple(r) for r in value)
+        elif f.name == "environment":
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                return None, "environment is not an object of strings"
+            value = {str(k)[:MAX_CHARS]: v[:MAX_CHARS] for k, v in sorted(value.items())}
+        elif not isinstance(value, str):
+            return None, f"{f.name} is not a string"
+        else:
+            value = value[:MAX_CHARS]
+        values[f.name] = value
+    return RunMetadata(**values, source=source), None
+
+
+def read(src: Source) -> tuple[list[RunMetadata], list[Skipped], int]:
+    """Every valid record of one file, the skipped lines, and the number of lines."""
+    return read_records(src, lambda record: parse(record, src.name))
