@@ -309,6 +309,16 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "`batch_size_min`, `batch_size_max`, `action` (suggest, apply, confirm, rollback, refuse), `from_k`, "
         "`to_k`, `predicted_gain` with `predicted_low`/`predicted_high`, `measured_gain`, `reason`, `run_id`, "
         "`engine`; empty without one",
+        "requests": "acceptance per finished request (`requests` rows: capture request files, server responses, "
+        "saved offline outputs; docs/schema.md), null without any: `overall`, then `by_prompt_length`, "
+        "`by_output_length` (power-of-two token buckets), `by_workload` and `by_method`, each a list of groups with "
+        "`label` (the bucket or label value; null overall), `num_requests`, `num_requests_without_drafts` (no verify "
+        "step: left out of the distribution), `num_spec_steps`, `num_draft_tokens`, `num_accepted_tokens`, "
+        "`request_weighted_mean_acceptance_length` (the mean of each request's `1 + accepted/steps`), "
+        "`token_weighted_mean_acceptance_length` (`1 + Σ accepted / Σ steps`: long requests weigh more), `p10`, "
+        "`p50`, `p90`, `p99` (of the requests' acceptance lengths, linear), `mean_prompt_tokens`, "
+        "`mean_output_tokens`; and `histogram`: `low`, `high`, `requests` per 0.25-wide bin of acceptance length "
+        "from 1",
         "summary": "over all inputs, exactly these keys (null when unknown)",
         "summary.num_drafts": "drafts verified, `D`",
         "summary.num_draft_tokens": "draft tokens proposed and verified, `T`",

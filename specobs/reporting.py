@@ -15,7 +15,7 @@ from specobs.analysis.cost import schedule_tax, steady_state, timing_by_batch, u
 from specobs.analysis.integrity import integrity
 from specobs.analysis.timeseries import detect_changes
 from specobs.ingest import Ingested, counted_sources
-from specobs.results import BatchTiming, GroupSummary, Report, Summary
+from specobs.results import BatchTiming, GroupSummary, Report, RequestAcceptance, Summary
 from specobs.tuning.recommend import recommend, with_method
 
 
@@ -58,6 +58,7 @@ def analyze(
         unsteady=unsteady_counts(frame),
         notices=tuple(ingested.notices),
         tuner_decisions=tuple(ingested.decisions),
+        requests=RequestAcceptance.from_frame(ingested.requests),
         metadata=tuple(ingested.metadata),
         integrity=tuple(integrity(frame, ingested.metadata, ingested.decisions)),
     )

@@ -312,6 +312,87 @@ class Finding(Result):
     text: str
 
 
+# --- per request ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestGroup(Result):
+    """Acceptance across the finished requests of one group (``label``: a bucket or a label's value).
+
+    ``request_weighted_mean_acceptance_length`` is the mean of the requests' own lengths
+    (``1 + accepted/steps`` each, the bonus token counted); ``token_weighted_…`` is
+    ``1 + Σ accepted / Σ steps``, in which long requests weigh more. Percentiles are over the
+    requests that verified a draft. Unknown is None.
+    """
+
+    label: str | None
+    num_requests: int
+    num_requests_without_drafts: int
+    num_spec_steps: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    request_weighted_mean_acceptance_length: float | None
+    token_weighted_mean_acceptance_length: float | None
+    p10: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    mean_prompt_tokens: float | None
+    mean_output_tokens: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], label: str | None = None) -> RequestGroup:
+        """From a row of ``analysis.requests.summarize``."""
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls) if f.name != "label"}
+        for name in ("num_requests", "num_requests_without_drafts", "num_spec_steps", "num_draft_tokens",
+                     "num_accepted_tokens"):  # fmt: skip
+            values[name] = int(values[name] or 0)
+        return cls(label=None if label is None else str(label), **values)
+
+
+@dataclass(frozen=True)
+class LengthBin(Result):
+    """Requests whose acceptance length is in ``[low, high)`` (the last bin closed)."""
+
+    low: float
+    high: float
+    requests: int
+
+
+@dataclass(frozen=True)
+class RequestAcceptance(Result):
+    """Acceptance per request (``requests`` rows): overall, its distribution, and by group."""
+
+    overall: RequestGroup
+    histogram: tuple[LengthBin, ...]
+    by_prompt_length: tuple[RequestGroup, ...]
+    by_output_length: tuple[RequestGroup, ...]
+    by_workload: tuple[RequestGroup, ...]
+    by_method: tuple[RequestGroup, ...]
+
+    @classmethod
+    def from_frame(cls, requests: Any) -> RequestAcceptance | None:
+        """From a ``requests`` frame (None when it has no rows)."""
+        from specobs.analysis import requests as analysis
+
+        if requests.height == 0:
+            return None
+        frame = analysis.per_request(requests)
+        overall = RequestGroup.from_row(analysis.summarize(frame).row(0, named=True))
+        groups = {
+            name: tuple(
+                RequestGroup.from_row(row, row[column])
+                for row in analysis.summarize(frame, column).iter_rows(named=True)
+            )
+            for name, column in analysis.GROUPINGS.items()
+        }
+        return cls(
+            overall=overall,
+            histogram=tuple(LengthBin(**b) for b in analysis.histogram(frame)),
+            **groups,
+        )
+
+
 @dataclass(frozen=True)
 class Report(Result):
     """Everything ``specobs report`` shows, computed once (``specobs.reporting.analyze``)."""
@@ -329,13 +410,14 @@ class Report(Result):
     unsteady: Mapping[str, int] = field(default_factory=dict)  # why → steps left out of timing
     notices: tuple[Notice, ...] = ()  # what was assumed while reading the inputs
     tuner_decisions: tuple[TunerDecision, ...] = ()  # the online tuner's log (SPECOBS_TUNE), oldest first
+    requests: RequestAcceptance | None = None  # finished requests (capture, server responses, offline outputs)
     metadata: tuple[RunMetadata, ...] = ()  # one record per engine, read beside the event files
     integrity: tuple[IntegrityIssue, ...] = ()  # config-integrity issues (worded among the findings)
 
     @property
     def empty(self) -> bool:
-        """No speculative decoding metrics were found."""
-        return not self.summary.num_windows
+        """No speculative decoding metrics were found (neither steps nor finished requests)."""
+        return not self.summary.num_windows and self.requests is None
 
     def findings(self, group: Summary | None = None) -> list[Finding]:
         """Findings about ``group`` (default: the overall summary, with the report-wide ones)."""
@@ -369,6 +451,7 @@ class Report(Result):
             },
             "notices": [{"source": n.source, "line": n.line, "why": n.why} for n in self.notices],
             "tuner_decisions": [rounded(d.to_dict()) for d in self.tuner_decisions],
+            "requests": rounded(self.requests.to_dict()) if self.requests is not None else None,
             "run_metadata": [m.to_dict() for m in self.metadata],
         }
 
@@ -878,6 +961,7 @@ __all__ = [
     "Finding",
     "GroupSummary",
     "IntegrityIssue",
+    "LengthBin",
     "MethodFacts",
     "MethodWin",
     "PositionBound",
@@ -887,6 +971,8 @@ __all__ = [
     "Recommendation",
     "Recommended",
     "Report",
+    "RequestAcceptance",
+    "RequestGroup",
     "Result",
     "RunMetadata",
     "ScheduleTax",

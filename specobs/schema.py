@@ -1,4 +1,4 @@
-"""The two frames every part of specobs speaks: ``steps`` and ``windows``.
+"""The frames every part of specobs speaks: ``steps``, ``windows`` and ``requests``.
 
 This module is the only place that names their columns. Capture and ingest produce these
 frames; analysis, tuning and every surface consume them. Counter names follow vLLM's own
@@ -11,6 +11,7 @@ See ``docs/schema.md`` for the full contract.
 
 from __future__ import annotations
 
+import hashlib
 from typing import TypeVar
 
 import polars as pl
@@ -102,6 +103,48 @@ WINDOWS: dict[str, pl.DataType] = {
     # running totals that specobs turned into differences, "step" for event-file rows.
     "counters": pl.String(),
 }
+
+#: One row per finished request: its speculative decoding over its whole life, as vLLM's
+#: ``--per-request-spec-decode-metrics`` gives it. Never prompt text, never the raw request id.
+REQUESTS: dict[str, pl.DataType] = {
+    # Unix seconds when the request finished (capture), was created (server responses: ``created``),
+    # or null when the input does not say (offline outputs without ``ts``).
+    "ts": pl.Float64(),
+    **LABELS,
+    # A hash of the request id (:func:`request_key`), so rows of one request join across inputs.
+    "request_key": pl.String(),
+    # vLLM's finish reason: "stop", "length", "abort", …
+    "finish_reason": pl.String(),
+    "num_prompt_tokens": pl.Int64(),
+    "num_output_tokens": pl.Int64(),
+    # k configured (the largest under a schedule): the histogram has k + 1 elements.
+    "num_spec_tokens": pl.Int64(),
+    # Verify steps of the request (each drafted at least one token): the histogram's sum.
+    "num_spec_steps": pl.Int64(),
+    "num_draft_tokens": pl.Int64(),
+    # Draft tokens accepted (the bonus token not counted): sum of i × histogram[i].
+    "num_accepted_tokens": pl.Int64(),
+    # Element i: verify steps that accepted exactly i draft tokens.
+    "acceptance_histogram": pl.List(pl.Int64()),
+    # Every verify step's drafted and accepted counts, in order; null unless "detailed".
+    "per_step_drafted": pl.List(pl.Int64()),
+    "per_step_accepted": pl.List(pl.Int64()),
+}
+
+#: The key that marks a captured row as a ``requests`` row (written to its own files).
+REQUEST_KEY = "request_key"
+
+
+def request_key(request_id: object) -> str:
+    """The ``request_key`` of a request id: 16 hex digits of its BLAKE2b hash.
+
+    The same id always gives the same key, so a request's captured row and its saved output
+    join; the id itself is never stored::
+
+        request_key("0") == request_key("0") != request_key("1")
+    """
+    return hashlib.blake2b(str(request_id).encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
 
 #: The key that marks a run-metadata record (one per engine, in its own file beside the event
 #: files); its value is the record's format version. See docs/schema.md.

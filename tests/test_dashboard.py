@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pytest
 
 pytest.importorskip("streamlit")
@@ -350,3 +351,46 @@ def test_tuning_page_shows_a_tune_run_and_the_online_tuners_log(monkeypatch, tmp
     assert state in bullets(at)
     log = frame_with(at, "action")
     assert log["action"].to_list() == ["apply", "confirm"]
+
+
+def test_overview_shows_the_per_request_distribution(monkeypatch, tmp_path):
+    """Saved offline outputs among the inputs: the per-request means, median and histogram are the
+    report's (``specobs report --format json``), request by request."""
+    metrics_of = {
+        "long": ([0, 0, 0, 10], 30),  # 10 steps, all accepted: 4.0
+        "mid": ([2, 2, 0, 0], 12),  # 1 + 2/4 = 1.5
+        "short": ([1, 0, 1, 0], 6),  # 1 + 2/2 = 2.0
+        "none": ([0, 0, 0, 0], 0),  # never drafted
+    }
+    lines = []
+    for name, (histogram, drafted) in metrics_of.items():
+        steps, accepted = sum(histogram), sum(i * n for i, n in enumerate(histogram))
+        spec = {"mean_acceptance_length": 1 + accepted / steps if steps else 1.0, "acceptance_histogram": histogram,
+                "num_spec_steps": steps, "num_accepted_draft_tokens": accepted, "num_draft_tokens": drafted,
+                "num_spec_tokens": 3}  # fmt: skip
+        lines.append({"request_id": name, "num_prompt_tokens": 10 * len(name), "workload": "chat",
+                      "outputs": [{"index": 0, "num_output_tokens": 4 * steps, "spec_decode_metrics": spec}]})  # fmt: skip
+    outputs = tmp_path / "outputs.jsonl"
+    outputs.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    expected = report_json(str(NGRAM), str(outputs))["requests"]["overall"]
+    assert expected["request_weighted_mean_acceptance_length"] == pytest.approx((4.0 + 1.5 + 2.0) / 3)
+    assert expected["token_weighted_mean_acceptance_length"] == pytest.approx(1 + 34 / 16)
+    monkeypatch.setenv(ARGS_ENV, json.dumps({"paths": [str(NGRAM), str(outputs)]}))
+    at = AppTest.from_file(APP, default_timeout=180).run()
+    goto(at, "Overview")
+    assert "Acceptance per request" in [h.value for h in at.subheader]
+    shown = metrics(at)
+    assert shown["Finished requests"] == "4"
+    assert shown["Request-weighted mean"] == f"{expected['request_weighted_mean_acceptance_length']:.2f}"  # 2.50
+    assert shown["Token-weighted mean"] == f"{expected['token_weighted_mean_acceptance_length']:.2f}"  # 3.12
+    assert shown["Median request"] == "2.00"
+    (chart,) = [c for c in at.get("vega_lite_chart") if "requests by acceptance length" in c.proto.spec]
+    assert axis_titles(json.loads(chart.proto.spec)) == {"acceptance length (tokens per step)", "requests"}
+    (dataset,) = chart.proto.datasets  # the bars' data rides beside the spec, as Arrow
+    bars = pl.from_arrow(pa.ipc.open_stream(dataset.data.data).read_all())
+    assert bars.height == 12 and bars["low"].to_list()[:2] == [1.0, 1.25]  # 1.0 to 4.0 in 0.25 steps
+    assert bars.filter(pl.col("requests") > 0).select("low", "requests").rows() == [(1.5, 1), (2.0, 1), (3.75, 1)]
+    table = frame_with(at, "request_weighted_mean_acceptance_length")
+    by_prompt = table.filter(pl.col("by") == "prompt tokens")  # 30 tokens (mid); 40, 40 and 50 (long, none, short)
+    assert by_prompt.select("group", "num_requests").rows() == [("16-31", 1), ("32-63", 3)]
+    assert any("weighted by verify steps" in b for b in bullets(at))

@@ -91,6 +91,13 @@ SPECOBS_PER_REQUEST = EnvironmentVariable(
 SPECOBS_PER_REQUEST_SAMPLE = EnvironmentVariable(
     "SPECOBS_PER_REQUEST_SAMPLE", "1.0", "share of requests with per-request rows (stable per request id)"
 )
+SPECOBS_REQUESTS = EnvironmentVariable(
+    "SPECOBS_REQUESTS",
+    None,
+    "`summary` (or `1`): one row per finished request (hashed request id, prompt/output tokens, drafted, "
+    "accepted, acceptance histogram — never prompt text) in `specobs-<run>-requests-p<pid>-<n>.jsonl`; "
+    "`detailed` adds every verify step's drafted and accepted counts; off when unset",
+)
 SPECOBS_QUEUE_SIZE = EnvironmentVariable(
     "SPECOBS_QUEUE_SIZE", "65536", "rows held in memory before new ones are dropped and counted"
 )
@@ -134,6 +141,7 @@ VARIABLES: tuple[EnvironmentVariable, ...] = (
     SPECOBS_WORKLOAD,
     SPECOBS_PER_REQUEST,
     SPECOBS_PER_REQUEST_SAMPLE,
+    SPECOBS_REQUESTS,
     SPECOBS_QUEUE_SIZE,
     SPECOBS_ROTATE_MB,
     SPECOBS_ROTATE_SECONDS,
@@ -147,6 +155,18 @@ VARIABLES: tuple[EnvironmentVariable, ...] = (
 )
 _FORMATS = ("jsonl", "parquet")
 _MB = 1024 * 1024
+
+
+#: What ``SPECOBS_REQUESTS`` may ask for.
+REQUEST_LEVELS = ("summary", "detailed")
+
+
+def request_rows(value: str | None) -> str | None:
+    """``summary`` or ``detailed`` from ``SPECOBS_REQUESTS`` (a true flag means ``summary``), else None."""
+    word = (value or "").strip().lower()
+    if word in REQUEST_LEVELS:
+        return word
+    return "summary" if word in _TRUE else None
 
 
 def default_run_id() -> str:
@@ -166,6 +186,7 @@ class CaptureConfig:
     workload: str | None = None
     per_request: bool = False
     per_request_sample: float = _default(SPECOBS_PER_REQUEST_SAMPLE)
+    requests: str | None = None  # summary | detailed (SPECOBS_REQUESTS): one row per finished request
     queue_size: int = int(_default(SPECOBS_QUEUE_SIZE))
     rotate_bytes: int = int(_default(SPECOBS_ROTATE_MB) * _MB)
     rotate_seconds: float = _default(SPECOBS_ROTATE_SECONDS)
@@ -192,6 +213,7 @@ class CaptureConfig:
             workload=SPECOBS_WORKLOAD.raw(env),
             per_request=SPECOBS_PER_REQUEST.flag(env),
             per_request_sample=min(max(SPECOBS_PER_REQUEST_SAMPLE.number(env), 0.0), 1.0),
+            requests=request_rows(SPECOBS_REQUESTS.text(env)),
             queue_size=int(SPECOBS_QUEUE_SIZE.number(env)),
             rotate_bytes=int(SPECOBS_ROTATE_MB.number(env) * _MB),
             rotate_seconds=SPECOBS_ROTATE_SECONDS.number(env),

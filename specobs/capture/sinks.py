@@ -1,6 +1,8 @@
 """Sinks for captured rows: event files (JSON Lines, Parquet) and memory (tests).
 
 Event files hold ``steps`` rows (see ``docs/schema.md``); ``specobs report DIR`` reads them.
+Side rows go to their own JSON Lines files beside them: the online tuner's decisions
+(``-tuner-``), run metadata (``-meta-``) and finished requests (``-requests-``, ``requests`` rows).
 
 - :class:`JsonlSink` appends each flush with one ``os.write`` of whole lines to a file opened
   with ``O_APPEND``: a SIGKILL loses at most the rows not yet flushed (≤ 1 s) and never leaves
@@ -28,15 +30,18 @@ STEP_COLUMNS = tuple(schema.STEPS)
 DECISION_KEY = "tuner_action"
 #: Rows that are not steps, by the key that marks them, and the tag of the files they go to:
 #: ``specobs-<run>-<tag>-p<pid>-<seq>.jsonl`` beside the event files.
-SIDE_FILES = {DECISION_KEY: "tuner", schema.METADATA_KEY: "meta"}
+SIDE_FILES = {DECISION_KEY: "tuner", schema.METADATA_KEY: "meta", schema.REQUEST_KEY: "requests"}
+#: Side rows written with exactly these columns (the others as written).
+SIDE_COLUMNS = {schema.REQUEST_KEY: tuple(schema.REQUESTS)}
 
 
-def _clean(row: dict[str, Any]) -> dict[str, Any]:
-    return {name: row.get(name) for name in STEP_COLUMNS}
+def _clean(row: dict[str, Any], columns: Sequence[str] = STEP_COLUMNS) -> dict[str, Any]:
+    return {name: row.get(name) for name in columns}
 
 
 def side_kind(row: dict[str, Any]) -> str | None:
-    """The marker key of a row that is not a steps row (a decision, run metadata), or None."""
+    """The marker key of a row that is not a steps row (a decision, run metadata, a finished
+    request), or None."""
     for key in SIDE_FILES:
         if key in row:
             return key
@@ -87,6 +92,7 @@ class MemorySink:
         self.rows: list[dict[str, Any]] = []
         self.decisions: list[dict[str, Any]] = []
         self.metadata: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []
         self.closed = False
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -94,6 +100,7 @@ class MemorySink:
         self.rows.extend(_clean(r) for r in steps)
         self.decisions.extend(side.get(DECISION_KEY, []))
         self.metadata.extend(side.get(schema.METADATA_KEY, []))
+        self.requests.extend(_clean(r, SIDE_COLUMNS[schema.REQUEST_KEY]) for r in side.get(schema.REQUEST_KEY, []))
 
     def close(self) -> None:
         self.closed = True
@@ -130,8 +137,9 @@ class JsonlSink:
         rotate_seconds: float = 3600.0,
     ) -> None:
         self.files = _FileSet(folder, run_id, "jsonl")
-        self._side = _SideFiles(folder, run_id)  # decisions and metadata, in their own files
+        self._side = _SideFiles(folder, run_id)  # decisions, metadata and requests, in their own files
         self._steps_only = True
+        self._columns: Sequence[str] | None = STEP_COLUMNS  # None: side rows as written
         self.rotate_bytes = rotate_bytes
         self.rotate_seconds = rotate_seconds
         self._fd: int | None = None
@@ -152,11 +160,13 @@ class JsonlSink:
         self._side.write(side)
         if not rows:
             return
-        clean = _clean if self._steps_only else dict
-        data = "".join(json.dumps(clean(r), separators=(",", ":")) + "\n" for r in rows).encode()
+        columns = self._columns
+        data = "".join(
+            json.dumps(_clean(r, columns) if columns is not None else r, separators=(",", ":")) + "\n" for r in rows
+        ).encode()
         expired = time.monotonic() - self._opened > self.rotate_seconds
         if self._fd is None or self._size + len(data) > self.rotate_bytes or expired:
-            self.close()
+            self._close_file()  # this file set only: the side files rotate on their own
             self._open()
         assert self._fd is not None
         view = memoryview(data)
@@ -165,18 +175,22 @@ class JsonlSink:
             view = view[written:]
         self._size += len(data)
 
-    def close(self) -> None:
+    def _close_file(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def close(self) -> None:
+        self._close_file()
         self._side.close()
 
 
 def side_sink(folder: str | os.PathLike, run_id: str, key: str = DECISION_KEY) -> JsonlSink:
     """JSON Lines files ``specobs-<run>-<tag>-p<pid>-<seq>.jsonl`` for side rows, as written
-    (``tuner`` for decisions, ``meta`` for run metadata)."""
+    (``tuner`` for decisions, ``meta`` for run metadata, ``requests`` for finished requests)."""
     sink = JsonlSink(folder, f"{run_id}-{SIDE_FILES[key]}")
     sink._steps_only = False
+    sink._columns = SIDE_COLUMNS.get(key)
     return sink
 
 

@@ -25,15 +25,17 @@ from specobs.dashboard.data import (
     Inputs,
     Loaded,
     apply_filters,
+    apply_request_filters,
     default_inputs,
     load_inputs,
     signature,
 )
 from specobs.errors import SpecobsError
 from specobs.ingest import Ingested
-from specobs.render import to_json
+from specobs.render import sentences, to_json
 from specobs.render.sentences import headline
 from specobs.reporting import analyze
+from specobs.results import RequestAcceptance
 from specobs.tuning.compare import compare
 from specobs.tuning.recommend import recommend
 
@@ -62,6 +64,7 @@ def _filtered(key: tuple, filters: Filters, _loaded: Loaded) -> pl.DataFrame:
 @st.cache_resource(max_entries=16, show_spinner="Analysing…")
 def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _windows: pl.DataFrame, _loaded: Loaded):
     ingested = Ingested(_windows.lazy(), _loaded.sources, _loaded.skipped)
+    ingested.requests = apply_request_filters(_loaded.requests, filters)
     return analyze(ingested, groups, tune=False, timing=False)  # timing: the Cost page's own
 
 
@@ -162,6 +165,26 @@ def _fmt(value: Any, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)
 
 
+def _requests_section(r: RequestAcceptance) -> None:
+    o = r.overall
+    st.subheader("Acceptance per request")
+    st.caption(
+        "Each finished request's mean acceptance length (1 + accepted / verify steps, the bonus token counted), "
+        "as vLLM's --per-request-spec-decode-metrics reports it."
+    )
+    cols = st.columns(5)
+    cols[0].metric("Finished requests", f"{o.num_requests:,}", help=f"{o.num_requests_without_drafts:,} never drafted")
+    cols[1].metric("Request-weighted mean", _fmt(o.request_weighted_mean_acceptance_length, "{:.2f}"))
+    cols[2].metric("Token-weighted mean", _fmt(o.token_weighted_mean_acceptance_length, "{:.2f}"))
+    cols[3].metric("Median request", _fmt(o.p50, "{:.2f}"))
+    cols[4].metric("p10 – p90", f"{_fmt(o.p10, '{:.2f}')} – {_fmt(o.p90, '{:.2f}')}")
+    if r.histogram:
+        _chart(st, charts.request_histogram(views.request_histogram_frame(r)))
+    for finding in sentences.request_findings(r):
+        st.markdown(f"- {finding.text}")
+    st.dataframe(views.requests_table(r), hide_index=True)
+
+
 def overview(ctx: Context) -> None:
     report = ctx.report()
     s = report.summary
@@ -180,7 +203,10 @@ def overview(ctx: Context) -> None:
     skipped = len(ctx.loaded.skipped) + len(ctx.loaded.failed)
     cols[4].metric("Skipped input lines", f"{skipped:,}", help="Details on the Sources page.")
     for finding in report.findings():
-        st.markdown(f"- {finding.text}")
+        if finding.kind != "requests":  # said under the per-request distribution
+            st.markdown(f"- {finding.text}")
+    if report.requests is not None:
+        _requests_section(report.requests)
     columns = report.group_columns
     positions = views.positions_frame(report.groups or [s], columns)
     if positions.height:

@@ -298,3 +298,22 @@ def compare_positions(frame: pl.DataFrame) -> alt.LayerChart:
         ],
     )
     return (bars + points).properties(height=HEIGHT)
+
+
+def request_histogram(frame: pl.DataFrame) -> alt.Chart:
+    """Finished requests per acceptance-length bin (tokens per verify step, bonus token counted)."""
+    return (
+        alt.Chart(frame, title="requests by acceptance length")
+        .mark_bar(color=OKABE_ITO[0])
+        .encode(
+            x=alt.X("low:Q", bin="binned", title="acceptance length (tokens per step)", scale=alt.Scale(zero=False)),
+            x2="high:Q",
+            y=alt.Y("requests:Q", title="requests"),
+            tooltip=[
+                alt.Tooltip("low:Q", format=".2f", title="from"),
+                alt.Tooltip("high:Q", format=".2f", title="to"),
+                alt.Tooltip("requests:Q"),
+            ],
+        )
+        .properties(height=HEIGHT)
+    )

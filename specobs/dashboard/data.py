@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from specobs import schema
 from specobs.analysis.cost import steady_state
 from specobs.errors import Skipped, SpecobsError
 from specobs.ingest import SourceReport, add_prometheus, counted_sources, load
@@ -83,6 +84,7 @@ class Loaded:
     bounds: tuple[float, float] | None = None  # time_bounds(windows)
     tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)  # specobs tune results read back
     decisions: list[TunerDecision] = field(default_factory=list)  # the online tuner's log
+    requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))  # finished requests
 
 
 def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Loaded:
@@ -98,9 +100,10 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Lo
     # of them ranks the steps again (on 10M steps that is seconds per page).
     windows = steady_state(ingested.windows).collect()
     ingested.windows = windows.lazy()
+    labels = pl.concat([windows.select(FILTER_COLUMNS), ingested.requests.select(FILTER_COLUMNS)], how="vertical")
     return Loaded(
-        windows, counted_sources(ingested), ingested.skipped, failed, filter_options(windows), time_bounds(windows),
-        ingested.tune_runs, ingested.decisions,
+        windows, counted_sources(ingested), ingested.skipped, failed, filter_options(labels), time_bounds(windows),
+        ingested.tune_runs, ingested.decisions, ingested.requests,
     )  # fmt: skip
 
 
@@ -120,6 +123,20 @@ def filter_options(windows: pl.DataFrame) -> dict[str, list[LabelValue]]:
     combos = windows.lazy().group_by(FILTER_COLUMNS).len().collect()  # one pass; the combinations are few
     values = {c: combos.get_column(c).drop_nulls().unique().sort().to_list() for c in FILTER_COLUMNS}
     return {c: v for c, v in values.items() if v}
+
+
+def apply_request_filters(requests: pl.DataFrame, filters: Filters) -> pl.DataFrame:
+    """Finished requests inside ``filters``: the label filters, and the time range on finish times."""
+    if not filters.values and filters.time_range is None:
+        return requests
+    condition = pl.lit(True)
+    for column, allowed in filters.values:
+        if column in requests.columns:
+            condition = condition & pl.col(column).is_in(list(allowed)).fill_null(False)
+    if filters.time_range is not None:
+        low, high = filters.time_range
+        condition = condition & pl.col("ts").is_between(low, high).fill_null(True)
+    return requests.filter(condition)
 
 
 def time_bounds(windows: pl.DataFrame) -> tuple[float, float] | None:

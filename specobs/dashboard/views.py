@@ -16,7 +16,7 @@ import polars as pl
 from specobs.analysis.acceptance import GROUP_KEYS, bucket_label, with_group_columns
 from specobs.analysis.cost import timing_by_batch
 from specobs.analysis.timeseries import acceptance_over_time
-from specobs.results import Comparison, GroupSummary, Recommendation, Summary
+from specobs.results import Comparison, GroupSummary, Recommendation, RequestAcceptance, RequestGroup, Summary
 from specobs.tuning.validate import measured_throughput
 
 #: The two per-position curves: (name shown, the ``PositionRate`` attribute prefix).
@@ -366,6 +366,38 @@ def compare_table(cmp: Comparison, names: tuple[str, str]) -> pl.DataFrame:
         },
         schema={"quantity": pl.String, names[0]: pl.Float64, names[1]: pl.Float64},
     )
+
+
+def request_histogram_frame(r: RequestAcceptance) -> pl.DataFrame:
+    """One row per acceptance-length bin: ``low``, ``high`` (tokens per step), ``requests``."""
+    return pl.DataFrame(
+        [b.to_dict() for b in r.histogram], schema={"low": pl.Float64, "high": pl.Float64, "requests": pl.Int64}
+    )
+
+
+#: The per-request groupings as the requests table names them.
+REQUEST_GROUPINGS = (
+    ("by_prompt_length", "prompt tokens"),
+    ("by_output_length", "output tokens"),
+    ("by_workload", "workload"),
+    ("by_method", "method"),
+)
+
+
+def requests_table(r: RequestAcceptance) -> pl.DataFrame:
+    """The overall row, then every group of a grouping with more than one value."""
+
+    def row(by: str, g: RequestGroup) -> dict[str, Any]:
+        values = g.to_dict()
+        values.pop("label")
+        return {"by": by, "group": g.label if by != "all" else None, **values}
+
+    rows = [row("all", r.overall)]
+    for name, by in REQUEST_GROUPINGS:
+        groups: tuple[RequestGroup, ...] = getattr(r, name)
+        if len(groups) > 1:
+            rows += [row(by, g) for g in groups]
+    return pl.DataFrame(rows)
 
 
 def _float(value: Any) -> float | None:

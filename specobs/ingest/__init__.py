@@ -18,7 +18,7 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
-from specobs.ingest import decisions, events, metadata, prometheus_text, sglang_log, tune_result, vllm_log
+from specobs.ingest import decisions, events, metadata, prometheus_text, requests, sglang_log, tune_result, vllm_log
 from specobs.ingest.columns import reference_year
 from specobs.ingest.scan import find_lines
 from specobs.ingest.source import Source, expand_paths, open_bytes, open_source
@@ -63,6 +63,8 @@ class Ingested:
     decisions: list[TunerDecision] = field(default_factory=list)
     #: ``specobs tune`` results read back (``tune.json``).
     tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)
+    #: Finished requests (``schema.REQUESTS``): capture request files, server responses, offline outputs.
+    requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))
     #: Run metadata, one record per engine (read beside the event files), oldest first.
     metadata: list[RunMetadata] = field(default_factory=list)
 
@@ -88,6 +90,9 @@ def detect(src: Source) -> str:
         raise InputError(src.name, "binary data, not a recognised log, scrape or event file")
     if events.looks_like_jsonl(head):
         return events.FORMAT_JSONL
+    kind = requests.looks_like_requests(head)
+    if kind is not None:
+        return kind
     if decisions.looks_like_decisions(head):
         return decisions.FORMAT
     if metadata.looks_like_metadata(head):
@@ -190,6 +195,12 @@ def load(
                 result.sources.append(SourceReport(name, decisions.FORMAT, lines, 0, len(skipped)))
                 result.skipped.extend(skipped)
                 continue
+            if kind in requests.FORMATS:
+                rows, skipped, lines = requests.read(src, kind)
+                result.requests = pl.concat([result.requests, rows], how="vertical")
+                report = SourceReport(name, kind, lines, 0, 0)
+                result.add(schema.empty(schema.WINDOWS).lazy(), replace(report, skipped=len(skipped)), skipped)
+                continue
             if kind == metadata.FORMAT:
                 records, skipped, lines = metadata.read(src)
                 result.metadata.extend(records)
@@ -213,9 +224,33 @@ def load(
         result.add(frame, report, skipped)
         result.metadata.extend(report.metadata)
     _drop_repeated_windows(result)
+    _drop_repeated_requests(result)
     result.decisions.sort(key=lambda d: d.ts)
     result.metadata.sort(key=lambda m: (m.ts is None, m.ts or 0.0))
     return result
+
+
+#: What makes two finished-request rows one request read twice (its capture row and its saved output).
+REQUEST_REPEAT_KEY = (
+    "request_key", "num_prompt_tokens", "num_output_tokens", "num_spec_steps", "num_draft_tokens",
+    "num_accepted_tokens", "acceptance_histogram",
+)  # fmt: skip
+
+
+def _drop_repeated_requests(result: Ingested) -> None:
+    """Count once a request whose row repeats an earlier one (same key and numbers): the
+    capture's row and the saved output of the same request, or a file read twice."""
+    rows = result.requests
+    if rows.height < 2 or rows.get_column("request_key").n_unique() == rows.height:
+        return
+    first = rows.select(pl.struct(REQUEST_REPEAT_KEY).is_first_distinct()).to_series()
+    repeats = int((~first).sum())
+    if repeats:
+        result.requests = rows.filter(first)
+        result.notices.append(
+            Notice("requests", None, f"{repeats} finished request(s) read twice (same request id and counts, e.g. "
+                   "captured and saved as outputs): counted once")
+        )  # fmt: skip
 
 
 #: What makes two windows the same record read twice: their times, labels and counts. The

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from specobs.render import sentences, tuning
 from specobs.render.markdown import md_table
-from specobs.results import GroupSummary, Report, Summary
+from specobs.results import GroupSummary, Report, RequestAcceptance, RequestGroup, Summary
 
 BAR_WIDTH = 20
 
@@ -124,13 +124,102 @@ POSITION_HEADERS = ("position", "accepted share r_i [95%]", "conditional β_i [9
 def _sections(report: Report) -> list[tuple[str, Summary, list[str]]]:
     """One section per group (and the overall one when there are several): title, summary, findings."""
     cols = _shown_columns(report)
-    overall = [f.text for f in report.findings()]
+    overall = [f.text for f in report.findings() if f.kind != "requests"]  # said in the per-request section
     sections = [
         (_label(g.labels, cols), g.summary, [f.text for f in report.findings(g.summary)]) for g in _shown_groups(report)
     ]
     if len(report.groups) == 1 and len(sections) == 1:
         return [(sections[0][0], sections[0][1], overall)]
     return [*sections, ("all inputs", report.summary, overall)]
+
+
+REQUEST_HEADERS = (
+    "by", "group", "requests", "no drafts", "request-weighted", "token-weighted", "p10", "p50", "p90", "p99",
+    "prompt tokens", "output tokens",
+)  # fmt: skip
+#: How each grouping of the per-request summary is named in its rows.
+REQUEST_GROUPS = (
+    ("by_prompt_length", "prompt tokens"),
+    ("by_output_length", "output tokens"),
+    ("by_workload", "workload"),
+    ("by_method", "method"),
+)
+
+
+def _request_cells(kind: str, g: RequestGroup) -> list[str]:
+    def length(value: float | None) -> str:
+        return _num(value, "{:.2f}")
+
+    return [
+        kind,
+        _num(g.label, "{}") if kind != "all" else "",
+        _num(g.num_requests),
+        _num(g.num_requests_without_drafts),
+        length(g.request_weighted_mean_acceptance_length),
+        length(g.token_weighted_mean_acceptance_length),
+        length(g.p10),
+        length(g.p50),
+        length(g.p90),
+        length(g.p99),
+        _num(g.mean_prompt_tokens, "{:,.0f}"),
+        _num(g.mean_output_tokens, "{:,.0f}"),
+    ]
+
+
+def _request_rows(r: RequestAcceptance) -> list[list[str]]:
+    """The overall row, then every group of a grouping that splits the requests (more than one value)."""
+    rows = [_request_cells("all", r.overall)]
+    for name, kind in REQUEST_GROUPS:
+        groups: tuple[RequestGroup, ...] = getattr(r, name)
+        if len(groups) > 1:
+            rows += [_request_cells(kind, g) for g in groups]
+    return rows
+
+
+def _request_histogram(r: RequestAcceptance) -> list[tuple[str, str, str]]:
+    """(bin, bar, requests) per bin of the acceptance-length histogram."""
+    most = max((b.requests for b in r.histogram), default=0)
+    return [
+        (
+            f"{b.low:.2f}–{b.high:.2f}",
+            "█" * round(BAR_WIDTH * b.requests / most) if most else "",
+            f"{b.requests:,}",
+        )
+        for b in r.histogram
+    ]
+
+
+REQUEST_TITLE = "Acceptance per request (mean acceptance length of each finished request; means and percentiles)"
+
+
+def _requests_to_rich(r: RequestAcceptance, console: Console) -> None:
+    console.print()
+    table = Table(title=REQUEST_TITLE, title_justify="left", show_edge=False)
+    for i, header in enumerate(REQUEST_HEADERS):
+        table.add_column(header, justify="left" if i < 2 else "right")
+    for cells in _request_rows(r):
+        table.add_row(*(Text(c) for c in cells))
+    console.print(table)
+    if r.histogram:
+        bins = Table(title="Requests by acceptance length", title_justify="left", show_edge=False)
+        for header in ("acceptance length", "", "requests"):
+            bins.add_column(header, justify="right" if header == "requests" else "left")
+        for label, bar, count in _request_histogram(r):
+            bins.add_row(label, Text(bar, style="cyan"), count)
+        console.print(bins)
+    for finding in sentences.request_findings(r):
+        console.print(Text(f"• {finding.text}"))
+
+
+def _requests_to_markdown(r: RequestAcceptance) -> list[str]:
+    parts = ["", "### Acceptance per request", "", *md_table(REQUEST_HEADERS, _request_rows(r))]
+    if r.histogram:
+        rows = [[label, f"`{bar}`" if bar else "", count] for label, bar, count in _request_histogram(r)]
+        parts += ["", *md_table(("acceptance length", "", "requests"), rows)]
+    findings = sentences.request_findings(r)
+    if findings:
+        parts += [""] + [f"- {f.text}" for f in findings]
+    return parts
 
 
 def to_rich(report: Report, console: Console) -> None:
@@ -151,6 +240,14 @@ def to_rich(report: Report, console: Console) -> None:
         console.print(engines)
         console.print()
 
+    if report.summary.num_windows:
+        _acceptance_to_rich(report, console)
+    if report.requests is not None:
+        _requests_to_rich(report.requests, console)
+    _after_acceptance_to_rich(report, console)
+
+
+def _acceptance_to_rich(report: Report, console: Console) -> None:
     summary = Table(title="Acceptance", title_justify="left", show_edge=False)
     headers = _summary_headers(report)
     for i, header in enumerate(headers):
@@ -176,6 +273,9 @@ def to_rich(report: Report, console: Console) -> None:
             console.print(table)
         for line in findings:
             console.print(Text(f"• {line}"))
+
+
+def _after_acceptance_to_rich(report: Report, console: Console) -> None:
     if report.timing:
         console.print()
         table = Table(title="Timing by batch size (per step)", title_justify="left", show_edge=False)
@@ -250,17 +350,20 @@ def to_markdown(report: Report) -> str:
     if report.metadata:
         parts += ["", "Engines (run metadata):", ""]
         parts += md_table(sentences.METADATA_HEADERS, sentences.metadata_rows(report.metadata))
-    rows = [_summary_cells(label, row, with_k=not _grouped_by_k(report)) for label, row in _summary_rows(report)]
-    parts += ["", *md_table(_summary_headers(report), rows)]
-    if empty := _empty_groups_line(report):
-        parts += ["", empty]
-    for title, row, findings in _sections(report):
-        parts += ["", f"### {title}"]
-        positions = _position_rows(row)
-        if positions:
-            parts += ["", *md_table(POSITION_HEADERS, [[*p[:3], f"`{p[3]}`"] for p in positions])]
-        if findings:
-            parts += [""] + [f"- {line}" for line in findings]
+    if report.summary.num_windows:
+        rows = [_summary_cells(label, row, with_k=not _grouped_by_k(report)) for label, row in _summary_rows(report)]
+        parts += ["", *md_table(_summary_headers(report), rows)]
+        if empty := _empty_groups_line(report):
+            parts += ["", empty]
+        for title, row, findings in _sections(report):
+            parts += ["", f"### {title}"]
+            positions = _position_rows(row)
+            if positions:
+                parts += ["", *md_table(POSITION_HEADERS, [[*p[:3], f"`{p[3]}`"] for p in positions])]
+            if findings:
+                parts += [""] + [f"- {line}" for line in findings]
+    if report.requests is not None:
+        parts += _requests_to_markdown(report.requests)
     if report.timing:
         parts += [
             "",

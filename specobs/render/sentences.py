@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from specobs.analysis.acceptance import MATERIAL_IID_GAP, WASTED_THRESHOLD
+from specobs.analysis.requests import MATERIAL_MEAN_GAP
 from specobs.analysis.timeseries import Change
 from specobs.results import (
     AcceptanceTest,
@@ -17,6 +18,7 @@ from specobs.results import (
     IntegrityIssue,
     Recommendation,
     Report,
+    RequestAcceptance,
     RunMetadata,
     ScheduleTax,
     Summary,
@@ -214,7 +216,39 @@ def report_findings(report: Report) -> list[Finding]:
         + acceptance_findings(report.summary)
         + change_findings(report.changes)
         + cost_findings(report.tax, report.unsteady)
+        + request_findings(report.requests)
     )
+
+
+def request_findings(r: RequestAcceptance | None) -> list[Finding]:
+    """The spread of acceptance across requests, and why its two means differ."""
+    if r is None:
+        return []
+    o = r.overall
+    out: list[Finding] = []
+    rw, tw = o.request_weighted_mean_acceptance_length, o.token_weighted_mean_acceptance_length
+    if rw is not None and tw is not None:
+        spread = ""
+        if o.p10 is not None and o.p50 is not None and o.p90 is not None:
+            spread = f" (median {o.p50:.2f}; 10% of requests at or below {o.p10:.2f}, 10% at or above {o.p90:.2f})"
+        if abs(rw - tw) < MATERIAL_MEAN_GAP:
+            why = "close to it: long and short requests accept alike"
+        else:
+            who = (
+                "long requests accept more than short ones" if tw > rw else "long requests accept less than short ones"
+            )
+            why = f"long requests weigh more in the token-weighted mean, so {who}"
+        drafted = o.num_requests - o.num_requests_without_drafts
+        out.append(Finding("requests", (
+            f"Per request, the acceptance length averages {rw:.2f} over {drafted:,} "
+            f"request(s){spread}; weighted by verify steps (what the engine gets) it is {tw:.2f}, {why}."
+        )))  # fmt: skip
+    if o.num_requests_without_drafts:
+        out.append(Finding("requests", (
+            f"{o.num_requests_without_drafts:,} of {o.num_requests:,} finished request(s) never verified a draft "
+            "(the drafter proposed nothing for them, or they ended first): left out of the per-request distribution."
+        )))  # fmt: skip
+    return out
 
 
 def _who(issue: IntegrityIssue) -> str:

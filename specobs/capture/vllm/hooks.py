@@ -38,6 +38,7 @@ from specobs.capture.config import CaptureConfig
 from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.timing import clock_for_device, clock_of
+from specobs.schema import REQUEST_KEY, request_key
 
 logger = logging.getLogger("specobs")
 
@@ -149,6 +150,7 @@ class Capture:
         self.missing: list[str] = []
         self.originals: list[tuple[type, str, Any]] = []
         self._tuners: dict[int, Any] = {}  # per scheduler: its OnlineTuner, or None when off
+        self.requests = _Requests(config.requests == "detailed") if config.requests else None  # SPECOBS_REQUESTS
         self._metadata: dict[int, dict[str, Any]] = {}  # per scheduler: its run metadata record
         self._described: set[int] = set()  # schedulers whose metadata was recorded
         self.runner: Any = None  # the model runner of this process, once it has executed a step
@@ -210,6 +212,8 @@ class Capture:
         lengths[key] = lengths.get(key, 0) + 1
         if self.config.per_request and _sampled(request_id, self.config.per_request_sample):
             drafts.requests.append((request_id, num_draft_tokens, num_accepted))
+        if self.requests is not None:
+            self.requests.observe(request_id, num_draft_tokens, num_accepted)
 
     def end_update(self) -> _Drafts | None:
         drafts = getattr(self._local, "drafts", None)
@@ -495,6 +499,8 @@ def _patch_all(capture: Capture, scheduler: type | None = None, runners: dict[st
     _patch(capture, scheduler, "schedule", _wrap_schedule)
     _patch(capture, scheduler, "update_from_output", _wrap_update)
     _patch(capture, scheduler, "make_spec_decoding_stats", _wrap_make_stats, params=_MAKE_STATS_PARAMS)
+    if capture.requests is not None and any(w.endswith(".make_spec_decoding_stats") for w in capture.installed):
+        _patch(capture, scheduler, "_free_request", _wrap_free_request, params=["self", "request"])
     if runners is None:
         runners = _vllm_runners(capture)
     for kind, runner in runners.items():
@@ -597,6 +603,108 @@ def _wrap_update(original, where):
         return out
 
     return update_from_output
+
+
+# --- finished-request rows (SPECOBS_REQUESTS) ----------------------------------------------------
+
+
+class _Requests:
+    """Each running request's acceptance, from the same per-step (drafted, accepted) pairs the
+    scheduler hands ``make_spec_decoding_stats`` — where vLLM's own per-request metrics
+    (``RequestSpecDecodeMetrics.observe``) take theirs — and its row once it finishes.
+
+    Per request: ``[num_draft_tokens, histogram, per_step_drafted, per_step_accepted]`` (the
+    lists only when ``detailed``); the histogram grows to the largest count accepted and is
+    padded to k + 1 elements, as vLLM's is, when the row is built.
+    """
+
+    __slots__ = ("detailed", "open", "randomized")
+
+    def __init__(self, detailed: bool) -> None:
+        self.detailed = detailed
+        self.open: dict[str, list[Any]] = {}
+        self.randomized = _request_ids_randomized()
+
+    def observe(self, request_id: str, drafted: int, accepted: int) -> None:
+        state = self.open.get(request_id)
+        if state is None:
+            state = self.open[request_id] = [0, [0] * (accepted + 1), [], []]
+        state[0] += drafted
+        histogram = state[1]
+        if accepted >= len(histogram):
+            histogram.extend([0] * (accepted + 1 - len(histogram)))
+        histogram[accepted] += 1
+        if self.detailed:
+            state[2].append(drafted)
+            state[3].append(accepted)
+
+    def finished(self, scheduler: Any, request: Any, labels: dict[str, Any]) -> dict[str, Any] | None:
+        """The row of a request vLLM is freeing (None for an engine that does not speculate)."""
+        request_id = str(request.request_id)
+        state = self.open.pop(request_id, None)
+        k = int(getattr(scheduler, "num_spec_tokens", 0) or 0)
+        if k <= 0 and state is None:
+            return None
+        drafted, histogram, per_step_drafted, per_step_accepted = state or (0, [], [], [])
+        histogram = histogram + [0] * (k + 1 - len(histogram))
+        reason = request.get_finished_reason()
+        return {
+            "ts": time.time(),
+            **labels,
+            REQUEST_KEY: request_key(_external_id(request_id, self.randomized)),
+            "finish_reason": None if reason is None else str(reason),
+            "num_prompt_tokens": request.num_prompt_tokens,
+            "num_output_tokens": request.num_output_tokens,
+            "num_spec_tokens": k,
+            "num_spec_steps": sum(histogram),
+            "num_draft_tokens": drafted,
+            "num_accepted_tokens": sum(i * n for i, n in enumerate(histogram)),
+            "acceptance_histogram": histogram,
+            "per_step_drafted": per_step_drafted if self.detailed else None,
+            "per_step_accepted": per_step_accepted if self.detailed else None,
+        }
+
+
+def _request_ids_randomized() -> bool:
+    """vLLM appends ``-`` and 8 random hex digits to every request id (``InputProcessor.assign_request_id``)
+    unless ``VLLM_DISABLE_REQUEST_ID_RANDOMIZATION`` is set."""
+    try:
+        import vllm.envs as envs
+
+        return not envs.VLLM_DISABLE_REQUEST_ID_RANDOMIZATION
+    except Exception:
+        return True
+
+
+_SUFFIX_DIGITS = frozenset("0123456789abcdef")
+
+
+def _external_id(request_id: str, randomized: bool = True) -> str:
+    """The id the caller gave (``RequestOutput.request_id``): the engine's id less vLLM's random suffix.
+
+    ``_external_id("7-1a2b3c4d") == "7"``
+    """
+    if randomized and len(request_id) > 9 and request_id[-9] == "-" and _SUFFIX_DIGITS.issuperset(request_id[-8:]):
+        return request_id[:-9]
+    return request_id
+
+
+def _request_finished(capture: Capture, scheduler: Any, request: Any) -> None:
+    requests = capture.requests
+    if requests is not None:
+        row = requests.finished(scheduler, request, capture.labels(scheduler))
+        if row is not None:
+            capture.recorder.record(row)
+
+
+def _wrap_free_request(original, where):
+    def _free_request(self, request, *args, **kwargs):
+        capture = _CAPTURE
+        if capture is not None:
+            _guard(where, _request_finished, capture, self, request)
+        return original(self, request, *args, **kwargs)
+
+    return _free_request
 
 
 def _start(capture: Capture | None):

@@ -1,0 +1,132 @@
+"""Acceptance per request: the spread across requests of ``requests`` rows (docs/schema.md).
+
+A request's acceptance length is vLLM's per-request ``mean_acceptance_length``: tokens per
+verify step, counting the bonus token::
+
+    acceptance_length = 1 + num_accepted_tokens / num_spec_steps
+
+It is null for a request that never verified a draft (``num_spec_steps = 0``; vLLM prints
+1.0 for it): such requests are counted apart (``num_requests_without_drafts``) and left out
+of the distribution. Two means summarise a set of requests, and they differ on purpose:
+
+- request-weighted: the mean of the requests' acceptance lengths — what a typical request gets;
+- token-weighted: ``1 + Σ accepted / Σ spec steps`` over the requests — what the engine gets,
+  the same number as the steps' mean acceptance length (PromQL
+  ``1 + rate(accepted) / rate(drafts)``). Long requests weigh more in it.
+
+Worked example: requests with (accepted, steps) = (6, 3) and (1, 1) have lengths 3.0 and 2.0;
+request-weighted 2.5, token-weighted 1 + 7/4 = 2.75.
+
+Percentiles are linear interpolations between requests (numpy's default); the histogram's
+bins are :data:`BIN_WIDTH` wide from 1, the last one closed. Prompt and output lengths are
+bucketed in powers of two like batch sizes (``1``, ``2-3``, ``4-7``, …).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+
+from specobs.analysis.acceptance import batch_bucket
+
+#: Width of the acceptance-length histogram's bins (tokens per step).
+BIN_WIDTH = 0.25
+#: The percentiles of acceptance length reported across requests.
+PERCENTILES = (0.10, 0.50, 0.90, 0.99)
+#: Below this gap (tokens per step) between the request- and token-weighted means, they are called close.
+MATERIAL_MEAN_GAP = 0.05
+#: Groupings of the per-request summary: result name → column.
+GROUPINGS = {
+    "by_prompt_length": "prompt_bucket",
+    "by_output_length": "output_bucket",
+    "by_workload": "workload",
+    "by_method": "method",
+}
+
+
+def acceptance_length() -> pl.Expr:
+    """``1 + num_accepted_tokens / num_spec_steps``; null without spec steps."""
+    steps = pl.col("num_spec_steps")
+    return pl.when(steps > 0).then(1.0 + pl.col("num_accepted_tokens") / steps).otherwise(None)
+
+
+def length_bucket(column: str) -> pl.Expr:
+    """Power-of-two bucket of a token count (``1``, ``2-3``, …); null for 0 or unknown."""
+    count = pl.col(column)
+    return pl.when(count > 0).then(batch_bucket(count)).otherwise(None)
+
+
+def per_request(requests: pl.DataFrame) -> pl.DataFrame:
+    """``requests`` with ``acceptance_length``, ``prompt_bucket`` and ``output_bucket`` added."""
+    return requests.with_columns(
+        acceptance_length=acceptance_length(),
+        prompt_bucket=length_bucket("num_prompt_tokens"),
+        output_bucket=length_bucket("num_output_tokens"),
+    )
+
+
+def _aggregations() -> list[pl.Expr]:
+    length = pl.col("acceptance_length")
+    steps, accepted = pl.col("num_spec_steps"), pl.col("num_accepted_tokens")
+    total_steps = steps.sum()
+    return [
+        pl.len().alias("num_requests"),
+        (steps.fill_null(0) == 0).sum().alias("num_requests_without_drafts"),
+        total_steps.alias("num_spec_steps"),
+        pl.col("num_draft_tokens").sum().alias("num_draft_tokens"),
+        accepted.sum().alias("num_accepted_tokens"),
+        length.mean().alias("request_weighted_mean_acceptance_length"),
+        pl.when(total_steps > 0)
+        .then(1.0 + accepted.sum() / total_steps)
+        .otherwise(None)
+        .alias("token_weighted_mean_acceptance_length"),
+        *[length.quantile(q, "linear").alias(f"p{round(q * 100)}") for q in PERCENTILES],
+        pl.col("num_prompt_tokens").mean().alias("mean_prompt_tokens"),
+        pl.col("num_output_tokens").mean().alias("mean_output_tokens"),
+    ]
+
+
+def summarize(requests: pl.DataFrame, by: str | None = None) -> pl.DataFrame:
+    """One row (or one per value of ``by``, sorted; nulls last) of request counts, totals,
+    both means and the percentiles of acceptance length."""
+    frame = per_request(requests) if "acceptance_length" not in requests.columns else requests
+    if by is None:
+        return frame.select(_aggregations())
+    out = frame.group_by(by).agg(_aggregations())
+    if by in ("prompt_bucket", "output_bucket"):  # numeric order of the buckets, not text order
+        low = pl.col(by).str.extract(r"^(\d+)").cast(pl.Int64)
+        return out.sort(low, nulls_last=True)
+    return out.sort(by, nulls_last=True)
+
+
+def histogram(requests: pl.DataFrame, width: float = BIN_WIDTH) -> list[dict[str, Any]]:
+    """Requests per acceptance-length bin: ``[{"low": 1.0, "high": 1.25, "requests": 3}, …]``.
+
+    Bins run from 1 to the largest length seen (every bin listed, empty ones too); a length on
+    a boundary goes to the bin above it, except the largest, which closes the last bin.
+    """
+    frame = per_request(requests) if "acceptance_length" not in requests.columns else requests
+    lengths = frame.get_column("acceptance_length").drop_nulls()
+    if lengths.is_empty():
+        return []
+    top = float(lengths.max())  # type: ignore[arg-type]
+    bins = max(math.ceil((top - 1.0) / width - 1e-9), 1)
+    index = ((lengths - 1.0) / width + 1e-9).floor().cast(pl.Int64).clip(0, bins - 1)
+    counts = dict(index.value_counts().iter_rows())
+    return [
+        {"low": 1.0 + i * width, "high": 1.0 + (i + 1) * width, "requests": int(counts.get(i, 0))} for i in range(bins)
+    ]
+
+
+__all__ = [
+    "BIN_WIDTH",
+    "GROUPINGS",
+    "MATERIAL_MEAN_GAP",
+    "PERCENTILES",
+    "acceptance_length",
+    "histogram",
+    "per_request",
+    "summarize",
+]
