@@ -7,6 +7,7 @@ specobs' readers, and compared with what ``specobs report`` and ``specobs compar
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -18,6 +19,10 @@ DATA = Path(__file__).resolve().parent.parent / "examples" / "data" / "vllm-cpu-
 #: run id → the method label vLLM gives (None: the plain engine, no speculation).
 RUNS = {
     "methods-plain": None,
+    "methods-plain-eagle3": None,
+    "methods-plain-mtp-mimo": None,
+    "methods-plain-mtp-gemma4": None,
+    "methods-plain-dflash": None,
     "methods-ngram": "ngram",
     "methods-draft_model": "draft_model",
     "methods-eagle": "eagle",
@@ -29,20 +34,19 @@ RUNS = {
 K = 3
 
 
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode().splitlines() if line.strip()]
+
+
 def step_files() -> list[Path]:
     """The event files of step rows (side files, such as run metadata, hold other records)."""
-    files = []
-    for path in sorted(DATA.glob("*.jsonl")):
-        first = path.read_text().split("\n", 1)[0]
-        if first.strip() and "num_drafts" in json.loads(first):
-            files.append(path)
-    return files
+    return [path for path in sorted(DATA.glob("*.jsonl.gz")) if "num_drafts" in lines(path)[0]]
 
 
 def raw_rows() -> list[dict]:
     rows = []
     for path in step_files():
-        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows += lines(path)
     return [row for row in rows if "num_drafts" in row]
 
 
@@ -76,6 +80,17 @@ def test_one_file_set_per_method_and_small():
     assert len(files) == len(RUNS)
     assert {p.name.rsplit("-p", 1)[0].removeprefix("specobs-") for p in files} == set(RUNS)
     assert sum(p.stat().st_size for p in DATA.iterdir()) < 2_000_000
+
+
+def test_every_engine_has_its_run_metadata_beside_its_steps():
+    records = [r for path in sorted(DATA.glob("*-meta-p*.jsonl.gz")) for r in lines(path)]
+    assert sorted(r["run_id"] for r in records) == sorted(RUNS)  # one record per engine
+    totals = raw_totals()
+    for r in records:
+        assert r["method"] == RUNS[r["run_id"]] and {r["model"]} == totals[r["run_id"]]["models"]
+        assert r["num_speculative_tokens"] == (0 if r["method"] is None else K)
+        assert (r["platform"], r["graph_mode"], r["dtype"], r["tensor_parallel_size"]) == ("cpu", "eager", "float32", 1)
+        assert r["attention_backend"] and r["vllm_version"]
 
 
 def test_raw_rows_are_labelled_and_every_speculative_method_accepts_part_of_its_drafts():
@@ -125,7 +140,7 @@ def test_report_has_one_group_per_run_with_the_raw_totals():
 
 @pytest.mark.slow
 def test_compare_two_methods_runs():
-    eagle, eagle3 = (next(DATA.glob(f"specobs-methods-{m}-p*.jsonl")) for m in ("eagle", "eagle3"))
+    eagle, eagle3 = (next(DATA.glob(f"specobs-methods-{m}-p*.jsonl.gz")) for m in ("eagle", "eagle3"))
     result = run_cli("compare", str(eagle), str(eagle3), "--format", "json")
     assert result.returncode in (0, 3), result.stderr.decode()
     data = json.loads(result.stdout)
