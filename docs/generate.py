@@ -447,6 +447,13 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "method_comparison[].labels.model": "served model",
         "method_comparison[].labels.platform": "`rocm`, `cuda`, `cpu`…",
         "method_comparison[].labels.device": "device name",
+        "target": "what the recommendation is for: methods compete on one target only (the busiest, or `--model`'s)",
+        "target.model": "served model",
+        "target.platform": "`rocm`, `cuda`, `cpu`…",
+        "target.device": "device name",
+        "target.steps": "steps of its speculative engines in the input (the traffic it was chosen by)",
+        "other_targets": "the input's other targets (`[{model, platform, device, steps}]`, busiest first): each needs "
+        "its own `recommend --model`; empty with one target",
     },
     "tune": {
         "method": "the method tuned (from `--speculative-config`)",

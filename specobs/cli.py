@@ -322,9 +322,16 @@ def recommend(
     ] = None,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the intervals (0: none).")] = 30,
     method: MethodOption = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Target model to recommend for, when the input holds several (default: the busiest)."),
+    ] = None,
 ) -> None:
     """Recommend a method and k per batch size (and where to switch speculation off), with
-    predicted speedups, intervals, a ready --speculative-config and the reasons."""
+    predicted speedups, intervals, a ready --speculative-config and the reasons.
+
+    Methods compete on one target (model, platform, device) only: with several in the input,
+    the busiest, or the one --model names; the others are listed."""
     from specobs.tuning.recommend import recommend as run
 
     _check_prometheus_options(since, step)
@@ -335,9 +342,13 @@ def recommend(
     method = _method(method)
     paths = _require_inputs("recommend", paths, prometheus)
     ingested = _inputs(paths, input_format, prometheus, since, match, step)
-    result = run(
-        ingested.windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, method=method
-    )
+    try:
+        result = run(
+            ingested.windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, method=method,
+            model=model,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--model") from None
     if result is None:
         say(f"{', '.join(paths or [prometheus or ''])}: no speculative decoding to tune (no drafts in the input)")
         raise typer.Exit(EXIT_NOTHING_FOUND)

@@ -502,6 +502,7 @@ class BucketChoice(Result):
     off_measured: bool = field(default=False, metadata={"json": False})
     in_schedule: bool = field(default=False, metadata={"json": False})  # off through a schedule, not overall
     measured_k: int = field(default=0, metadata={"json": False})
+    model_speedup: float | None = internal()  # the model alone at this k (before anchoring to a measured k)
 
 
 @dataclass(frozen=True)
@@ -516,6 +517,17 @@ class Recommended(Result):
     interval: tuple[float, float] | None
     speculative_config: str | None
     baseline: str
+
+
+@dataclass(frozen=True)
+class Target(Result):
+    """What a recommendation is for: a target model on a platform and device. Methods on
+    different targets are never compared: their speedups answer different questions."""
+
+    model: str | None
+    platform: str | None
+    device: str | None
+    steps: int  # traffic steps of its speculative engines in the input
 
 
 @dataclass(frozen=True)
@@ -559,6 +571,9 @@ class Recommendation(Result):
     method_comparison: tuple[MethodWin, ...] = ()
     methods: tuple[MethodFacts, ...] = field(default=(), metadata={"json": False})
     unknown_method: bool = field(default=False, metadata={"json": False})  # chosen but unlabelled
+    #: The target this is for, and the input's other targets (each needs its own recommendation).
+    target: Target | None = None
+    other_targets: tuple[Target, ...] = ()
 
     @property
     def explanations(self) -> list[str]:
@@ -585,6 +600,8 @@ class Recommendation(Result):
             "assumptions": self.assumptions,
             "explanations": self.explanations,
             "method_comparison": jsonable(self.method_comparison),
+            "target": jsonable(self.target),
+            "other_targets": jsonable(self.other_targets),
         }
 
 
@@ -978,6 +995,7 @@ __all__ = [
     "ScheduleTax",
     "SideTiming",
     "Summary",
+    "Target",
     "Throughput",
     "Truncation",
     "TuneBucket",

@@ -150,3 +150,55 @@ def test_compare_two_methods_runs():
     for side, run in (("a", "methods-eagle"), ("b", "methods-eagle3")):
         assert data[side]["num_drafts"] == totals[run]["drafts"]
         assert data[side]["num_accepted_tokens"] == totals[run]["accepted"]
+
+
+def measured_speedups(model: str) -> dict[str, float]:
+    """Per method on one target, from the raw rows alone: generated tokens over step seconds at
+    each batch size both it and the plain engine ran (warm-up steps over 4× the median of their
+    batch size left out, as a careful reader would), against plain, weighted by its steps."""
+    by: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for row in raw_rows():
+        if row["request_id"] is None and row["model"] == model and row["step_seconds"]:
+            by[(row["run_id"], row["batch_size"])].append(row)
+
+    def tokens_per_second(rows: list[dict]) -> float:
+        times = sorted(r["step_seconds"] for r in rows)
+        median = times[len(times) // 2]
+        kept = [r for r in rows if r["step_seconds"] <= 4 * median]
+        return sum(r["num_generated_tokens"] for r in kept) / sum(r["step_seconds"] for r in kept)
+
+    plain = {b: tokens_per_second(rows) for (run, b), rows in by.items() if RUNS[run] is None and len(rows) >= 20}
+    out: dict[str, float] = {}
+    for run, method in RUNS.items():
+        if method is None:
+            continue
+        pairs = [
+            (len(by[(run, b)]), tokens_per_second(by[(run, b)]) / plain[b]) for b in plain if len(by[(run, b)]) >= 20
+        ]
+        if pairs:
+            out[method] = sum(n * x for n, x in pairs) / sum(n for n, _ in pairs)
+    return out
+
+
+@pytest.mark.slow
+def test_the_recommendation_is_for_one_target_and_its_method_is_the_one_the_rows_measured_best():
+    result = run_cli("recommend", str(DATA), "--format", "json", "--bootstrap", "0")
+    assert result.returncode == 0, result.stderr.decode()
+    data = json.loads(result.stdout)
+    target, others = data["target"], data["other_targets"]
+    models = {m for t in raw_totals().values() for m in t["models"]}
+    assert {target["model"], *(t["model"] for t in others)} == models  # every target named once
+    assert target["steps"] == max(t["steps"] for t in [target, *others])  # the busiest by default
+    # Only the chosen target's methods compete: none of another model's drafters is in the table.
+    compared = {name for row in data["method_comparison"] for name in row["speedups"]}
+    own = {RUNS[r] for r, t in raw_totals().items() if target["model"] in t["models"] and RUNS[r]}
+    assert compared and {name.split(" ")[0] for name in compared} <= own
+    # The headline method is the one the raw rows measured fastest on that target (at the k recorded).
+    measured = measured_speedups(target["model"])
+    assert data["recommended"]["method"] == max(measured, key=measured.get), measured
+    assert data["assumptions"][-1].startswith(f"The input holds {len(models)} targets")
+    other = run_cli("recommend", str(DATA), "--format", "json", "--bootstrap", "0", "--model", "tiny-gemma4")
+    chosen = json.loads(other.stdout)
+    assert chosen["target"]["model"] == "tiny-gemma4" and chosen["recommended"]["method"] in ("mtp", None)
+    bad = run_cli("recommend", str(DATA), "--model", "no-such-model")
+    assert bad.returncode == 2 and b"no speculative engine of model 'no-such-model'" in bad.stderr

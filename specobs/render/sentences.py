@@ -22,6 +22,7 @@ from specobs.results import (
     RunMetadata,
     ScheduleTax,
     Summary,
+    Target,
     Throughput,
     TunerDecision,
     TuneResult,
@@ -323,7 +324,11 @@ def headline(rec: Recommendation) -> str:
         what = f"{name} with a batch-size schedule ({ranges})"
     else:
         what = f"{name} with k={r.num_speculative_tokens}"
-    text = f"Recommendation: {what}, predicted {speedup_with_interval(r.predicted_speedup, r.interval)} plain decoding"
+    target = f" for {rec.target.model or 'the unnamed model'}" if rec.other_targets and rec.target else ""
+    text = (
+        f"Recommendation{target}: {what}, predicted {speedup_with_interval(r.predicted_speedup, r.interval)} "
+        "plain decoding"
+    )
     text += " on this traffic" + (f" ({estimated})" if estimated else "") + "."
     if not r.method:
         text += " The input has no method label (vLLM's counters carry none): pass --method to get a ready config."
@@ -377,6 +382,12 @@ def explain_bucket(t: BucketChoice) -> str:
         text += f" (plain decoding at these batch sizes from the model; model: {model})"
     else:
         text += f" (model: {model})" if t.basis == "measured" else f": {model}"
+    anchored = t.basis == "model" and t.model_speedup and abs(t.predicted_speedup / t.model_speedup - 1) > 0.005
+    if anchored and t.model_speedup:
+        text += (
+            f", {t.model_speedup:.2f}× by the model alone, scaled by {t.predicted_speedup / t.model_speedup:.2f} "
+            "to agree with the k measured in this bucket"
+        )
     if t.num_speculative_tokens > t.measured_k:
         text += f" (k beyond the measured {t.measured_k}: extrapolated)"
     return text + "."
@@ -419,7 +430,24 @@ def assumptions(rec: Recommendation) -> list[str]:
         )
     if rec.unknown_method:
         out.append(UNKNOWN_METHOD)
-    return sorted(set(out))
+    return sorted(set(out)) + ([other_targets(rec)] if rec.other_targets else [])
+
+
+def _target_name(t: Target) -> str:
+    where = " · ".join(v for v in (t.platform, t.device) if v)
+    return (t.model or "unnamed model") + (f" ({where})" if where else "")
+
+
+def other_targets(rec: Recommendation) -> str:
+    """Why the recommendation covers one target of several, and how to get the others."""
+    if rec.target is None:
+        return ""
+    others = ", ".join(f"{_target_name(t)}: {t.steps:,} steps" for t in rec.other_targets)
+    return (
+        f"The input holds {len(rec.other_targets) + 1} targets; this is for {_target_name(rec.target)} "
+        f"({rec.target.steps:,} speculative steps, the most) and compares only its methods: methods on different "
+        f"models or devices answer different questions. Others: {others}; pass --model to recommend for one of them."
+    )
 
 
 # --- the comparison -------------------------------------------------------------------------------

@@ -17,14 +17,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from specobs.analysis.cost import decode_sums, steady_state
-from specobs.results import BucketChoice, MethodFacts, MethodWin, Prediction, Recommendation, Recommended
+from specobs.results import BucketChoice, MethodFacts, MethodWin, Prediction, Recommendation, Recommended, Target
 from specobs.tuning import leviathan
 from specobs.tuning.model import (
     BASELINE_PLAIN,
@@ -529,6 +529,7 @@ def _choice(
         off_measured=fit.cost is not None and fit.cost.off is not None,
         in_schedule=in_schedule,
         measured_k=acc.measured_k,
+        model_speedup=_speedup(fit, k, b.batch)[0] if k and fit.cost is not None else None,
     )
 
 
@@ -560,6 +561,7 @@ def recommend(
     bootstrap: int = 30,
     seed: int = 0,
     method: str | None = None,
+    model: str | None = None,
 ) -> Recommendation | None:
     """Fit, evaluate and choose (see the module docstring); None when nothing drafted.
 
@@ -567,17 +569,41 @@ def recommend(
     and every method with a per-bucket schedule; each is scored by its own traffic-weighted
     predicted speedup, and the headline is the best one that beats plain decoding by
     ``margin`` (a schedule only when it beats that method's best static k by the margin too).
+
+    Candidates compete only on one target (model, platform, device): the one named by
+    ``model``, else the one with the most speculative traffic; the others are listed in
+    ``other_targets``. ``ValueError`` when ``model`` is not in the input.
     """
     fits = fit_methods(windows, cost_ratio=cost_ratio, method=method)
     if not fits:
         return None
+    fits, target, others = _one_target(fits, model)
     buckets = traffic_buckets(fits)
     evaluations = [
         evaluate(fit, fi, buckets, max_k=max_k, margin=margin, bootstrap=bootstrap, seed=seed)
         for fi, fit in enumerate(fits)
     ]
     chosen = _choose([c for ev in evaluations for c in ev.candidates], margin)
-    return _result(evaluations, buckets, chosen)
+    return replace(_result(evaluations, buckets, chosen), target=target, other_targets=others)
+
+
+def _target_of(fit: MethodFit) -> tuple[str | None, str | None, str | None]:
+    return fit.labels.get("model"), fit.labels.get("platform"), fit.labels.get("device")
+
+
+def _one_target(fits: list[MethodFit], model: str | None) -> tuple[list[MethodFit], Target, tuple[Target, ...]]:
+    """The fits of one target (``model``'s, else the busiest), that target, and the others."""
+    groups: dict[tuple[str | None, str | None, str | None], list[MethodFit]] = {}
+    for fit in fits:
+        groups.setdefault(_target_of(fit), []).append(fit)
+    targets = [Target(*key, steps=sum(sum(f.batch_counts.values()) for f in group)) for key, group in groups.items()]
+    targets.sort(key=lambda t: (-t.steps, str(t.model), str(t.platform), str(t.device)))
+    wanted = [t for t in targets if model is None or t.model == model]
+    if not wanted:
+        names = ", ".join(sorted({str(t.model) for t in targets}))
+        raise ValueError(f"no speculative engine of model {model!r} in the input (models: {names})")
+    chosen = wanted[0]
+    return groups[(chosen.model, chosen.platform, chosen.device)], chosen, tuple(t for t in targets if t != chosen)
 
 
 def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Candidate | None) -> Recommendation:
