@@ -189,23 +189,14 @@ def load(
         try:
             src = open_source(name) if data is None else open_bytes(name, data)
             kind = detect(src) if fmt is None else None
-            if kind == decisions.FORMAT:
-                found, skipped, lines = decisions.read(src)
-                result.decisions.extend(found)
-                result.sources.append(SourceReport(name, decisions.FORMAT, lines, 0, len(skipped)))
-                result.skipped.extend(skipped)
+            if kind in (decisions.FORMAT, metadata.FORMAT):  # side files: records, no windows
+                _read_side_file(result, name, kind, src)
                 continue
             if kind in requests.FORMATS:
                 rows, skipped, lines = requests.read(src, kind)
                 result.requests = pl.concat([result.requests, rows], how="vertical")
                 report = SourceReport(name, kind, lines, 0, 0)
                 result.add(schema.empty(schema.WINDOWS).lazy(), replace(report, skipped=len(skipped)), skipped)
-                continue
-            if kind == metadata.FORMAT:
-                records, skipped, lines = metadata.read(src)
-                result.metadata.extend(records)
-                result.sources.append(SourceReport(name, metadata.FORMAT, lines, 0, len(skipped)))
-                result.skipped.extend(skipped)
                 continue
             if kind == tune_result.FORMAT:
                 result.tune_runs.append((name, tune_result.read(src)))
@@ -251,6 +242,18 @@ def _drop_repeated_requests(result: Ingested) -> None:
             Notice("requests", None, f"{repeats} finished request(s) read twice (same request id and counts, e.g. "
                    "captured and saved as outputs): counted once")
         )  # fmt: skip
+
+
+def _read_side_file(result: Ingested, name: str, kind: str, src: Source) -> None:
+    """A capture's side file (the tuner's decisions, run metadata): its records, no windows."""
+    if kind == decisions.FORMAT:
+        found, skipped, lines = decisions.read(src)
+        result.decisions.extend(found)
+    else:
+        records, skipped, lines = metadata.read(src)
+        result.metadata.extend(records)
+    result.sources.append(SourceReport(name, kind, lines, 0, len(skipped)))
+    result.skipped.extend(skipped)
 
 
 #: What makes two windows the same record read twice: their times, labels and counts. The

@@ -7,12 +7,11 @@ and the action is known; any other line is skipped and named (FILE:LINE).
 
 from __future__ import annotations
 
-import json
 import math
 from typing import TYPE_CHECKING, Any
 
 from specobs.errors import Skipped
-from specobs.ingest.source import Source, read_records
+from specobs.ingest.source import Source, first_record_has, read_records
 
 if TYPE_CHECKING:  # results imports ingest: imported where used
     from specobs.results import TunerDecision
@@ -25,15 +24,7 @@ _OPTIONAL_FLOATS = ("predicted_gain", "predicted_low", "predicted_high", "measur
 
 def looks_like_decisions(head: bytes) -> bool:
     """True when the first non-empty line is a JSON object with ``tuner_action``."""
-    for raw in head.split(b"\n"):
-        line = raw.strip()
-        if line:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                return False
-            return isinstance(record, dict) and KEY in record
-    return False
+    return first_record_has(head, KEY)
 
 
 def _number(value: Any) -> bool:

@@ -10,13 +10,12 @@ skipped and named (FILE:LINE), and so is a record of an unknown format version. 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from specobs.errors import Skipped
-from specobs.ingest.source import Source, read_records
+from specobs.ingest.source import Source, first_record_has, read_records
 from specobs.schema import METADATA_KEY, METADATA_VERSION
 
 if TYPE_CHECKING:  # results imports ingest: imported where used
@@ -30,15 +29,7 @@ MAX_CHARS = 256
 
 def looks_like_metadata(head: bytes) -> bool:
     """True when the first non-empty line is a JSON object with ``specobs_metadata``."""
-    for raw in head.split(b"\n"):
-        line = raw.strip()
-        if line:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                return False
-            return isinstance(record, dict) and METADATA_KEY in record
-    return False
+    return first_record_has(head, METADATA_KEY)
 
 
 def parse(record: Any, source: str | None = None) -> tuple[RunMetadata | None, str | None]:

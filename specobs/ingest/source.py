@@ -172,6 +172,20 @@ def read_whole(src: Source) -> tuple[bytes, Notice | None]:
     return data, Notice(src.name, None, why)
 
 
+def first_record_has(head: bytes, key: str) -> bool:
+    """True when the first non-empty line of ``head`` is a JSON object with ``key`` (how the
+    side files of a capture, such as decisions and run metadata, are told apart)."""
+    for raw in head.split(b"\n"):
+        line = raw.strip()
+        if line:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return False
+            return isinstance(record, dict) and key in record
+    return False
+
+
 def read_records(
     src: Source, parse: Callable[[Any], tuple[T | None, str | None]]
 ) -> tuple[list[T], list[Skipped], int]:
