@@ -135,12 +135,18 @@ class DeviceClock:
         return _DeviceSpan(self._make_event, self._is_capturing)
 
 
-def clock_of(spans: Sequence[Any]) -> str | None:
-    """``device``, ``host`` or ``mixed``: the clocks ``spans`` used (None without spans)."""
-    kinds = {getattr(span, "clock", "host") for span in spans}
-    if not kinds:
-        return None
-    return kinds.pop() if len(kinds) == 1 else "mixed"
+def clock_of(*groups: Sequence[Any]) -> str | None:
+    """``device``, ``host`` or ``mixed``: the clocks the spans of ``groups`` used (None without
+    spans). Runs once per step on the engine thread: no list or set is built."""
+    first: str | None = None
+    for spans in groups:
+        for span in spans:
+            kind = getattr(span, "clock", "host")
+            if first is None:
+                first = kind
+            elif kind != first:
+                return "mixed"
+    return first
 
 
 def clock_for_device() -> HostClock | DeviceClock:

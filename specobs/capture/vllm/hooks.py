@@ -255,7 +255,7 @@ class Capture:
             draft_seconds=step.draft or None,
             verify_seconds=step.verify or None,
             step_seconds=(now - step.started) if step.started is not None else None,
-            timing_clock=clock_of(step.draft + step.verify) if step.draft or step.verify else None,
+            timing_clock=clock_of(step.draft, step.verify),
         )
         if self._recorder is None:
             self._recorder = self._new_recorder(labels)
