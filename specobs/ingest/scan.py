@@ -1,12 +1,12 @@
 """Find the few interesting lines of a large text log without parsing the others.
 
 A 1 GB vLLM server log holds a few hundred thousand metric lines among millions of
-request and access-log lines. polars' CSV reader, told that every line is one field (no
-quoting, a separator that never occurs in logs), splits the file into lines on every core,
-numbers them, and keeps only the lines that hold one of a few literal needles; the
-parser's field regexes run in the same pass on those lines only. Plain files are scanned
-in place; gzip and stdin are decompressed by Python first (so a truncated gzip stream keeps
-every complete line before the cut) and scanned from memory.
+request and access-log lines. polars' line reader splits the file into lines on every core
+and keeps only those that hold one of a few literal needles (one regex alternation), so a
+string is built only for the lines kept; the parser's field regexes then run on those lines
+only. Plain files are scanned in place; gzip and stdin are decompressed by Python first (so
+a truncated gzip stream keeps every complete line before the cut) and scanned from memory.
+Input with invalid UTF-8 is read again by polars' CSV reader, which replaces the bad bytes.
 
 Worked example::
 
@@ -18,6 +18,7 @@ Worked example::
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,22 +69,24 @@ def find_lines(
     """
     found = FoundLines()
     if src.path is not None and not src.compressed:
-        lines = _scan_lines(src.path)
+        source: Path | bytes = src.path
     else:
         data, cut = read_whole(src)
         if cut is not None:
             found.skipped.append(cut)
         if not data:
             return found
-        lines = _scan_lines(io.BytesIO(data))
+        source = data
     text = pl.col("text")
-    query = (
-        lines.with_row_index("line", offset=1)
-        .with_columns(pl.col("line").cast(pl.Int64))
-        .filter(pl.any_horizontal([text.str.contains(n.decode(), literal=True) for n in needles]))
-    )
-    # One pass over the file gives both the lines found and the line count.
-    matched, count = pl.collect_all([query, lines.select(pl.len())])
+    wanted = text.str.contains("|".join(re.escape(n.decode()) for n in needles))
+    try:
+        lines = _scan_lines(source)
+        # One pass over the file gives both the lines found and the line count.
+        matched, count = pl.collect_all([lines.filter(wanted), lines.select(pl.len())])
+    except pl.exceptions.ComputeError:
+        # Invalid UTF-8 somewhere: read again, with the bad bytes replaced.
+        lines = _scan_lines_lossy(source)
+        matched, count = pl.collect_all([lines.filter(wanted), lines.select(pl.len())])
     found.total_lines = int(count.item())
     if progress:
         progress(src.size or 0)
@@ -111,18 +114,34 @@ def find_lines(
     return found
 
 
-def _scan_lines(data: Path | io.BytesIO) -> pl.LazyFrame:
-    """The lines of ``data`` as one ``text`` column.
+def _scan_lines(source: Path | bytes) -> pl.LazyFrame:
+    """The lines of ``source`` as ``line`` (1-based) and ``text`` (CRLF endings stripped).
 
-    One field per line: no quoting, and a separator (NUL) that text logs do not contain.
+    polars' line reader splits and filters the file in parallel without building a string
+    per line it drops; it refuses invalid UTF-8 (see :func:`_scan_lines_lossy`).
     """
-    return pl.scan_csv(
-        data,
-        has_header=False,
-        separator="\x00",
-        quote_char=None,
-        new_columns=["text"],
-        schema={"text": pl.String},
-        truncate_ragged_lines=True,
-        encoding="utf8-lossy",
+    return pl.scan_lines(source, name="text", row_index_name="line", row_index_offset=1).with_columns(
+        pl.col("line").cast(pl.Int64)
+    )
+
+
+def _scan_lines_lossy(source: Path | bytes) -> pl.LazyFrame:
+    """:func:`_scan_lines` for input with invalid UTF-8, which is replaced (U+FFFD).
+
+    polars' CSV reader told that every line is one field (no quoting, a separator that text
+    logs do not contain) numbers the lines the same way, only slower.
+    """
+    return (
+        pl.scan_csv(
+            io.BytesIO(source) if isinstance(source, bytes) else source,
+            has_header=False,
+            separator="\x00",
+            quote_char=None,
+            new_columns=["text"],
+            schema={"text": pl.String},
+            truncate_ragged_lines=True,
+            encoding="utf8-lossy",
+        )
+        .with_row_index("line", offset=1)
+        .with_columns(pl.col("line").cast(pl.Int64))
     )
