@@ -28,24 +28,28 @@ def value(registry: CollectorRegistry, name: str, **labels) -> float | None:
     return registry.get_sample_value(name, {**LABELS, **labels})
 
 
-def test_counters_histograms_and_the_accepted_length_distribution():
+def test_counters_summaries_and_the_accepted_length_distribution():
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry, health=lambda: {"dropped_events": 7, "hook_errors": 1})
     metrics.observe_step(ROW)
     metrics.observe_step({**ROW, "num_drafts": 2, "num_accepted_tokens": 1, "num_accepted_tokens_per_pos": [1, 0, 0]})
     assert value(registry, "specobs_drafts_total") == 6
     assert value(registry, "specobs_accepted_tokens_total") == 7
-    assert value(registry, "specobs_accepted_tokens_per_position_total", position="0") == 4
     assert value(registry, "specobs_steps_total") == 2
+    assert value(registry, "specobs_generated_tokens_total") == 20
     timed = {"batch_size_bucket": "4-7"}
     assert value(registry, "specobs_verify_seconds_count", **timed) == 2
     assert value(registry, "specobs_verify_seconds_sum", **timed) == pytest.approx(0.020)
-    # Draft lengths: first step 4 drafts reaching 3,2,1 → exactly 0,1,2,3 accepted once each;
-    # second step 2 drafts, one reaching position 0 → exactly 0 and 1 once each.
-    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="0") == 2
-    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="1") == 4
-    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="3") == 6
-    assert value(registry, "specobs_accepted_tokens_per_draft_sum") == 7
+    assert value(registry, "specobs_verify_seconds_created", **timed) is None  # a mean needs no _created
+    accepted = [value(registry, "specobs_accepted_tokens_per_position_total", position=str(j)) for j in range(3)]
+    reached = [value(registry, "specobs_drafts_per_position_total", position=str(j)) for j in range(3)]
+    assert accepted == [4, 2, 1] and reached == [6, 6, 6]
+    # The accepted-length distribution follows from the counters (the dashboard's heatmap): drafts
+    # with at most j accepted are those that reached position 0 less those accepted at j. First
+    # step 4 drafts reaching 3,2,1 → exactly 0,1,2,3 accepted once each; second step 2 drafts,
+    # one reaching position 0 → exactly 0 and 1 once each.
+    assert [reached[0] - a for a in accepted] == [2, 4, 5]
+    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="0") is None  # no histogram
     assert registry.get_sample_value("specobs_dropped_events_total") == 7
     # cost ratio: draft s per drafted token over verify s per step = (0.004 / 24) / (0.020 / 2)
     assert value(registry, "specobs_cost_ratio") == pytest.approx((0.004 / 24) / 0.010)
