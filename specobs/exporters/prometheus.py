@@ -172,7 +172,7 @@ class _LabelCap:
 def batch_size_bucket(batch: Any) -> str:
     """``1``, ``2-3``, ``4-7`` …: the analysis's power-of-two buckets, up to ``2048+`` (``unknown``
     without a batch size)."""
-    if not _finite(batch) or batch < 1:
+    if type(batch) is not int and not _finite(batch) or batch < 1:
         return "unknown"
     if batch >= LARGEST_BATCH_BUCKET:
         return BATCH_BUCKETS[-2]
@@ -241,18 +241,18 @@ class _StepSeries(Collector):
         cost: Sequence[Any] | None = None,
         k: str | None = None,
     ) -> None:
-        """One row: ``counts`` in :data:`COUNTERS` order (0 adds nothing), per-position
+        """One row: ``counts`` in :data:`COUNTERS` order (0 where the row has none), per-position
         ``(accepted, reached)``, ``(batch bucket, seconds in TIMINGS order or None)`` and the cost
         ratio's inputs of a single step, and the k label."""
         with self._lock:
             group = self._groups.get(labels)
             if group is None:
                 group = self._groups[labels] = _Group()
-            totals, created = group.totals, group.totals_created
-            for i, value in enumerate(counts):
-                if value:
-                    totals[i] += value
-                    if not created[i]:
+            group.totals[:] = map(operator.add, group.totals, counts)
+            created = group.totals_created
+            if 0.0 in created:  # a counter may have got its first series: read the clock
+                for i, value in enumerate(counts):
+                    if value and not created[i]:
                         created[i] = time.time()
             if positions is not None:
                 group.add_positions(*positions)
@@ -459,13 +459,13 @@ class PrometheusMetrics:
         per_pos = row.get("num_accepted_tokens_per_pos") or []
         # Integers (what capture and the validated readers give) are checked fast; anything
         # else must be a finite non-negative number.
-        per_pos_ok = all(type(v) is int and v >= 0 for v in per_pos) or all(
+        per_pos_ok = (set(map(type, per_pos)) == {int} and min(per_pos) >= 0) or all(
             _count(v) is not None or v == 0 for v in per_pos
         )
         drafts = drafts if per_pos_ok else 0
         get = row.get
-        counts = (timed, drafts, _count(get("num_draft_tokens")), _count(get("num_accepted_tokens")),
-                  _count(get("num_generated_tokens")))  # fmt: skip
+        counts = (timed or 0, drafts, _count(get("num_draft_tokens")) or 0, _count(get("num_accepted_tokens")) or 0,
+                  _count(get("num_generated_tokens")) or 0)  # fmt: skip
         timing = cost = None
         if timed == 1:  # a single step: its timings are one observation each
             draft, verify, step = get("draft_seconds"), get("verify_seconds"), get("step_seconds")
