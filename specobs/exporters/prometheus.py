@@ -97,17 +97,19 @@ _POSITION_LABELS = tuple(str(p) for p in range(MAX_POSITIONS))
 
 def series_budget(
     methods: int = 3, batch_buckets: int = len(BATCH_BUCKETS), positions: int = MAX_POSITIONS
-) -> list[tuple[str, int]]:
-    """The series one engine publishes at most, by family: ``methods`` methods at once, each with a
-    fixed k of ``positions`` (every position reached) and timed steps in ``batch_buckets`` buckets.
-    A k that changes adds one ``specobs_speculative_config_info`` series per k."""
+) -> list[tuple[tuple[str, ...], str, int]]:
+    """The series one engine publishes at most, as ``(families, their samples, series)``: ``methods``
+    methods at once, each with a fixed k of ``positions`` (every position reached) and timed steps in
+    ``batch_buckets`` buckets. A k that changes adds a ``specobs_speculative_config_info`` series."""
+    per_position = ("specobs_accepted_tokens_per_position", "specobs_drafts_per_position")
     return [
-        ("the five counters (`_total`, `_created`)", methods * len(COUNTERS) * 2),
-        ("the two per-position counters (`_total`, `_created`)", methods * 2 * positions * 2),
-        ("the three timing summaries (`_sum`, `_count`)", methods * len(TIMINGS) * batch_buckets * 2),
-        ("`specobs_cost_ratio`", methods),
-        ("`specobs_speculative_config_info`", methods),
-    ]
+        (tuple(name for name, _, _ in COUNTERS), "`_total`, `_created`", methods * len(COUNTERS) * 2),
+        (per_position, f"`_total`, `_created` × {positions} positions", methods * len(per_position) * positions * 2),
+        (tuple(name for name, _, _ in TIMINGS), f"`_sum`, `_count` × {batch_buckets} batch buckets",
+         methods * len(TIMINGS) * batch_buckets * 2),
+        (("specobs_cost_ratio",), "one", methods),
+        (("specobs_speculative_config_info",), "one per k", methods),
+    ]  # fmt: skip
 
 
 def series_of(registry: CollectorRegistry) -> int:
@@ -172,7 +174,7 @@ class _LabelCap:
 def batch_size_bucket(batch: Any) -> str:
     """``1``, ``2-3``, ``4-7`` …: the analysis's power-of-two buckets, up to ``2048+`` (``unknown``
     without a batch size)."""
-    if type(batch) is not int and not _finite(batch) or batch < 1:
+    if (type(batch) is not int and not _finite(batch)) or batch < 1:
         return "unknown"
     if batch >= LARGEST_BATCH_BUCKET:
         return BATCH_BUCKETS[-2]
@@ -281,9 +283,7 @@ class _StepSeries(Collector):
             "specobs_drafts_per_position", "Drafts that reached the position (drafted more than position tokens).",
             labels=position_labels,
         )  # fmt: skip
-        timings = [
-            SummaryMetricFamily(name, doc, labels=[*LABELS, "batch_size_bucket"]) for name, _, doc in TIMINGS
-        ]
+        timings = [SummaryMetricFamily(name, doc, labels=[*LABELS, "batch_size_bucket"]) for name, _, doc in TIMINGS]
         ratio = GaugeMetricFamily(
             "specobs_cost_ratio", "Mean draft seconds per drafted token over mean verify seconds per step.",
             labels=LABELS,
@@ -310,9 +310,9 @@ class _StepSeries(Collector):
                             created=group.reached_created[position],
                         )  # fmt: skip
                 for bucket, sums in group.timings.items():
-                    for i, family in enumerate(timings):
+                    for i, summary in enumerate(timings):
                         if sums[2 * i + 1]:
-                            family.add_metric([*key, bucket], sums[2 * i + 1], sums[2 * i])
+                            summary.add_metric([*key, bucket], sums[2 * i + 1], sums[2 * i])
                 draft, tokens, verify, steps = group.cost
                 if tokens and verify:
                     ratio.add_metric(labels, cost_ratio(draft, tokens, verify, steps))
