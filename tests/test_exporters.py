@@ -387,6 +387,12 @@ def test_label_budget_is_configurable():
     models = {s.labels["model_name"] for s in next(f for f in registry.collect() if f.name == "specobs_drafts").samples}
     assert models == {"a", "b", "other"}
     assert registry.get_sample_value("specobs_label_overflow_total", {"label": "model_name"}) == 2
+    # a folded row is counted every time it comes (its labels are never remembered), a kept one not at all
+    for model in ("c", "c", "a"):
+        metrics.observe_step({**ROW, "model": model})
+    assert registry.get_sample_value("specobs_label_overflow_total", {"label": "model_name"}) == 4
+    assert value(registry, "specobs_drafts_total", model_name="other") == 4 * 4
+    assert value(registry, "specobs_drafts_total", model_name="a") == 2 * 4
 
 
 def test_follower_numbers_lines_across_rotation_and_truncation(tmp_path):

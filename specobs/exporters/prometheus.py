@@ -68,6 +68,8 @@ LABEL_BUDGET = {"model_name": 32, "engine": 16, "num_speculative_tokens": 16}
 METHODS = frozenset((*schema.KNOWN_METHODS, "none"))
 MAX_LABEL_LENGTH = 100
 OTHER = "other"
+#: Rows' (model, engine, method, k) whose published labels are remembered (past it they are capped row by row).
+PUBLISHED_CACHE = 4096
 #: Batch sizes from here on share the bucket ``2048+`` (vLLM's largest ``max_num_seqs`` is below it).
 LARGEST_BATCH_BUCKET = 2048
 #: Every ``batch_size_bucket`` a timing series can take: the analysis's power-of-two buckets up to
@@ -423,6 +425,27 @@ class PrometheusMetrics:
             "specobs_tuner_decisions", "Decisions of the online tuner (suggest, apply, confirm, rollback, refuse).",
             ["action"], registry=r,
         )  # fmt: skip
+        #: a row's (model, engine, method, num_spec_tokens) → its labels, k and k label, for rows
+        #: none of whose values was folded into ``other`` (a folded one is counted row by row)
+        self._published: dict[tuple[Any, ...], tuple[tuple[str, str, str], Any, str | None]] = {}
+
+    def _labels_and_k(self, row: dict[str, Any]) -> tuple[tuple[str, str, str], Any, str | None]:
+        """The row's labels (:meth:`labels_of`), its k and k label, remembered per raw values."""
+        raw = (row.get("model"), row.get("engine"), row.get("method"), row.get("num_spec_tokens"))
+        try:
+            published = self._published.get(raw)
+        except TypeError:  # an unhashable value (a list for a model name): capped, never remembered
+            raw = None
+            published = None
+        if published is not None:
+            return published
+        labels = self.labels_of(row)
+        k = _count(row.get("num_spec_tokens"))
+        k_label = self.cap("num_speculative_tokens", str(k)) if k else None
+        published = (labels, k, k_label)
+        if raw is not None and OTHER not in labels and k_label != OTHER and len(self._published) < PUBLISHED_CACHE:
+            self._published[raw] = published
+        return published
 
     def labels_of(self, row: dict[str, Any]) -> tuple[str, str, str]:
         """``(model_name, engine, method)`` of a row, each capped (see :class:`_LabelCap`)."""
@@ -452,8 +475,7 @@ class PrometheusMetrics:
 
     def observe_window(self, row: dict[str, Any], steps: int | None = None) -> None:
         """A window of counts (a log interval) or a single step; timings only when timed."""
-        labels = self.labels_of(row)
-        k = _count(row.get("num_spec_tokens"))
+        labels, k, k_label = self._labels_and_k(row)
         timed = _count(row.get("num_timed_steps")) if steps is None else steps
         drafts = _count(row.get("num_drafts")) or 0
         per_pos = row.get("num_accepted_tokens_per_pos") or []
@@ -480,7 +502,7 @@ class PrometheusMetrics:
             (per_pos, drafts_per_position(row, drafts, k)) if drafts else None,
             timing,
             cost,
-            self.cap("num_speculative_tokens", str(k)) if k else None,
+            k_label,
         )
 
     def set_recommendation(self, recommendation: Recommendation, model: str | None, running: dict[str, int]) -> None:
