@@ -329,6 +329,11 @@ def test_observe_window_skips_non_finite_and_negative_values():
     assert value(registry, "specobs_accepted_tokens_total") == 6
     ratio = value(registry, "specobs_cost_ratio")  # from the second row only: the first's draft time is +Inf
     assert ratio == pytest.approx(0.002 / 12 / 0.010)
+    # drafts that reached a position must be counts too: a bad list adds to no per-position series
+    metrics.observe_step({**ROW, "num_drafts_per_pos": [4, float("nan"), -1]})
+    assert value(registry, "specobs_drafts_total") == 8
+    assert value(registry, "specobs_drafts_per_position_total", position="0") == 4
+    assert value(registry, "specobs_accepted_tokens_per_position_total", position="0") == 3
 
 
 def test_sidecar_validates_parquet_rows(tmp_path):

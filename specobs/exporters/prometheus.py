@@ -70,7 +70,7 @@ MAX_LABEL_LENGTH = 100
 OTHER = "other"
 #: Rows' (model, engine, method, k) whose published labels are remembered (past it they are capped row by row).
 PUBLISHED_CACHE = 4096
-#: Batch sizes from here on share the bucket ``2048+`` (vLLM's largest ``max_num_seqs`` is below it).
+#: Batch sizes from here on share the bucket ``2048+`` (steps that large are rare: one bucket bounds the label).
 LARGEST_BATCH_BUCKET = 2048
 #: Every ``batch_size_bucket`` a timing series can take: the analysis's power-of-two buckets up to
 #: 1024-2047, ``2048+`` and ``unknown`` (a row without a batch size).
@@ -79,20 +79,21 @@ BATCH_BUCKETS = (
     f"{LARGEST_BATCH_BUCKET}+",
     "unknown",
 )
-#: The counters of every (model_name, engine, method), with the steps-row field each adds
-#: (``steps``: the steps the row stands for).
+#: The counters of every (model_name, engine, method), in the order :meth:`_StepSeries.add` takes
+#: their counts: steps, ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``, ``num_generated_tokens``.
 COUNTERS = (
-    ("specobs_steps", "steps", "Engine steps observed."),
-    ("specobs_drafts", "num_drafts", "Drafts verified."),
-    ("specobs_draft_tokens", "num_draft_tokens", "Draft tokens proposed and verified."),
-    ("specobs_accepted_tokens", "num_accepted_tokens", "Draft tokens accepted."),
-    ("specobs_generated_tokens", "num_generated_tokens", "Tokens generated."),
+    ("specobs_steps", "Engine steps observed."),
+    ("specobs_drafts", "Drafts verified."),
+    ("specobs_draft_tokens", "Draft tokens proposed and verified."),
+    ("specobs_accepted_tokens", "Draft tokens accepted."),
+    ("specobs_generated_tokens", "Tokens generated."),
 )
-#: The timing summaries per batch bucket, with the steps-row field each observes.
+#: The timing summaries per batch bucket, in the order of their seconds: ``draft_seconds``,
+#: ``verify_seconds``, ``step_seconds``.
 TIMINGS = (
-    ("specobs_draft_seconds", "draft_seconds", "Time in the proposer per step."),
-    ("specobs_verify_seconds", "verify_seconds", "Target forward and rejection sampling per step."),
-    ("specobs_step_seconds", "step_seconds", "Whole engine step."),
+    ("specobs_draft_seconds", "Time in the proposer per step."),
+    ("specobs_verify_seconds", "Target forward and rejection sampling per step."),
+    ("specobs_step_seconds", "Whole engine step."),
 )
 _POSITION_LABELS = tuple(str(p) for p in range(MAX_POSITIONS))
 
@@ -105,9 +106,9 @@ def series_budget(
     ``batch_buckets`` buckets. A k that changes adds a ``specobs_speculative_config_info`` series."""
     per_position = ("specobs_accepted_tokens_per_position", "specobs_drafts_per_position")
     return [
-        (tuple(name for name, _, _ in COUNTERS), "`_total`, `_created`", methods * len(COUNTERS) * 2),
+        (tuple(name for name, _ in COUNTERS), "`_total`, `_created`", methods * len(COUNTERS) * 2),
         (per_position, f"`_total`, `_created` × {positions} positions", methods * len(per_position) * positions * 2),
-        (tuple(name for name, _, _ in TIMINGS), f"`_sum`, `_count` × {batch_buckets} batch buckets",
+        (tuple(name for name, _ in TIMINGS), f"`_sum`, `_count` × {batch_buckets} batch buckets",
          methods * len(TIMINGS) * batch_buckets * 2),
         (("specobs_cost_ratio",), "one", methods),
         (("specobs_speculative_config_info",), "one per k", methods),
@@ -133,6 +134,14 @@ def _count(value: Any) -> Any:
     if type(value) is int:  # what capture and the validated readers give: checked fast
         return value if value > 0 else None
     return value if _finite(value) and value > 0 else None
+
+
+def _counts_ok(values: Sequence[Any]) -> bool:
+    """Per-position counts fit to add: integers (what capture and the validated readers give,
+    checked fast) or other finite non-negative numbers."""
+    return (set(map(type, values)) == {int} and min(values) >= 0) or all(
+        _count(v) is not None or v == 0 for v in values
+    )
 
 
 def _seconds(value: Any) -> bool:
@@ -275,7 +284,7 @@ class _StepSeries(Collector):
                 group.ks.add(k)
 
     def collect(self) -> Iterable[Metric]:
-        counters = [CounterMetricFamily(name, doc, labels=LABELS) for name, _, doc in COUNTERS]
+        counters = [CounterMetricFamily(name, doc, labels=LABELS) for name, doc in COUNTERS]
         position_labels = [*LABELS, "position"]
         accepted = CounterMetricFamily(
             "specobs_accepted_tokens_per_position", "Drafts whose first position+1 tokens were accepted.",
@@ -285,7 +294,7 @@ class _StepSeries(Collector):
             "specobs_drafts_per_position", "Drafts that reached the position (drafted more than position tokens).",
             labels=position_labels,
         )  # fmt: skip
-        timings = [SummaryMetricFamily(name, doc, labels=[*LABELS, "batch_size_bucket"]) for name, _, doc in TIMINGS]
+        timings = [SummaryMetricFamily(name, doc, labels=[*LABELS, "batch_size_bucket"]) for name, doc in TIMINGS]
         ratio = GaugeMetricFamily(
             "specobs_cost_ratio", "Mean draft seconds per drafted token over mean verify seconds per step.",
             labels=LABELS,
@@ -479,12 +488,8 @@ class PrometheusMetrics:
         timed = _count(row.get("num_timed_steps")) if steps is None else steps
         drafts = _count(row.get("num_drafts")) or 0
         per_pos = row.get("num_accepted_tokens_per_pos") or []
-        # Integers (what capture and the validated readers give) are checked fast; anything
-        # else must be a finite non-negative number.
-        per_pos_ok = (set(map(type, per_pos)) == {int} and min(per_pos) >= 0) or all(
-            _count(v) is not None or v == 0 for v in per_pos
-        )
-        drafts = drafts if per_pos_ok else 0
+        drafts = drafts if _counts_ok(per_pos) else 0
+        reached = drafts_per_position(row, drafts, k) if drafts else ()
         get = row.get
         counts = (timed or 0, drafts, _count(get("num_draft_tokens")) or 0, _count(get("num_accepted_tokens")) or 0,
                   _count(get("num_generated_tokens")) or 0)  # fmt: skip
@@ -499,7 +504,7 @@ class PrometheusMetrics:
         self.series.add(
             labels,
             counts,
-            (per_pos, drafts_per_position(row, drafts, k)) if drafts else None,
+            (per_pos, reached) if drafts and _counts_ok(reached) else None,
             timing,
             cost,
             k_label,
