@@ -398,6 +398,9 @@ def test_label_budget_is_configurable():
     assert registry.get_sample_value("specobs_label_overflow_total", {"label": "model_name"}) == 4
     assert value(registry, "specobs_drafts_total", model_name="other") == 4 * 4
     assert value(registry, "specobs_drafts_total", model_name="a") == 2 * 4
+    for _ in range(2):  # unhashable: never remembered, folded (its text has a space) and counted each time
+        metrics.observe_step({**ROW, "model": ["x", "y"]})
+    assert registry.get_sample_value("specobs_label_overflow_total", {"label": "model_name"}) == 6
 
 
 def test_follower_numbers_lines_across_rotation_and_truncation(tmp_path):

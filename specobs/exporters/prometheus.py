@@ -443,16 +443,16 @@ class PrometheusMetrics:
         raw = (row.get("model"), row.get("engine"), row.get("method"), row.get("num_spec_tokens"))
         try:
             published = self._published.get(raw)
+            hashable = True
         except TypeError:  # an unhashable value (a list for a model name): capped, never remembered
-            raw = None
-            published = None
+            published, hashable = None, False
         if published is not None:
             return published
         labels = self.labels_of(row)
         k = _count(row.get("num_spec_tokens"))
         k_label = self.cap("num_speculative_tokens", str(k)) if k else None
         published = (labels, k, k_label)
-        if raw is not None and OTHER not in labels and k_label != OTHER and len(self._published) < PUBLISHED_CACHE:
+        if hashable and OTHER not in labels and k_label != OTHER and len(self._published) < PUBLISHED_CACHE:
             self._published[raw] = published
         return published
 
