@@ -241,6 +241,19 @@ def metrics_table() -> str:
     return table(("metric", "type", "labels", "help"), rows)
 
 
+def series_budget_table() -> str:
+    """The series one engine publishes at most, by family (``series_budget``): one method, and three."""
+    from specobs.exporters.prometheus import SERIES_PER_ENGINE, series_budget
+
+    one, three = series_budget(methods=1), series_budget(methods=3)
+    rows: list[tuple[Any, ...]] = [
+        (", ".join(code(f) for f in families), samples, n, n3)
+        for (families, samples, n), (_, _, n3) in zip(one, three, strict=True)
+    ]
+    rows.append(("all", "", sum(n for *_, n in one), f"{sum(n for *_, n in three)} (budget {SERIES_PER_ENGINE})"))
+    return table(("families", "series of each", "one method", "three methods"), rows)
+
+
 def otel_table() -> str:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -723,6 +736,7 @@ def _tables() -> dict[str, tuple[str, Callable[[], str]]]:
         "cli-global": ("cli.md", cli_global_table),
         "exit-codes": ("cli.md", exit_codes_table),
         "metrics": ("exporters.md", metrics_table),
+        "series-budget": ("exporters.md", series_budget_table),
         "otel-instruments": ("exporters.md", otel_table),
         "report-json": ("report.md", functools.partial(json_table, "report")),
         "recommend-json": ("report.md", functools.partial(json_table, "recommend")),

@@ -28,24 +28,28 @@ def value(registry: CollectorRegistry, name: str, **labels) -> float | None:
     return registry.get_sample_value(name, {**LABELS, **labels})
 
 
-def test_counters_histograms_and_the_accepted_length_distribution():
+def test_counters_summaries_and_the_accepted_length_distribution():
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry, health=lambda: {"dropped_events": 7, "hook_errors": 1})
     metrics.observe_step(ROW)
     metrics.observe_step({**ROW, "num_drafts": 2, "num_accepted_tokens": 1, "num_accepted_tokens_per_pos": [1, 0, 0]})
     assert value(registry, "specobs_drafts_total") == 6
     assert value(registry, "specobs_accepted_tokens_total") == 7
-    assert value(registry, "specobs_accepted_tokens_per_position_total", position="0") == 4
     assert value(registry, "specobs_steps_total") == 2
+    assert value(registry, "specobs_generated_tokens_total") == 20
     timed = {"batch_size_bucket": "4-7"}
     assert value(registry, "specobs_verify_seconds_count", **timed) == 2
     assert value(registry, "specobs_verify_seconds_sum", **timed) == pytest.approx(0.020)
-    # Draft lengths: first step 4 drafts reaching 3,2,1 → exactly 0,1,2,3 accepted once each;
-    # second step 2 drafts, one reaching position 0 → exactly 0 and 1 once each.
-    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="0") == 2
-    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="1") == 4
-    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="3") == 6
-    assert value(registry, "specobs_accepted_tokens_per_draft_sum") == 7
+    assert value(registry, "specobs_verify_seconds_created", **timed) is None  # a mean needs no _created
+    accepted = [value(registry, "specobs_accepted_tokens_per_position_total", position=str(j)) for j in range(3)]
+    reached = [value(registry, "specobs_drafts_per_position_total", position=str(j)) for j in range(3)]
+    assert accepted == [4, 2, 1] and reached == [6, 6, 6]
+    # The accepted-length distribution follows from the counters (the dashboard's heatmap): drafts
+    # with at most j accepted are those that reached position 0 less those accepted at j. First
+    # step 4 drafts reaching 3,2,1 → exactly 0,1,2,3 accepted once each; second step 2 drafts,
+    # one reaching position 0 → exactly 0 and 1 once each.
+    assert [reached[0] - a for a in accepted] == [2, 4, 5]
+    assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="0") is None  # no histogram
     assert registry.get_sample_value("specobs_dropped_events_total") == 7
     # cost ratio: draft s per drafted token over verify s per step = (0.004 / 24) / (0.020 / 2)
     assert value(registry, "specobs_cost_ratio") == pytest.approx((0.004 / 24) / 0.010)
@@ -325,6 +329,11 @@ def test_observe_window_skips_non_finite_and_negative_values():
     assert value(registry, "specobs_accepted_tokens_total") == 6
     ratio = value(registry, "specobs_cost_ratio")  # from the second row only: the first's draft time is +Inf
     assert ratio == pytest.approx(0.002 / 12 / 0.010)
+    # drafts that reached a position must be counts too: a bad list adds to no per-position series
+    metrics.observe_step({**ROW, "num_drafts_per_pos": [4, float("nan"), -1]})
+    assert value(registry, "specobs_drafts_total") == 8
+    assert value(registry, "specobs_drafts_per_position_total", position="0") == 4
+    assert value(registry, "specobs_accepted_tokens_per_position_total", position="0") == 3
 
 
 def test_sidecar_validates_parquet_rows(tmp_path):
@@ -383,6 +392,15 @@ def test_label_budget_is_configurable():
     models = {s.labels["model_name"] for s in next(f for f in registry.collect() if f.name == "specobs_drafts").samples}
     assert models == {"a", "b", "other"}
     assert registry.get_sample_value("specobs_label_overflow_total", {"label": "model_name"}) == 2
+    # a folded row is counted every time it comes (its labels are never remembered), a kept one not at all
+    for model in ("c", "c", "a"):
+        metrics.observe_step({**ROW, "model": model})
+    assert registry.get_sample_value("specobs_label_overflow_total", {"label": "model_name"}) == 4
+    assert value(registry, "specobs_drafts_total", model_name="other") == 4 * 4
+    assert value(registry, "specobs_drafts_total", model_name="a") == 2 * 4
+    for _ in range(2):  # unhashable: never remembered, folded (its text has a space) and counted each time
+        metrics.observe_step({**ROW, "model": ["x", "y"]})
+    assert registry.get_sample_value("specobs_label_overflow_total", {"label": "model_name"}) == 6
 
 
 def test_follower_numbers_lines_across_rotation_and_truncation(tmp_path):
@@ -401,30 +419,48 @@ def test_follower_numbers_lines_across_rotation_and_truncation(tmp_path):
 
 
 def test_one_engine_stays_within_its_series_budget():
-    """The worst an engine publishes by design: one method, k = 16 with every position reached,
-    every batch bucket, a recommendation published. Counted from a real scrape."""
-    from specobs.exporters.prometheus import SERIES_PER_ENGINE, series_of
+    """The worst an engine publishes by design: three methods at once, k = 16 with every position
+    reached, timed steps in every batch bucket. Counted family by family from a real scrape."""
+    from specobs.exporters.prometheus import BATCH_BUCKETS, SERIES_PER_ENGINE, series_budget, series_of
 
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry, health=lambda: {"dropped_events": 0, "hook_errors": 0})
     per_pos = list(range(16, 0, -1))
     wide = {**ROW, "num_spec_tokens": 16, "num_drafts": 16, "num_draft_tokens": 256,
             "num_accepted_tokens": sum(per_pos), "num_accepted_tokens_per_pos": per_pos}  # fmt: skip
-    for batch in (None, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048):
-        metrics.observe_step({**wide, "batch_size": batch})
+    batches = (None, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 5000, 2**70)
+
+    def run_engine(engine: int) -> None:
+        for method in ("eagle3", "ngram", "mtp"):
+            for batch in batches:
+                metrics.observe_step({**wide, "engine": engine, "method": method, "batch_size": batch})
+
+    run_engine(0)
+    samples: dict[str, int] = {}
+    for family in registry.collect():
+        samples[family.name] = len(family.samples)
+    budget = series_budget()
+    for families, _, expected in budget:
+        assert sum(samples.pop(name) for name in families) == expected, families
+    process_wide = {"specobs_label_overflow": 6, "specobs_dropped_events": 1, "specobs_hook_errors": 1}
+    assert {name: n for name, n in samples.items() if n} == process_wide
+    engine = sum(n for *_, n in budget)
+    assert engine == 3 * (10 + 2 * 16 * 2 + 3 * 13 * 2 + 2) == 462
     series = series_of(registry)
     scraped = [line for line in generate_latest(registry).decode().splitlines() if line and line[0] != "#"]
-    assert series == len(scraped)
-    assert series <= SERIES_PER_ENGINE, series
-    # the timings are summaries: sum, count and created per batch bucket, no quantile buckets
-    assert not [line for line in scraped if line.startswith("specobs_step_seconds_bucket")]
-    steps = [line for line in scraped if line.startswith("specobs_step_seconds_count")]
-    assert len(steps) == 13  # 12 power-of-two buckets and "unknown"
-    # a second engine adds as much again, and no more
-    for batch in (None, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048):
-        metrics.observe_step({**wide, "engine": 1, "batch_size": batch})
-    fixed = 3 * 2 + 2  # the overflow counter (three labels, with _created), the two health counters
-    assert series_of(registry) - fixed == 2 * (series - fixed)
+    assert series == len(scraped) == engine + 8 <= SERIES_PER_ENGINE
+    # 13 batch buckets, the largest batches all in 2048+; no quantiles, no histogram buckets, no _created
+    steps = {line.split('batch_size_bucket="')[1].split('"')[0] for line in scraped
+             if line.startswith('specobs_step_seconds_count{') and 'method="ngram"' in line}  # fmt: skip
+    assert steps == set(BATCH_BUCKETS) and len(steps) == 13
+    assert not [line for line in scraped if "_bucket{" in line or "quantile=" in line or "seconds_created" in line]
+    count = registry.get_sample_value(
+        "specobs_step_seconds_count", {**LABELS, "method": "mtp", "batch_size_bucket": "2048+"}
+    )  # fmt: skip
+    assert count == 3  # 2048, 5000 and 2**70
+    # a second engine adds its own budget again, and no more
+    run_engine(1)
+    assert series_of(registry) == 2 * engine + 8
 
 
 def test_per_position_counters_carry_their_created_time():
@@ -440,3 +476,57 @@ def test_per_position_counters_carry_their_created_time():
     assert created is not None and before <= created <= time.time()
     assert value(registry, "specobs_drafts_per_position_created", position="3") is None  # never reached
     assert value(registry, "specobs_accepted_tokens_per_position_created", position="2") == created
+
+
+def test_concurrent_steps_and_scrapes_lose_no_count():
+    """Rows from several threads while another scrapes: every addition lands exactly once."""
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    threads, steps = 4, 3000
+    done = threading.Event()
+
+    def scrape() -> None:
+        while not done.is_set():
+            generate_latest(registry)
+
+    def observe(engine: int) -> None:
+        for _ in range(steps):
+            metrics.observe_step({**ROW, "engine": engine % 2})
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    workers = [threading.Thread(target=observe, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    done.set()
+    scraper.join()
+    per_engine = threads // 2 * steps
+    for engine in ("0", "1"):
+        assert value(registry, "specobs_steps_total", engine=engine) == per_engine
+        assert value(registry, "specobs_drafts_total", engine=engine) == 4 * per_engine
+        accepted = [value(registry, "specobs_accepted_tokens_per_position_total", engine=engine, position=str(j))
+                    for j in range(3)]  # fmt: skip
+        assert accepted == [3 * per_engine, 2 * per_engine, per_engine]
+        timed = {"engine": engine, "batch_size_bucket": "4-7"}
+        assert value(registry, "specobs_step_seconds_count", **timed) == per_engine
+        assert value(registry, "specobs_step_seconds_sum", **timed) == pytest.approx(0.013 * per_engine)
+
+
+def test_a_counter_appears_with_its_first_count():
+    """A counter's series (and its ``_created``) appear with the first row that adds to it, not before."""
+    import time
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    metrics.observe_step({**ROW, "num_generated_tokens": None})
+    assert value(registry, "specobs_generated_tokens_total") is None
+    assert value(registry, "specobs_generated_tokens_created") is None
+    steps_created = value(registry, "specobs_steps_created")
+    before = time.time()
+    metrics.observe_step(ROW)
+    created = value(registry, "specobs_generated_tokens_created")
+    assert created is not None and before <= created <= time.time()
+    assert value(registry, "specobs_steps_created") == steps_created <= before
+    assert value(registry, "specobs_generated_tokens_total") == 10

@@ -200,7 +200,7 @@ def dashboard_exprs() -> list[tuple[str, str]]:
 
 
 GRAFANA_INTERVALS = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
-VARIABLE = re.compile(r"\$\{?(\w+)\}?")
+VARIABLE = re.compile(r"\$\{?([A-Za-z_]\w*)\}?")  # not $1: label_replace's capture group
 REGEX_MATCHER_VARIABLE = re.compile(r'=~\s*"\$\{?(\w+)\}?"')
 
 
@@ -209,7 +209,7 @@ def to_promql(expr: str) -> str:
     ``.*`` (they may appear only as whole regex matchers: multi-value and All need ``=~``)."""
     expr = REGEX_MATCHER_VARIABLE.sub('=~".*"', expr)
     expr = VARIABLE.sub(lambda m: GRAFANA_INTERVALS.get(m.group(1), m.group(0)), expr)
-    assert "$" not in expr, f"a variable outside a regex matcher or an unknown interval: {expr}"
+    assert not VARIABLE.search(expr), f"a variable outside a regex matcher or an unknown interval: {expr}"
     return expr
 
 
@@ -341,4 +341,35 @@ def test_dashboard_per_position_panels_agree_with_the_rules_when_k_varies(tmp_pa
     }
     (tmp_path / "panels_test.yml").write_text(json.dumps(spec))
     result = promtool("test", "rules", str(tmp_path / "panels_test.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_dashboard_accepted_length_heatmap_follows_from_the_per_position_counters(tmp_path):
+    """The heatmap's cumulative buckets, drafts with at most j tokens accepted, on two engines: one
+    with k = 3 (per second 1 draft reaching position 0; 0.5, 0.2 and 0.1 accepted at positions 0-2)
+    and one with k = 1 whose every draft is accepted. The second's drafts all fall at j = 1."""
+    (expr,) = [expr for title, expr in dashboard_exprs() if title == "Accepted tokens per draft"]
+    (tmp_path / "heatmap.yml").write_text(
+        json.dumps({"groups": [{"name": "heatmap", "rules": [{"record": "dashboard:heatmap:check",
+                                                               "expr": to_promql(expr)}]}]})
+    )  # fmt: skip
+
+    def series(name: str, engine: str, position: str, per_minute: int) -> dict:
+        labels = f'model_name="m", engine="{engine}", method="eagle", position="{position}", job="j", instance="i"'
+        return {"series": f"{name}{{{labels}}}", "values": f"0+{per_minute}x10"}
+
+    reached, accepted = "specobs_drafts_per_position_total", "specobs_accepted_tokens_per_position_total"
+    inputs = [series(reached, "0", str(j), 60) for j in range(3)]
+    inputs += [series(accepted, "0", str(j), n) for j, n in enumerate((30, 12, 6))]
+    inputs += [series(reached, "1", "0", 60), series(accepted, "1", "0", 60)]
+    expected = {"0": 0.5, "1": 1.8, "2": 1.9, "+Inf": 2.0}
+    test = {
+        "expr": "dashboard:heatmap:check", "eval_time": "10m",
+        "exp_samples": [{"labels": f'dashboard:heatmap:check{{le="{le}"}}', "value": v} for le, v in expected.items()],
+    }  # fmt: skip
+    spec = {"rule_files": ["heatmap.yml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [test]}]}  # fmt: skip
+    (tmp_path / "heatmap_test.yml").write_text(json.dumps(spec))
+    result = promtool("test", "rules", str(tmp_path / "heatmap_test.yml"))
     assert result.returncode == 0, result.stdout + result.stderr

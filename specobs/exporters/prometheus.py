@@ -3,13 +3,13 @@
 Names and labels are a contract (docs/exporters.md, rules in exporters/prometheus/):
 
 - counters ``specobs_steps_total``, ``specobs_drafts_total``, ``specobs_draft_tokens_total``,
-  ``specobs_accepted_tokens_total``, ``specobs_accepted_tokens_per_position_total{position}``,
+  ``specobs_accepted_tokens_total``, ``specobs_generated_tokens_total``,
+  ``specobs_accepted_tokens_per_position_total{position}`` and
   ``specobs_drafts_per_position_total{position}`` (drafts that reached the position: the
-  denominator of the per-position rate), ``specobs_generated_tokens_total``;
+  denominator of the per-position rate), each with its ``_created``;
 - summaries ``specobs_draft_seconds``, ``specobs_verify_seconds``, ``specobs_step_seconds``
-  (``_sum`` and ``_count`` with ``batch_size_bucket``: mean times per batch bucket, which is
-  what the rules, the dashboards and the fleet path read; no quantile buckets, which would
-  multiply every batch bucket by 13 series) and the histogram ``specobs_accepted_tokens_per_draft``;
+  (``_sum`` and ``_count`` per ``batch_size_bucket``: the mean time per batch bucket, which is
+  what the rules, the dashboards and the fleet path read);
 - gauges ``specobs_predicted_speedup`` (of the configuration that runs now),
   ``specobs_recommended_num_speculative_tokens`` (both from the latest refit only: a collector
   yields them afresh, so a method or bucket that is no longer recommended disappears),
@@ -21,31 +21,36 @@ bounded. Never request ids or prompt text. ``model_name``, ``engine`` and ``meth
 the input, so their values are capped (:data:`LABEL_BUDGET` distinct values per label, ``method``
 limited to :data:`specobs.schema.KNOWN_METHODS`); a value over the budget, longer than
 :data:`MAX_LABEL_LENGTH` or with whitespace or control characters is published as ``other``
-and counted in ``specobs_label_overflow_total{label}``. Non-finite or negative values never
-reach a metric: such a timing is not observed, such a count not added.
+and counted in ``specobs_label_overflow_total{label}``. Batch sizes from 2048 share one bucket.
+Non-finite or negative values never reach a metric: such a timing is not observed, such a
+count not added.
 
-The accepted-tokens-per-draft histogram is rebuilt from per-position counts
-(``analysis.acceptance.accepted_length_counts``) and kept by a snapshot collector, because
-observing it draft by draft would cost a call per draft. Every number published here comes
-from the analysis and tuning functions (bucket labels, drafts per position, the cost ratio,
-the traffic-weighted speedup): the exporter only counts and publishes.
+The series one engine may publish are a budget (:func:`series_budget`, at most
+:data:`SERIES_PER_ENGINE`): per-position counters rather than a histogram of accepted tokens per
+draft (the distribution follows from them), and no ``_created`` on the timing summaries (their
+means are ratios of ``_sum`` and ``_count``, which a reader misses alike before the first scrape).
+A step's numbers are plain additions under one lock (:class:`_StepSeries`); the families are
+built from them at scrape. Every number published comes from the analysis and tuning functions
+(bucket labels, drafts per position, the cost ratio, the traffic-weighted speedup): the
+exporter only counts and publishes.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from specobs import schema
-from specobs.analysis.acceptance import accepted_length_counts, bucket_label, bucket_of, drafts_per_position
+from specobs.analysis.acceptance import bucket_label, bucket_of, drafts_per_position
 from specobs.analysis.cost import cost_ratio
 from specobs.capture.sinks import is_step
 from specobs.results import Recommendation
@@ -53,8 +58,9 @@ from specobs.tuning.recommend import traffic_speedup
 
 LABELS = ("model_name", "engine", "method")
 MAX_POSITIONS = 16
-#: The series one engine may publish at most, by design (one method, k up to MAX_POSITIONS,
-#: every batch bucket; tests/test_exporters.py holds the exporter to it; docs/exporters.md).
+#: The series one engine may publish at most, by design: :func:`series_budget` with every method an
+#: engine could run at once, k = MAX_POSITIONS and every batch bucket (tests/test_exporters.py
+#: holds a real scrape to it; docs/exporters.md shows the budget).
 SERIES_PER_ENGINE = 500
 #: Distinct values each input-derived label may take before the rest are folded into ``other``.
 LABEL_BUDGET = {"model_name": 32, "engine": 16, "num_speculative_tokens": 16}
@@ -62,6 +68,51 @@ LABEL_BUDGET = {"model_name": 32, "engine": 16, "num_speculative_tokens": 16}
 METHODS = frozenset((*schema.KNOWN_METHODS, "none"))
 MAX_LABEL_LENGTH = 100
 OTHER = "other"
+#: Rows' (model, engine, method, k) whose published labels are remembered (past it they are capped row by row).
+PUBLISHED_CACHE = 4096
+#: Batch sizes from here on share the bucket ``2048+`` (steps that large are rare: one bucket bounds the label).
+LARGEST_BATCH_BUCKET = 2048
+#: Every ``batch_size_bucket`` a timing series can take: the analysis's power-of-two buckets up to
+#: 1024-2047, ``2048+`` and ``unknown`` (a row without a batch size).
+BATCH_BUCKETS = (
+    *(bucket_of(2**e) or "" for e in range(LARGEST_BATCH_BUCKET.bit_length() - 1)),
+    f"{LARGEST_BATCH_BUCKET}+",
+    "unknown",
+)
+#: The counters of every (model_name, engine, method), in the order :meth:`_StepSeries.add` takes
+#: their counts: steps, ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``, ``num_generated_tokens``.
+COUNTERS = (
+    ("specobs_steps", "Engine steps observed."),
+    ("specobs_drafts", "Drafts verified."),
+    ("specobs_draft_tokens", "Draft tokens proposed and verified."),
+    ("specobs_accepted_tokens", "Draft tokens accepted."),
+    ("specobs_generated_tokens", "Tokens generated."),
+)
+#: The timing summaries per batch bucket, in the order of their seconds: ``draft_seconds``,
+#: ``verify_seconds``, ``step_seconds``.
+TIMINGS = (
+    ("specobs_draft_seconds", "Time in the proposer per step."),
+    ("specobs_verify_seconds", "Target forward and rejection sampling per step."),
+    ("specobs_step_seconds", "Whole engine step."),
+)
+_POSITION_LABELS = tuple(str(p) for p in range(MAX_POSITIONS))
+
+
+def series_budget(
+    methods: int = 3, batch_buckets: int = len(BATCH_BUCKETS), positions: int = MAX_POSITIONS
+) -> list[tuple[tuple[str, ...], str, int]]:
+    """The series one engine publishes at most, as ``(families, their samples, series)``: ``methods``
+    methods at once, each with a fixed k of ``positions`` (every position reached) and timed steps in
+    ``batch_buckets`` buckets. A k that changes adds a ``specobs_speculative_config_info`` series."""
+    per_position = ("specobs_accepted_tokens_per_position", "specobs_drafts_per_position")
+    return [
+        (tuple(name for name, _ in COUNTERS), "`_total`, `_created`", methods * len(COUNTERS) * 2),
+        (per_position, f"`_total`, `_created` × {positions} positions", methods * len(per_position) * positions * 2),
+        (tuple(name for name, _ in TIMINGS), f"`_sum`, `_count` × {batch_buckets} batch buckets",
+         methods * len(TIMINGS) * batch_buckets * 2),
+        (("specobs_cost_ratio",), "one", methods),
+        (("specobs_speculative_config_info",), "one per k", methods),
+    ]  # fmt: skip
 
 
 def series_of(registry: CollectorRegistry) -> int:
@@ -80,7 +131,24 @@ def _finite(value: Any) -> bool:
 
 def _count(value: Any) -> Any:
     """``value`` when it can be added to a counter (finite, positive), else None."""
+    if type(value) is int:  # what capture and the validated readers give: checked fast
+        return value if value > 0 else None
     return value if _finite(value) and value > 0 else None
+
+
+def _counts_ok(values: Sequence[Any]) -> bool:
+    """Per-position counts fit to add: integers (what capture and the validated readers give,
+    checked fast) or other finite non-negative numbers."""
+    return (set(map(type, values)) == {int} and min(values) >= 0) or all(
+        _count(v) is not None or v == 0 for v in values
+    )
+
+
+def _seconds(value: Any) -> bool:
+    """A timing fit to observe: finite and not negative (a NaN would poison the sum for good)."""
+    if type(value) is float:
+        return 0.0 <= value < math.inf
+    return _finite(value) and value >= 0
 
 
 class _LabelCap:
@@ -114,97 +182,159 @@ class _LabelCap:
         return OTHER
 
 
-def batch_size_bucket(batch: int | None) -> str:
-    """``1``, ``2-3``, ``4-7`` …: the analysis's power-of-two buckets (``unknown`` without a batch size)."""
-    return bucket_of(batch) or "unknown"
+def batch_size_bucket(batch: Any) -> str:
+    """``1``, ``2-3``, ``4-7`` …: the analysis's power-of-two buckets, up to ``2048+`` (``unknown``
+    without a batch size)."""
+    if (type(batch) is not int and not _finite(batch)) or batch < 1:
+        return "unknown"
+    if batch >= LARGEST_BATCH_BUCKET:
+        return BATCH_BUCKETS[-2]
+    return bucket_of(int(batch)) or "unknown"
 
 
-class _AcceptedPerDraft(Collector):
-    """Histogram of accepted tokens per draft, from per-position counts (snapshot collector)."""
+class _Group:
+    """One (model_name, engine, method)'s running sums, as plain numbers."""
+
+    __slots__ = ("accepted", "accepted_created", "complete", "cost", "ks", "reached", "reached_created",
+                 "timings", "totals", "totals_created")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.totals: list[Any] = [0] * len(COUNTERS)
+        self.totals_created = [0.0] * len(COUNTERS)
+        self.accepted: list[Any] = [0] * MAX_POSITIONS
+        self.reached: list[Any] = [0] * MAX_POSITIONS
+        self.accepted_created = [0.0] * MAX_POSITIONS
+        self.reached_created = [0.0] * MAX_POSITIONS
+        self.complete = 0  #: positions below this have both per-position series (and their creation time)
+        #: batch bucket → [sum, count] of each timing in TIMINGS, one after the other
+        self.timings: dict[str, list[Any]] = {}
+        self.cost: list[Any] = [0.0, 0, 0.0, 0]  # draft s, draft tokens, verify s, steps: the cost ratio's inputs
+        self.ks: set[str] = set()
+
+    def add_positions(self, accepted: Sequence[Any], reached: Sequence[Any]) -> None:
+        """Add one row's per-position counts. A reached position gets its accepted series too, at 0
+        if need be (a rate of 0 must be a sample that raises SpecDecodeWastedPositions, not a
+        missing series)."""
+        width = max(min(len(accepted), MAX_POSITIONS), min(len(reached), MAX_POSITIONS))
+        if accepted:
+            self.accepted[: min(len(accepted), MAX_POSITIONS)] = map(operator.add, self.accepted, accepted)
+        if reached:
+            self.reached[: min(len(reached), MAX_POSITIONS)] = map(operator.add, self.reached, reached)
+        if width > self.complete:  # a position may have got its first series: read the clock
+            now = time.time()
+            for position in range(self.complete, width):
+                if self.reached[position] and not self.reached_created[position]:
+                    self.reached_created[position] = now
+                if (self.accepted[position] or self.reached[position]) and not self.accepted_created[position]:
+                    self.accepted_created[position] = now
+            while (
+                self.complete < MAX_POSITIONS
+                and self.reached_created[self.complete]
+                and self.accepted_created[self.complete]
+            ):
+                self.complete += 1
+
+
+class _StepSeries(Collector):
+    """The counters, per-position counters, timing summaries, cost ratio and config info of every
+    (model_name, engine, method): added to as plain numbers under one lock per row, and turned into
+    metric families only at scrape (a ``Counter.inc`` or ``Summary.observe`` per field cost more
+    than all the rest of a step's export)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0] * (MAX_POSITIONS + 2))
-        self._sums: dict[tuple[str, ...], int] = defaultdict(int)
+        self._groups: dict[tuple[str, str, str], _Group] = {}
 
-    def add(self, labels: tuple[str, ...], drafts: int, per_pos: Sequence[int]) -> None:
-        by_length = accepted_length_counts(drafts, per_pos, MAX_POSITIONS + 1)
+    def add(
+        self,
+        labels: tuple[str, str, str],
+        counts: Sequence[Any],
+        positions: tuple[Sequence[Any], Sequence[Any]] | None = None,
+        timing: tuple[str, Sequence[Any]] | None = None,
+        cost: Sequence[Any] | None = None,
+        k: str | None = None,
+    ) -> None:
+        """One row: ``counts`` in :data:`COUNTERS` order (0 where the row has none), per-position
+        ``(accepted, reached)``, ``(batch bucket, seconds in TIMINGS order or None)`` and the cost
+        ratio's inputs of a single step, and the k label."""
         with self._lock:
-            counts = self._counts[labels]
-            for j, n in enumerate(by_length):
-                counts[j] += n
-            self._sums[labels] += sum(per_pos)
+            group = self._groups.get(labels)
+            if group is None:
+                group = self._groups[labels] = _Group()
+            group.totals[:] = map(operator.add, group.totals, counts)
+            created = group.totals_created
+            if 0.0 in created:  # a counter may have got its first series: read the clock
+                for i, value in enumerate(counts):
+                    if value and not created[i]:
+                        created[i] = time.time()
+            if positions is not None:
+                group.add_positions(*positions)
+            if timing is not None:
+                bucket, seconds = timing
+                sums = group.timings.get(bucket)
+                if sums is None:
+                    sums = group.timings[bucket] = [0.0, 0] * len(TIMINGS)
+                for i, value in enumerate(seconds):
+                    if value is not None:
+                        sums[2 * i] += value
+                        sums[2 * i + 1] += 1
+            if cost is not None:
+                group.cost[:] = map(operator.add, group.cost, cost)
+            if k is not None:
+                group.ks.add(k)
 
-    def collect(self) -> Iterable[HistogramMetricFamily]:
-        family = HistogramMetricFamily(
-            "specobs_accepted_tokens_per_draft",
-            "Accepted draft tokens per draft (bonus token not counted).",
-            labels=LABELS,
-        )
-        with self._lock:
-            for labels, counts in self._counts.items():
-                cumulative, buckets = 0, []
-                for j in range(MAX_POSITIONS + 1):
-                    cumulative += counts[j]
-                    buckets.append((str(j), cumulative))
-                buckets.append(("+Inf", cumulative + counts[MAX_POSITIONS + 1]))
-                family.add_metric(list(labels), buckets, self._sums[labels])
-        yield family
-
-
-class _PerPosition(Collector):
-    """``specobs_accepted_tokens_per_position_total`` and ``specobs_drafts_per_position_total``
-    kept as plain sums and yielded afresh at scrape (with each series' ``_created``): 32
-    ``Counter.inc`` calls per step cost more than all the rest of a step's export."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        # labels → (accepted, reached, accepted created, reached created), one slot a position
-        self._series: dict[tuple[str, ...], tuple[list[int], list[int], list[float], list[float]]] = {}
-
-    def add(self, labels: tuple[str, ...], accepted: Sequence[int], reached: Sequence[int]) -> None:
-        """Add one row's per-position counts; a reached position gets its accepted series too,
-        at 0 if need be (a rate of 0 must be a sample that raises SpecDecodeWastedPositions, not
-        a missing series)."""
-        now = 0.0  # read the clock only when a series appears
-        with self._lock:
-            entry = self._series.get(labels)
-            if entry is None:
-                entry = self._series[labels] = (
-                    [0] * MAX_POSITIONS, [0] * MAX_POSITIONS, [0.0] * MAX_POSITIONS, [0.0] * MAX_POSITIONS
-                )  # fmt: skip
-            sums, tried, sums_created, tried_created = entry
-            for position in range(min(max(len(accepted), len(reached)), MAX_POSITIONS)):
-                a = accepted[position] if position < len(accepted) else 0
-                n = reached[position] if position < len(reached) else 0
-                if a or n:
-                    sums[position] += a
-                    if not sums_created[position]:
-                        now = sums_created[position] = now or time.time()
-                if n:
-                    tried[position] += n
-                    if not tried_created[position]:
-                        now = tried_created[position] = now or time.time()
-
-    def collect(self) -> Iterable[CounterMetricFamily]:
-        labels = [*LABELS, "position"]
+    def collect(self) -> Iterable[Metric]:
+        counters = [CounterMetricFamily(name, doc, labels=LABELS) for name, doc in COUNTERS]
+        position_labels = [*LABELS, "position"]
         accepted = CounterMetricFamily(
-            "specobs_accepted_tokens_per_position", "Drafts whose first position+1 tokens were accepted.", labels=labels
-        )
+            "specobs_accepted_tokens_per_position", "Drafts whose first position+1 tokens were accepted.",
+            labels=position_labels,
+        )  # fmt: skip
         reached = CounterMetricFamily(
-            "specobs_drafts_per_position",
-            "Drafts that reached the position (drafted more than position tokens).",
-            labels=labels,
-        )
+            "specobs_drafts_per_position", "Drafts that reached the position (drafted more than position tokens).",
+            labels=position_labels,
+        )  # fmt: skip
+        timings = [SummaryMetricFamily(name, doc, labels=[*LABELS, "batch_size_bucket"]) for name, doc in TIMINGS]
+        ratio = GaugeMetricFamily(
+            "specobs_cost_ratio", "Mean draft seconds per drafted token over mean verify seconds per step.",
+            labels=LABELS,
+        )  # fmt: skip
+        config = GaugeMetricFamily(
+            "specobs_speculative_config_info", "1 while a speculative engine is observed.",
+            labels=[*LABELS, "num_speculative_tokens"],
+        )  # fmt: skip
         with self._lock:
-            for key, (sums, tried, sums_created, tried_created) in self._series.items():
+            for key, group in self._groups.items():
+                labels = list(key)
+                for family, total, created in zip(counters, group.totals, group.totals_created, strict=True):
+                    if created:
+                        family.add_metric(labels, total, created=created)
                 for position in range(MAX_POSITIONS):
-                    if sums_created[position]:
-                        accepted.add_metric([*key, str(position)], sums[position], created=sums_created[position])
-                    if tried_created[position]:
-                        reached.add_metric([*key, str(position)], tried[position], created=tried_created[position])
+                    if group.accepted_created[position]:
+                        accepted.add_metric(
+                            [*key, _POSITION_LABELS[position]], group.accepted[position],
+                            created=group.accepted_created[position],
+                        )  # fmt: skip
+                    if group.reached_created[position]:
+                        reached.add_metric(
+                            [*key, _POSITION_LABELS[position]], group.reached[position],
+                            created=group.reached_created[position],
+                        )  # fmt: skip
+                for bucket, sums in group.timings.items():
+                    for i, summary in enumerate(timings):
+                        if sums[2 * i + 1]:
+                            summary.add_metric([*key, bucket], sums[2 * i + 1], sums[2 * i])
+                draft, tokens, verify, steps = group.cost
+                if tokens and verify:
+                    ratio.add_metric(labels, cost_ratio(draft, tokens, verify, steps))
+                for k in sorted(group.ks):
+                    config.add_metric([*key, k], 1)
+        yield from counters
         yield accepted
         yield reached
+        yield from timings
+        yield ratio
+        yield config
 
 
 class _Tuning(Collector):
@@ -270,10 +400,6 @@ class _Health(Collector):
 class PrometheusMetrics:
     """The specobs instruments on one registry; ``observe_step`` feeds them from a steps row."""
 
-    _counter_cls = Counter
-    _summary_cls = Summary
-    _gauge_cls = Gauge
-
     def __init__(
         self,
         registry: CollectorRegistry | None = None,
@@ -284,38 +410,13 @@ class PrometheusMetrics:
         ``num_speculative_tokens``) before the rest become ``other``; :data:`LABEL_BUDGET` by default."""
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-
-        def counter(name: str, doc: str, labels: Sequence[str] = LABELS) -> Counter:
-            return self._counter_cls(name, doc, list(labels), registry=r)
-
-        def timing(name: str, doc: str) -> Summary:
-            return self._summary_cls(name, doc, [*LABELS, "batch_size_bucket"], registry=r)
-
-        self.steps = counter("specobs_steps", "Engine steps observed.")
-        self.drafts = counter("specobs_drafts", "Drafts verified.")
-        self.draft_tokens = counter("specobs_draft_tokens", "Draft tokens proposed and verified.")
-        self.accepted = counter("specobs_accepted_tokens", "Draft tokens accepted.")
-        self.per_position = _PerPosition()
-        r.register(self.per_position)
-        self.generated = counter("specobs_generated_tokens", "Tokens generated.")
-        self.draft_seconds = timing("specobs_draft_seconds", "Time in the proposer per step.")
-        self.verify_seconds = timing("specobs_verify_seconds", "Target forward and rejection sampling per step.")
-        self.step_seconds = timing("specobs_step_seconds", "Whole engine step.")
-        self.cost_ratio = self._gauge_cls(
-            "specobs_cost_ratio", "Mean draft seconds per drafted token over mean verify seconds per step.",
-            list(LABELS), registry=r,
-        )  # fmt: skip
-        self.config_info = self._gauge_cls(
-            "specobs_speculative_config_info", "1 while a speculative engine is observed.",
-            [*LABELS, "num_speculative_tokens"], registry=r,
-        )  # fmt: skip
-        self.accepted_per_draft = _AcceptedPerDraft()
-        r.register(self.accepted_per_draft)
+        self.series = _StepSeries()
+        r.register(self.series)
         self.tuning = _Tuning()
         r.register(self.tuning)
         if health is not None:
             r.register(_Health(health))
-        self.label_overflow = self._counter_cls(
+        self.label_overflow = Counter(
             "specobs_label_overflow",
             'Observations whose label value was published as "other" (over the budget of distinct values, '
             "too long, or with whitespace).",
@@ -324,25 +425,36 @@ class PrometheusMetrics:
         for label in ("model_name", "engine", "method"):
             self.label_overflow.labels(label)
         self.cap = _LabelCap({**LABEL_BUDGET, **(label_budget or {})}, self.label_overflow)
-        self.tuner_k = self._gauge_cls(
+        self.tuner_k = Gauge(
             "specobs_tuner_num_speculative_tokens",
             "k the online tuner (SPECOBS_TUNE=apply) runs in each batch bucket, from its latest decision there.",
             ["batch_size_bucket"], registry=r,
         )  # fmt: skip
-        self.tuner_decisions = counter(
+        self.tuner_decisions = Counter(
             "specobs_tuner_decisions", "Decisions of the online tuner (suggest, apply, confirm, rollback, refuse).",
-            ["action"],
+            ["action"], registry=r,
         )  # fmt: skip
-        self._timing: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0, 0, 0.0, 0])
-        self._children: dict[tuple, Any] = {}
+        #: a row's (model, engine, method, num_spec_tokens) → its labels, k and k label, for rows
+        #: none of whose values was folded into ``other`` (a folded one is counted row by row)
+        self._published: dict[tuple[Any, ...], tuple[tuple[str, str, str], Any, str | None]] = {}
 
-    def _child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, cached: the lookup costs more than the increment."""
-        key = (id(metric), labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+    def _labels_and_k(self, row: dict[str, Any]) -> tuple[tuple[str, str, str], Any, str | None]:
+        """The row's labels (:meth:`labels_of`), its k and k label, remembered per raw values."""
+        raw = (row.get("model"), row.get("engine"), row.get("method"), row.get("num_spec_tokens"))
+        try:
+            published = self._published.get(raw)
+            hashable = True
+        except TypeError:  # an unhashable value (a list for a model name): capped, never remembered
+            published, hashable = None, False
+        if published is not None:
+            return published
+        labels = self.labels_of(row)
+        k = _count(row.get("num_spec_tokens"))
+        k_label = self.cap("num_speculative_tokens", str(k)) if k else None
+        published = (labels, k, k_label)
+        if hashable and OTHER not in labels and k_label != OTHER and len(self._published) < PUBLISHED_CACHE:
+            self._published[raw] = published
+        return published
 
     def labels_of(self, row: dict[str, Any]) -> tuple[str, str, str]:
         """``(model_name, engine, method)`` of a row, each capped (see :class:`_LabelCap`)."""
@@ -365,60 +477,38 @@ class PrometheusMetrics:
         action = row.get("tuner_action")
         if action not in ACTIONS:
             return
-        self._child(self.tuner_decisions, action).inc()
+        self.tuner_decisions.labels(action).inc()
         low = row.get("batch_size_min")
         if action in ("apply", "rollback") and isinstance(low, int) and isinstance(row.get("to_k"), int):
-            self._child(self.tuner_k, batch_size_bucket(low)).set(row["to_k"])
+            self.tuner_k.labels(batch_size_bucket(low)).set(row["to_k"])
 
     def observe_window(self, row: dict[str, Any], steps: int | None = None) -> None:
         """A window of counts (a log interval) or a single step; timings only when timed."""
-        labels = self.labels_of(row)
-        k = _count(row.get("num_spec_tokens"))
-        if k:
-            self._child(self.config_info, *labels, self.cap("num_speculative_tokens", str(k))).set(1)
+        labels, k, k_label = self._labels_and_k(row)
         timed = _count(row.get("num_timed_steps")) if steps is None else steps
-        if timed:
-            self._child(self.steps, *labels).inc(timed)
         drafts = _count(row.get("num_drafts")) or 0
         per_pos = row.get("num_accepted_tokens_per_pos") or []
-        # Integers (what capture and the validated readers give) are checked fast; anything
-        # else must be a finite non-negative number.
-        per_pos_ok = all(type(v) is int and v >= 0 for v in per_pos) or all(
-            _count(v) is not None or v == 0 for v in per_pos
-        )
-        if drafts and per_pos_ok:
-            self._child(self.drafts, *labels).inc(drafts)
-            self.per_position.add(labels, per_pos, drafts_per_position(row, drafts, k))
-            if per_pos:
-                self.accepted_per_draft.add(labels, drafts, per_pos)
-        for counter, key in ((self.draft_tokens, "num_draft_tokens"), (self.accepted, "num_accepted_tokens"),
-                             (self.generated, "num_generated_tokens")):  # fmt: skip
-            value = _count(row.get(key))
-            if value:
-                self._child(counter, *labels).inc(value)
+        drafts = drafts if _counts_ok(per_pos) else 0
+        reached = drafts_per_position(row, drafts, k) if drafts else ()
+        get = row.get
+        counts = (timed or 0, drafts, _count(get("num_draft_tokens")) or 0, _count(get("num_accepted_tokens")) or 0,
+                  _count(get("num_generated_tokens")) or 0)  # fmt: skip
+        timing = cost = None
         if timed == 1:  # a single step: its timings are one observation each
-            bucket = batch_size_bucket(row.get("batch_size"))
-            for summary, key in ((self.draft_seconds, "draft_seconds"), (self.verify_seconds, "verify_seconds"),
-                                 (self.step_seconds, "step_seconds")):  # fmt: skip
-                value = row.get(key)
-                if _finite(value) and value >= 0:  # type: ignore[operator]  # a NaN would poison the sum for good
-                    self._child(summary, *labels, bucket).observe(value)
-            self._update_cost_ratio(labels, row)
-
-    def _update_cost_ratio(self, labels: tuple[str, ...], row: dict[str, Any]) -> None:
-        draft, tokens, verify = row.get("draft_seconds"), row.get("num_draft_tokens"), row.get("verify_seconds")
-        if not (_finite(draft) and _finite(verify) and _count(tokens)):
-            return
-        assert draft is not None and verify is not None and tokens is not None
-        if draft < 0 or verify < 0:
-            return
-        t = self._timing[labels]
-        t[0] += draft
-        t[1] += tokens
-        t[2] += verify
-        t[3] += 1
-        if t[1] and t[2]:
-            self._child(self.cost_ratio, *labels).set(cost_ratio(t[0], t[1], t[2], t[3]))
+            draft, verify, step = get("draft_seconds"), get("verify_seconds"), get("step_seconds")
+            draft_ok, verify_ok = _seconds(draft), _seconds(verify)
+            seconds = (draft if draft_ok else None, verify if verify_ok else None, step if _seconds(step) else None)
+            timing = (batch_size_bucket(get("batch_size")), seconds)
+            if draft_ok and verify_ok and counts[2]:
+                cost = (draft, counts[2], verify, 1)
+        self.series.add(
+            labels,
+            counts,
+            (per_pos, reached) if drafts and _counts_ok(reached) else None,
+            timing,
+            cost,
+            k_label,
+        )
 
     def set_recommendation(self, recommendation: Recommendation, model: str | None, running: dict[str, int]) -> None:
         """Publish one model's latest recommendation (``running``: method → the k it runs with now).
