@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import timeit
 from collections.abc import Callable
 
@@ -98,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--repeat", type=int, default=10, help="interleaved rounds; the best of each is kept")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON line (bench_fleet.py)")
     args = parser.parse_args()
     metrics = fleet()
     series = series_of(metrics.registry)
@@ -118,6 +120,14 @@ def main() -> None:
     for _ in range(args.repeat):
         for name, (call, number) in measures.items():
             best[name] = min(best[name], timeit.timeit(call, number=number) / number)
+    if args.json:
+        figures = {
+            "series": series, "series_per_engine": worst_engine(), "render_ms": best["render"] * 1e3,
+            "plain_ms": best["plain"] * 1e3, "observe_step_us": best["observe"] * 1e6,
+            "by_hand_us": best["by hand"] * 1e6,
+        }  # fmt: skip
+        print(json.dumps(figures))
+        return
     ms, us = (lambda s: f"{s * 1e3:.2f} ms"), (lambda s: f"{s * 1e6:.1f} µs")
     lines = [
         f"## {dt.date.today().isoformat()} — exporter cost",
