@@ -277,14 +277,26 @@ def _drop_repeated_windows(result: Ingested) -> None:
     ends = result.windows.select("end_ts").collect().to_series().drop_nulls()
     if ends.n_unique() == ends.len():
         return
+    # Engines of one server print in the same second, so a shared end time says little: a
+    # repeat also shares these counts, which narrows the full comparison to real suspects.
+    narrow = ["end_ts", "engine", "num_draft_tokens", "num_accepted_tokens"]
+    suspects = (
+        result.windows.select(narrow)
+        .with_row_index("_row")
+        .filter(pl.col("end_ts").is_not_null() & pl.struct(narrow).is_duplicated())
+        .select("_row")
+        .collect()
+        .to_series()
+    )
+    if suspects.is_empty():
+        return
     # Several processes sharing one log are sources "file [process]": the process tells apart
     # two servers that printed the same counts in the same second.
     process = pl.col("source").str.extract(r" (\[[^\[\]]*\])$").alias("_process")
     key = [*REPEAT_KEY, "_process"]
     numbered = result.windows.with_row_index("_row")
-    shared = ends.filter(ends.is_duplicated()).unique()
     candidates = (
-        numbered.filter(pl.col("end_ts").is_in(shared.implode()))
+        numbered.filter(pl.col("_row").is_in(suspects.implode()))
         .select("_row", process, *REPEAT_KEY, "source", "source_line")
         .collect()
         .with_columns(repeat=~pl.struct(key).is_first_distinct())
