@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 
-from specobs.analysis.acceptance import with_group_columns
+from specobs.analysis.acceptance import cells, is_cells, with_group_columns
 
 if TYPE_CHECKING:
     from specobs.results import ScheduleTax
@@ -54,6 +54,45 @@ def cost_ratio(draft_seconds: T, draft_tokens: T, verify_seconds: T, verify_step
     return (draft_seconds / draft_tokens) / (verify_seconds / verify_steps)
 
 
+def timing_sums() -> list[pl.Expr]:
+    """The sums :func:`timing_by_batch` divides, over the timed rows (``num_timed_steps`` > 0)
+    only: summed per group of rows, or per cell and then over cells (:func:`step_cells`)."""
+    timed = pl.col("num_timed_steps").fill_null(0) > 0
+
+    def of_timed(value: pl.Expr) -> pl.Expr:
+        return pl.when(timed).then(value)
+
+    steps = pl.col("num_timed_steps")
+    both = pl.col("num_generated_tokens").is_not_null() & pl.col("step_seconds").is_not_null()
+    drafted = pl.col("draft_seconds").is_not_null()
+    return [
+        timed.sum().alias("timed_rows"),
+        of_timed(steps).sum().alias("timed_steps"),
+        of_timed(pl.col("batch_size")).min().alias("batch_min"),
+        of_timed(pl.when(drafted).then(steps)).sum().alias("draft_steps"),
+        of_timed(pl.col("draft_seconds")).sum().alias("draft_total"),
+        of_timed(pl.when(pl.col("verify_seconds").is_not_null()).then(steps)).sum().alias("verify_steps"),
+        of_timed(pl.col("verify_seconds")).sum().alias("verify_total"),
+        of_timed(pl.when(pl.col("step_seconds").is_not_null()).then(steps)).sum().alias("step_steps"),
+        of_timed(pl.col("step_seconds")).sum().alias("step_total"),
+        of_timed(pl.when(both).then(pl.col("num_generated_tokens"))).sum().alias("generated"),
+        of_timed(pl.when(both).then(pl.col("step_seconds"))).sum().alias("generated_time"),
+        # Draft tokens and acceptance only where the draft time is known, so the ratios match.
+        of_timed(pl.when(drafted).then(pl.col("num_draft_tokens"))).sum().alias("timed_draft_tokens"),
+        of_timed(pl.when(drafted).then(pl.col("num_accepted_tokens"))).sum().alias("timed_accepted"),
+    ]
+
+
+_TIMING_SUMS = [e.meta.output_name() for e in timing_sums()]
+
+
+def step_cells(windows: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """Steady-state rows (:func:`steady_state`) summed once into acceptance cells
+    (:func:`specobs.analysis.acceptance.cells`) that also hold the timing sums: the acceptance
+    summary by any grouping and :func:`timing_by_batch` both read them instead of the rows."""
+    return cells(steady_state(windows), timing_sums())
+
+
 def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
     """Per group and batch bucket: timed steps, mean draft/verify/step/other seconds, draft share of
     step time, cost ratio, rejected-draft share, and generated tokens per second of step time
@@ -67,27 +106,13 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
     parallel ones whose later positions cost nothing extra.
     """
     keys = [k for k in keys if k != "batch_bucket"]
-    lazy = with_group_columns(steady_state(windows)).filter(pl.col("num_timed_steps").fill_null(0) > 0)
-    steps = pl.col("num_timed_steps")
-    both = pl.col("num_generated_tokens").is_not_null() & pl.col("step_seconds").is_not_null()
+    if is_cells(windows):
+        sums = [pl.col(n).min() if n == "batch_min" else pl.col(n).sum() for n in _TIMING_SUMS]
+        grouped = with_group_columns(windows.lazy()).group_by([*keys, "batch_bucket"]).agg(sums)
+    else:
+        grouped = with_group_columns(steady_state(windows)).group_by([*keys, "batch_bucket"]).agg(timing_sums())
     out = (
-        lazy.group_by([*keys, "batch_bucket"])
-        .agg(
-            timed_steps=steps.sum(),
-            batch_min=pl.col("batch_size").min(),
-            draft_steps=pl.when(pl.col("draft_seconds").is_not_null()).then(steps).sum(),
-            draft_total=pl.col("draft_seconds").sum(),
-            verify_steps=pl.when(pl.col("verify_seconds").is_not_null()).then(steps).sum(),
-            verify_total=pl.col("verify_seconds").sum(),
-            step_steps=pl.when(pl.col("step_seconds").is_not_null()).then(steps).sum(),
-            step_total=pl.col("step_seconds").sum(),
-            generated=pl.when(both).then(pl.col("num_generated_tokens")).sum(),
-            generated_time=pl.when(both).then(pl.col("step_seconds")).sum(),
-            drafts=pl.col("num_drafts").sum(),
-            # Draft tokens and acceptance only where the draft time is known, so the ratios match.
-            timed_draft_tokens=pl.when(pl.col("draft_seconds").is_not_null()).then(pl.col("num_draft_tokens")).sum(),
-            timed_accepted=pl.when(pl.col("draft_seconds").is_not_null()).then(pl.col("num_accepted_tokens")).sum(),
-        )
+        grouped.filter(pl.col("timed_rows") > 0)
         .with_columns(
             mean_draft_seconds=pl.when(pl.col("draft_steps") > 0).then(pl.col("draft_total") / pl.col("draft_steps")),
             mean_verify_seconds=pl.when(pl.col("verify_steps") > 0).then(
@@ -212,7 +237,9 @@ def _unsettled_rows(lazy: pl.LazyFrame) -> tuple[pl.Series, pl.Series]:
         lazy.with_row_index("_row")
         .filter((pl.col("counters") == "step") & step.is_not_null())
         .with_columns(_labels=labels)
-        .select("_row", "start_ts", "step_seconds", _engine=engine, _coarse=coarse, _config=config, _per_token=per_token)
+        .select(
+            "_row", "start_ts", "step_seconds", _engine=engine, _coarse=coarse, _config=config, _per_token=per_token
+        )
     )
     fine_stats = steps.group_by("_config").agg(_fine_steps=pl.len(), _fine_median=step.median())
     coarse_stats = steps.group_by("_coarse").agg(
