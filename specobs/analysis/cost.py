@@ -193,9 +193,11 @@ def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     Idempotent: a frame that already has ``unsteady`` is returned as it is, so one trimmed frame
     can be handed to every consumer (``reporting.analyze`` does) without trimming it again.
     """
-    lazy = windows.lazy()
-    if "unsteady" in lazy.collect_schema().names():
-        return lazy
+    if "unsteady" in windows.lazy().collect_schema().names():
+        return windows.lazy()
+    # Read once: judging the steps and trimming them both read the rows (a scan read twice
+    # decodes every string column twice).
+    lazy = (windows.collect() if isinstance(windows, pl.LazyFrame) else windows).lazy()
     warm_up, outliers = _unsettled_rows(lazy)
     if warm_up.is_empty() and outliers.is_empty():
         return lazy.with_columns(unsteady=pl.lit(None, pl.String))
