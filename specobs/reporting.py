@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specobs.analysis import acceptance
-from specobs.analysis.cost import schedule_tax, steady_state, timing_by_batch, unsteady_counts
+from specobs.analysis.cost import schedule_tax, steady_state, step_cells, timing_by_batch, unsteady_counts
 from specobs.analysis.integrity import integrity
 from specobs.analysis.timeseries import detect_changes
 from specobs.ingest import Ingested, counted_sources
@@ -36,10 +36,12 @@ def analyze(
     # Read and trimmed once: every analysis below takes this frame (steady_state is idempotent);
     # left lazy, each of them would read the inputs and rank their steps again.
     frame = steady_state(windows).collect()
-    overall, groups = acceptance.summarize_with_total(frame, by=by)
+    # Summed once into cells: the acceptance summary, its groups and the timing by batch read them.
+    cells = step_cells(frame)
+    overall, groups = acceptance.summarize_with_total(cells, by=by)
     keys = acceptance.group_columns(by)
     summary = Summary.from_row(overall.row(0, named=True)) if overall.height else Summary()
-    by_batch = timing_by_batch(frame, keys).to_dicts() if timing else []
+    by_batch = timing_by_batch(cells, keys).to_dicts() if timing else []
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
     recommendation = recommend(frame, bootstrap=0) if tune and summary.num_drafts else None
     return Report(

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
+from polars.lazyframe.group_by import LazyGroupBy
 
 from specobs.analysis.intervals import Z95, wilson
 
@@ -86,11 +87,18 @@ def batch_bucket(batch_size: pl.Expr) -> pl.Expr:
 
 
 def with_group_columns(windows: pl.LazyFrame) -> pl.LazyFrame:
-    """Add the derived grouping columns ``batch_bucket`` and ``hour``."""
+    """Add the derived grouping columns ``batch_bucket`` and ``hour`` (to rows, or to
+    :func:`cells`, which hold the hour's number)."""
+    hour = pl.col(HOUR_NUMBER) if HOUR_NUMBER in windows.collect_schema().names() else hour_number()
     return windows.with_columns(
         batch_bucket=batch_bucket(pl.col("batch_size")),
-        hour=(pl.col("end_ts") // 3600 * 3600 * 1_000_000).cast(pl.Datetime("us", "UTC")).dt.strftime("%Y-%m-%d %H:00"),
+        hour=(hour * 3600 * 1_000_000).cast(pl.Datetime("us", "UTC")).dt.strftime("%Y-%m-%d %H:00"),
     )
+
+
+def hour_number() -> pl.Expr:
+    """Hours since the epoch of a window's end (what ``hour`` labels)."""
+    return pl.col("end_ts") // 3600
 
 
 def group_columns(by: Sequence[str]) -> list[str]:
@@ -116,8 +124,15 @@ def aggregate(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str]) -> pl.D
     ``acc_for_rate`` / ``tokens_for_rate``, ``pos_0..pos_{K-1}`` / ``drafts_for_pos``, the
     sums the between-window variance needs, and the drafts-free fallback from printed
     mean acceptance lengths (weighted by batch size, as SGLang prints them).
+
+    ``windows`` may be rows or their :func:`cells`: cells are rolled up, not read again.
     """
     lazy = with_group_columns(windows.lazy())
+    if is_cells(lazy):
+        positions = sum(1 for c in lazy.collect_schema().names() if c.startswith("pos_"))
+        names = [a.meta.output_name() for a in _terms(positions)]
+        rolled = [_rollup_expr(name).alias(name) for name in names if name not in keys]
+        return _known_totals(_grouped(lazy, keys).agg(rolled).collect(), keys)
     out = _aggregate(lazy, keys, _positions_guess(lazy))
     longest = int(out.select(pl.col("longest_list").max()).item() or 0)
     if longest > sum(1 for c in out.columns if c.startswith("pos_")):
@@ -125,7 +140,69 @@ def aggregate(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str]) -> pl.D
     return out
 
 
+#: What :func:`cells` are keyed by: every column a summary can be grouped on, as the rows hold
+#: it (``batch_bucket`` and ``hour`` are derived from ``batch_size`` and :data:`HOUR_NUMBER`).
+HOUR_NUMBER = "_hour"
+CELL_KEYS = (
+    "source", "run_id", "engine", "model", "method", "draft_model", "workload", "platform", "device",
+    "num_spec_tokens", "batch_size", HOUR_NUMBER,
+)  # fmt: skip
+
+
+def is_cells(frame: pl.LazyFrame | pl.DataFrame) -> bool:
+    """True for the output of :func:`cells` (rows never have :data:`HOUR_NUMBER`)."""
+    return HOUR_NUMBER in frame.lazy().collect_schema().names()
+
+
+def cells(windows: pl.LazyFrame | pl.DataFrame, extra: Sequence[pl.Expr] = ()) -> pl.DataFrame:
+    """The rows summed once into cells, one per value of :data:`CELL_KEYS`, holding every sum
+    :func:`aggregate` needs (and the aggregations ``extra``): :func:`summarize` of the cells
+    by any ``--by`` gives what it gives on the rows, from thousands of cells instead of
+    millions of rows, so one pass over the rows serves every grouping.
+
+    Every per-row quantity (a mask, a square, a per-position estimate) is computed on the rows
+    and only summed here; sums of floats may differ from the rows' in the last bits.
+    """
+    lazy = windows.lazy().with_columns(hour_number().alias(HOUR_NUMBER))
+
+    def build(positions: int) -> pl.DataFrame:
+        terms = [a for a in _terms(positions) if a.meta.output_name() not in CELL_KEYS]
+        return lazy.group_by(CELL_KEYS).agg(*terms, *extra).collect()
+
+    guess = _positions_guess(lazy)
+    out = build(guess)
+    longest = int(out.select(pl.col("longest_list").max()).item() or 0)
+    return build(longest) if longest > guess else out
+
+
 def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
+    aggs = [a for a in _terms(k) if a.meta.output_name() not in keys]  # e.g. --by k groups on num_spec_tokens
+    return _known_totals(_grouped(lazy, keys).agg(aggs).collect(), keys)
+
+
+def _grouped(lazy: pl.LazyFrame, keys: Sequence[str]) -> LazyGroupBy:
+    return lazy.group_by(list(keys)) if keys else lazy.group_by(pl.lit(True).alias("_all"))
+
+
+def _known_totals(out: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """Totals no row knew are null, not 0 (unknown is never 0)."""
+    if not keys:
+        out = out.drop("_all")
+    return out.with_columns(
+        [
+            pl.when(pl.col(flag)).then(pl.col(col)).otherwise(None).alias(col)
+            for col, flag in (
+                ("num_drafts", "has_drafts"),
+                ("num_draft_tokens", "has_draft_tokens"),
+                ("num_accepted_tokens", "has_accepted"),
+            )
+        ]
+    ).drop("has_drafts", "has_draft_tokens", "has_accepted")
+
+
+def _terms(k: int) -> list[pl.Expr]:
+    """Every aggregation :func:`aggregate` makes of rows, over ``k`` positions (each a sum, a
+    count, a min/max or an any/all of per-row values: :func:`_rollup_expr` combines them)."""
     drafts, accepted, tokens = pl.col("num_drafts"), pl.col("num_accepted_tokens"), pl.col("num_draft_tokens")
     per_pos = pl.col("num_accepted_tokens_per_pos")
     length_known = drafts.is_not_null() & accepted.is_not_null() & (drafts > 0)
@@ -214,21 +291,7 @@ def _aggregate(lazy: pl.LazyFrame, keys: Sequence[str], k: int) -> pl.DataFrame:
         masked(interval, pos_known).all().alias("positions_from_intervals"),
         masked(tokens, pos_known & tokens.is_not_null()).sum().alias("tokens_for_pos"),
     ]
-    aggs = [a for a in aggs if a.meta.output_name() not in keys]  # e.g. --by k groups on num_spec_tokens
-    grouped = lazy.group_by(list(keys)) if keys else lazy.group_by(pl.lit(True).alias("_all"))
-    out = grouped.agg(aggs).collect()
-    if not keys:
-        out = out.drop("_all")
-    return out.with_columns(
-        [
-            pl.when(pl.col(flag)).then(pl.col(col)).otherwise(None).alias(col)
-            for col, flag in (
-                ("num_drafts", "has_drafts"),
-                ("num_draft_tokens", "has_draft_tokens"),
-                ("num_accepted_tokens", "has_accepted"),
-            )
-        ]
-    ).drop("has_drafts", "has_draft_tokens", "has_accepted")
+    return aggs
 
 
 def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
@@ -271,7 +334,7 @@ def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
 
 #: How each aggregated column combines when groups are rolled up into a total.
 def _rollup_expr(name: str) -> pl.Expr:
-    if name in ("num_drafts_derived",):
+    if name in ("num_drafts_derived", "has_drafts", "has_draft_tokens", "has_accepted"):
         return pl.col(name).any()
     if name == "positions_from_intervals":
         return pl.col(name).all()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 
-from specobs.analysis.acceptance import with_group_columns
+from specobs.analysis.acceptance import cells, is_cells, with_group_columns
 
 if TYPE_CHECKING:
     from specobs.results import ScheduleTax
@@ -54,6 +54,45 @@ def cost_ratio(draft_seconds: T, draft_tokens: T, verify_seconds: T, verify_step
     return (draft_seconds / draft_tokens) / (verify_seconds / verify_steps)
 
 
+def timing_sums() -> list[pl.Expr]:
+    """The sums :func:`timing_by_batch` divides, over the timed rows (``num_timed_steps`` > 0)
+    only: summed per group of rows, or per cell and then over cells (:func:`step_cells`)."""
+    timed = pl.col("num_timed_steps").fill_null(0) > 0
+
+    def of_timed(value: pl.Expr) -> pl.Expr:
+        return pl.when(timed).then(value)
+
+    steps = pl.col("num_timed_steps")
+    both = pl.col("num_generated_tokens").is_not_null() & pl.col("step_seconds").is_not_null()
+    drafted = pl.col("draft_seconds").is_not_null()
+    return [
+        timed.sum().alias("timed_rows"),
+        of_timed(steps).sum().alias("timed_steps"),
+        of_timed(pl.col("batch_size")).min().alias("batch_min"),
+        of_timed(pl.when(drafted).then(steps)).sum().alias("draft_steps"),
+        of_timed(pl.col("draft_seconds")).sum().alias("draft_total"),
+        of_timed(pl.when(pl.col("verify_seconds").is_not_null()).then(steps)).sum().alias("verify_steps"),
+        of_timed(pl.col("verify_seconds")).sum().alias("verify_total"),
+        of_timed(pl.when(pl.col("step_seconds").is_not_null()).then(steps)).sum().alias("step_steps"),
+        of_timed(pl.col("step_seconds")).sum().alias("step_total"),
+        of_timed(pl.when(both).then(pl.col("num_generated_tokens"))).sum().alias("generated"),
+        of_timed(pl.when(both).then(pl.col("step_seconds"))).sum().alias("generated_time"),
+        # Draft tokens and acceptance only where the draft time is known, so the ratios match.
+        of_timed(pl.when(drafted).then(pl.col("num_draft_tokens"))).sum().alias("timed_draft_tokens"),
+        of_timed(pl.when(drafted).then(pl.col("num_accepted_tokens"))).sum().alias("timed_accepted"),
+    ]
+
+
+_TIMING_SUMS = [e.meta.output_name() for e in timing_sums()]
+
+
+def step_cells(windows: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """Steady-state rows (:func:`steady_state`) summed once into acceptance cells
+    (:func:`specobs.analysis.acceptance.cells`) that also hold the timing sums: the acceptance
+    summary by any grouping and :func:`timing_by_batch` both read them instead of the rows."""
+    return cells(steady_state(windows), timing_sums())
+
+
 def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
     """Per group and batch bucket: timed steps, mean draft/verify/step/other seconds, draft share of
     step time, cost ratio, rejected-draft share, and generated tokens per second of step time
@@ -67,27 +106,13 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
     parallel ones whose later positions cost nothing extra.
     """
     keys = [k for k in keys if k != "batch_bucket"]
-    lazy = with_group_columns(steady_state(windows)).filter(pl.col("num_timed_steps").fill_null(0) > 0)
-    steps = pl.col("num_timed_steps")
-    both = pl.col("num_generated_tokens").is_not_null() & pl.col("step_seconds").is_not_null()
+    if is_cells(windows):
+        sums = [pl.col(n).min() if n == "batch_min" else pl.col(n).sum() for n in _TIMING_SUMS]
+        grouped = with_group_columns(windows.lazy()).group_by([*keys, "batch_bucket"]).agg(sums)
+    else:
+        grouped = with_group_columns(steady_state(windows)).group_by([*keys, "batch_bucket"]).agg(timing_sums())
     out = (
-        lazy.group_by([*keys, "batch_bucket"])
-        .agg(
-            timed_steps=steps.sum(),
-            batch_min=pl.col("batch_size").min(),
-            draft_steps=pl.when(pl.col("draft_seconds").is_not_null()).then(steps).sum(),
-            draft_total=pl.col("draft_seconds").sum(),
-            verify_steps=pl.when(pl.col("verify_seconds").is_not_null()).then(steps).sum(),
-            verify_total=pl.col("verify_seconds").sum(),
-            step_steps=pl.when(pl.col("step_seconds").is_not_null()).then(steps).sum(),
-            step_total=pl.col("step_seconds").sum(),
-            generated=pl.when(both).then(pl.col("num_generated_tokens")).sum(),
-            generated_time=pl.when(both).then(pl.col("step_seconds")).sum(),
-            drafts=pl.col("num_drafts").sum(),
-            # Draft tokens and acceptance only where the draft time is known, so the ratios match.
-            timed_draft_tokens=pl.when(pl.col("draft_seconds").is_not_null()).then(pl.col("num_draft_tokens")).sum(),
-            timed_accepted=pl.when(pl.col("draft_seconds").is_not_null()).then(pl.col("num_accepted_tokens")).sum(),
-        )
+        grouped.filter(pl.col("timed_rows") > 0)
         .with_columns(
             mean_draft_seconds=pl.when(pl.col("draft_steps") > 0).then(pl.col("draft_total") / pl.col("draft_steps")),
             mean_verify_seconds=pl.when(pl.col("verify_steps") > 0).then(
@@ -161,45 +186,96 @@ def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     ``warm-up`` among an engine's first :data:`WARMUP_STEPS` steps, else ``outlier``; null for
     kept steps and for rows that are not single steps.
 
+    The steps are judged on a narrow frame of their keys and times (:func:`_unsettled_rows`),
+    never with windows over every column of every row; the rows then only look up whether
+    their number was found unsettled.
+
     Idempotent: a frame that already has ``unsteady`` is returned as it is, so one trimmed frame
     can be handed to every consumer (``reporting.analyze`` does) without trimming it again.
     """
-    lazy = windows.lazy()
-    if "unsteady" in lazy.collect_schema().names():
-        return lazy
-    # Groups are keyed by one 64-bit hash each (of the label strings once, then of the numbers):
-    # windows over the columns themselves cost several times more on millions of steps. Two
-    # configurations sharing a hash (odds ~n²/2⁶⁴) would only be judged against one median.
-    labels = pl.struct("source", "run_id", "model", "method", "draft_model", "platform", "device").hash()
-    engine = pl.struct("source", "run_id", "engine").hash()
-    coarse = pl.struct("_labels", "engine", "num_spec_tokens", "_decode").hash()
-    config = pl.struct("_labels", "engine", "num_spec_tokens", "batch_size", "num_scheduled_tokens").hash()
-    step = pl.col("step_seconds")
-    is_step = (pl.col("counters") == "step") & step.is_not_null()
-    per_token = step / pl.col("num_scheduled_tokens").clip(lower_bound=1).fill_null(1)
-
-    def slow(value: pl.Expr, key: str, factor: float) -> tuple[pl.Expr, pl.Expr]:
-        timed = pl.when(is_step).then(value)
-        judged = timed.count().over(key) >= MIN_STEPS_TO_JUDGE
-        return judged & (value > factor * timed.median().over(key)), judged
-
-    fine_slow, fine_judged = slow(step, "_config", OUTLIER_FACTOR)
-    # Per token alone would call a lone step at a small batch slow (its fixed cost is shared
-    # by few tokens): it must also be slow in absolute terms against the same steps.
-    coarse_slow = slow(per_token, "_coarse", COARSE_OUTLIER_FACTOR)[0] & slow(step, "_coarse", OUTLIER_FACTOR)[0]
-    unsettled = is_step & pl.when(fine_judged).then(fine_slow).otherwise(coarse_slow)
-    order = pl.when(is_step).then(pl.col("start_ts")).rank("ordinal").over("_engine")
-    unsteady = pl.when(unsettled).then(
-        pl.when(order <= WARMUP_STEPS).then(pl.lit("warm-up")).otherwise(pl.lit("outlier"))
+    if "unsteady" in windows.lazy().collect_schema().names():
+        return windows.lazy()
+    # Read once: judging the steps and trimming them both read the rows (a scan read twice
+    # decodes every string column twice).
+    lazy = (windows.collect() if isinstance(windows, pl.LazyFrame) else windows).lazy()
+    warm_up, outliers = _unsettled_rows(lazy)
+    if warm_up.is_empty() and outliers.is_empty():
+        return lazy.with_columns(unsteady=pl.lit(None, pl.String))
+    row = pl.col("_row")
+    unsteady = (
+        pl.when(row.is_in(warm_up.implode()))
+        .then(pl.lit("warm-up"))
+        .when(row.is_in(outliers.implode()))
+        .then(pl.lit("outlier"))
     )
     timing = ("draft_seconds", "verify_seconds", "step_seconds", "num_timed_steps")
     return (
-        lazy.with_columns(_decode=is_decode(), _labels=labels, _engine=engine)
-        .with_columns(_coarse=coarse, _config=config)
+        lazy.with_row_index("_row")
         .with_columns(unsteady=unsteady)
         .with_columns([pl.when(pl.col("unsteady").is_null()).then(pl.col(c)).alias(c) for c in timing])
-        .drop("_decode", "_labels", "_engine", "_coarse", "_config")
+        .drop("_row")
     )
+
+
+def _unsettled_rows(lazy: pl.LazyFrame) -> tuple[pl.Series, pl.Series]:
+    """Row numbers of the unsettled steps (see :func:`steady_state`): warm-up, then outliers.
+
+    Steps and medians per configuration and per coarse configuration come from one grouped
+    pass over the timed steps' keys and times; only the engines with an unsettled step are then
+    ranked, and only their first :data:`WARMUP_STEPS` steps by start time are kept (ties in row
+    order, as an ordinal rank breaks them; a step without a start time is never among them).
+
+    Configurations are keyed by one 64-bit hash each (of the label strings once, then of the
+    numbers): grouping on the columns themselves costs several times more on millions of
+    steps. Two configurations sharing a hash (odds ~n²/2⁶⁴) would be judged against one median.
+    """
+    labels = pl.struct("source", "run_id", "model", "method", "draft_model", "platform", "device").hash()
+    engine = pl.struct("source", "run_id", "engine").hash()
+    coarse = pl.struct("_labels", "engine", "num_spec_tokens", is_decode()).hash()
+    config = pl.struct("_labels", "engine", "num_spec_tokens", "batch_size", "num_scheduled_tokens").hash()
+    step = pl.col("step_seconds")
+    per_token = step / pl.col("num_scheduled_tokens").clip(lower_bound=1).fill_null(1)
+    steps = (
+        lazy.with_row_index("_row")
+        .filter((pl.col("counters") == "step") & step.is_not_null())
+        .with_columns(_labels=labels)
+        .select(
+            "_row", "start_ts", "step_seconds", _engine=engine, _coarse=coarse, _config=config, _per_token=per_token
+        )
+    )
+    fine_stats = steps.group_by("_config").agg(_fine_steps=pl.len(), _fine_median=step.median())
+    coarse_stats = steps.group_by("_coarse").agg(
+        _coarse_steps=pl.len(), _coarse_median=step.median(), _coarse_median_per_token=pl.col("_per_token").median()
+    )
+
+    def slow(value: pl.Expr, count: str, median: str, factor: float) -> pl.Expr:
+        return (pl.col(count) >= MIN_STEPS_TO_JUDGE) & (value > factor * pl.col(median))
+
+    fine_slow = slow(step, "_fine_steps", "_fine_median", OUTLIER_FACTOR)
+    # Per token alone would call a lone step at a small batch slow (its fixed cost is shared
+    # by few tokens): it must also be slow in absolute terms against the same steps.
+    coarse_slow = slow(pl.col("_per_token"), "_coarse_steps", "_coarse_median_per_token", COARSE_OUTLIER_FACTOR)
+    coarse_slow = coarse_slow & slow(step, "_coarse_steps", "_coarse_median", OUTLIER_FACTOR)
+    judged = pl.col("_fine_steps") >= MIN_STEPS_TO_JUDGE
+    unsettled = (
+        steps.join(fine_stats, on="_config", how="left")
+        .join(coarse_stats, on="_coarse", how="left")
+        .filter(pl.when(judged).then(fine_slow).otherwise(coarse_slow))
+        .select("_row", "_engine")
+        .collect()
+    )
+    if unsettled.is_empty():
+        return pl.Series("_row", [], pl.UInt32), unsettled["_row"]
+    first = (
+        steps.filter(pl.col("start_ts").is_not_null() & pl.col("_engine").is_in(unsettled["_engine"].implode()))
+        .group_by("_engine")
+        .agg(pl.col("_row").bottom_k_by(["start_ts", "_row"], WARMUP_STEPS))
+        .select(pl.col("_row").explode())
+        .collect()
+        .to_series()
+    )
+    warm_up = unsettled["_row"].filter(unsettled["_row"].is_in(first.implode()))
+    return warm_up, unsettled["_row"].filter(~unsettled["_row"].is_in(first.implode()))
 
 
 def unsteady_counts(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, int]:
