@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specobs.analysis import acceptance
+from specobs.analysis.acceptance import categorical_labels
 from specobs.analysis.cost import schedule_tax, steady_state, step_cells, timing_by_batch, unsteady_counts
 from specobs.analysis.integrity import integrity
 from specobs.analysis.timeseries import detect_changes
@@ -30,7 +31,7 @@ def analyze(
     """Analyse ``ingested`` into a :class:`Report` grouped by ``by`` (with a point-estimate
     recommendation unless ``tune`` is False, and timing by batch size unless ``timing`` is;
     ``method`` names the method of speculative rows that carry none)."""
-    windows = ingested.windows
+    windows = categorical_labels(ingested.windows)
     if method is not None:
         windows = with_method(windows.lazy(), method)
     # Read and trimmed once: every analysis below takes this frame (steady_state is idempotent);
