@@ -136,11 +136,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="log,parquet,folder,recommend,dashboard,exporter")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--parts", type=int, default=PARTS, help="10M-row parts of the folder row (10: 100M rows)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     only = set(args.only.split(","))
     steps = DATA / f"steps-{ROWS}.parquet"
-    folder = DATA / f"steps-{ROWS * PARTS}"
+    folder = DATA / f"steps-{ROWS * args.parts}"
     subprocess.run([sys.executable, str(HERE / "bench_ingest.py"), "--generate", "1024", str(ROWS)], check=True)
     if "dashboard" in only and not (DATA / "sweep-steps-10000000.parquet").exists():
         from bench_dashboard import generate as generate_sweep
@@ -154,11 +155,11 @@ def main() -> None:
         command = [*SPECOBS, "report", str(steps), "--format", "json"]
         rows.append(steps_row("10M step rows (Parquet) → report", steps, command, args.repeat, "≤ 2 s, ≤ 1 GB"))
     if "folder" in only:
-        make_folder(steps, folder, PARTS)
+        make_folder(steps, folder, args.parts)
         command = [*SPECOBS, "report", str(folder), "--format", "json"]
         rows.append(
             steps_row(
-                f"{ROWS * PARTS // 1_000_000}M step rows ({PARTS} Parquet parts) → report",
+                f"{ROWS * args.parts // 1_000_000}M step rows ({args.parts} Parquet parts) → report",
                 folder,
                 command,
                 1,
@@ -175,7 +176,7 @@ def main() -> None:
     lines = [
         f"## {dt.date.today().isoformat()} — fleet scale (issue 14), one run",
         "",
-        f"Command: `python benchmarks/bench_fleet.py --only {args.only} --repeat {args.repeat}` "
+        f"Command: `python benchmarks/bench_fleet.py --only {args.only} --repeat {args.repeat} --parts {args.parts}` "
         f"({time.perf_counter() - started:.0f} s). {machine()}",
         "",
         "| figure | specobs | anchor | ratio | target |",

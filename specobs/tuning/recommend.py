@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from specobs.analysis.acceptance import categorical_labels
 from specobs.analysis.cost import decode_sums, steady_state
 from specobs.results import BucketChoice, MethodFacts, MethodWin, Prediction, Recommendation, Recommended, Target
 from specobs.tuning import leviathan
@@ -88,7 +89,7 @@ def fit_methods(
     counters has no method label). Warm-up and outlier steps keep their counts but lose their
     timing (``analysis.cost.steady_state``), so the cost fits are trimmed means.
     """
-    lazy = windows.lazy()  # lazy: the filter and the merge read only the columns they need
+    lazy = categorical_labels(windows)  # lazy: the filter and the merge read only the columns they need
     if "request_id" in lazy.collect_schema().names():
         lazy = lazy.filter(pl.col("request_id").is_null())
     if method is not None:
