@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from specobs import schema
+from specobs.analysis.acceptance import categorical_labels
 from specobs.analysis.cost import steady_state
 from specobs.errors import Skipped, SpecobsError
 from specobs.ingest import SourceReport, add_prometheus, counted_sources, load
@@ -98,9 +99,11 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Lo
             failed.append(str(exc))
     # Trimmed once (steady_state is idempotent): every page's analysis takes this frame, so none
     # of them ranks the steps again (on 10M steps that is seconds per page).
-    windows = steady_state(ingested.windows).collect()
+    windows = steady_state(categorical_labels(ingested.windows)).collect()
     ingested.windows = windows.lazy()
-    labels = pl.concat([windows.select(FILTER_COLUMNS), ingested.requests.select(FILTER_COLUMNS)], how="vertical")
+    labels = pl.concat(
+        [windows.select(FILTER_COLUMNS), ingested.requests.select(FILTER_COLUMNS)], how="vertical_relaxed"
+    )
     return Loaded(
         windows, counted_sources(ingested), ingested.skipped, failed, filter_options(labels), time_bounds(windows),
         ingested.tune_runs, ingested.decisions, ingested.requests,

@@ -251,8 +251,10 @@ def measured_frame(windows: pl.DataFrame, labels: dict[str | None, str]) -> pl.D
     """Measured decode tokens/s per method, k and batch bucket (``measured_throughput``),
     labelled as in ``labels`` (:func:`method_labels`); the plain engine's points are repeated
     under each method, as every method's k = 0."""
-    measured = measured_throughput(windows, by_bucket=True).rename(
-        {"batch_bucket": "batch", "measured": "tokens_per_second", "batch_size_min": "batch_min"}
+    measured = (
+        measured_throughput(windows, by_bucket=True)
+        .rename({"batch_bucket": "batch", "measured": "tokens_per_second", "batch_size_min": "batch_min"})
+        .with_columns(pl.col("method").cast(pl.String))  # relabelled below: text, not a category
     )
     plain = measured.filter(pl.col("method").is_null())
     spec = measured.filter(pl.col("method").is_not_null())
