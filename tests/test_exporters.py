@@ -432,6 +432,11 @@ def test_one_engine_stays_within_its_series_budget():
 
     def run_engine(engine: int) -> None:
         for method in ("eagle3", "ngram", "mtp"):
+            for k in range(9, 16):  # a tuner trying k = 9 … 15 before 16: the info keeps the last 4
+                shorter = list(range(k, 0, -1))
+                metrics.observe_step({**wide, "engine": engine, "method": method, "batch_size": 1, "num_spec_tokens": k,
+                                      "num_draft_tokens": 16 * k, "num_accepted_tokens": sum(shorter),
+                                      "num_accepted_tokens_per_pos": shorter})  # fmt: skip
             for batch in batches:
                 metrics.observe_step({**wide, "engine": engine, "method": method, "batch_size": batch})
 
@@ -445,7 +450,10 @@ def test_one_engine_stays_within_its_series_budget():
     process_wide = {"specobs_label_overflow": 6, "specobs_dropped_events": 1, "specobs_hook_errors": 1}
     assert {name: n for name, n in samples.items() if n} == process_wide
     engine = sum(n for *_, n in budget)
-    assert engine == 3 * (10 + 2 * 16 * 2 + 3 * 13 * 2 + 2) == 462
+    assert engine == 3 * (10 + 2 * 16 * 2 + 3 * 13 * 2 + 1 + 4) == 471
+    info = {s.labels["num_speculative_tokens"] for f in registry.collect() for s in f.samples
+            if f.name == "specobs_speculative_config_info" and s.labels["method"] == "ngram"}  # fmt: skip
+    assert info == {"13", "14", "15", "16"}
     series = series_of(registry)
     scraped = [line for line in generate_latest(registry).decode().splitlines() if line and line[0] != "#"]
     assert series == len(scraped) == engine + 8 <= SERIES_PER_ENGINE

@@ -62,6 +62,9 @@ MAX_POSITIONS = 16
 #: engine could run at once, k = MAX_POSITIONS and every batch bucket (tests/test_exporters.py
 #: holds a real scrape to it; docs/exporters.md shows the budget).
 SERIES_PER_ENGINE = 500
+#: ``specobs_speculative_config_info`` series per (model, engine, method): the k values seen
+#: last (a schedule or a tuner switches between a few; each new one replaces the oldest).
+MAX_K_SERIES = 4
 #: Distinct values each input-derived label may take before the rest are folded into ``other``.
 LABEL_BUDGET = {"model_name": 32, "engine": 16, "num_speculative_tokens": 16}
 #: ``method`` takes vLLM's method names, ``none`` (no method in the input) and ``other``.
@@ -103,7 +106,7 @@ def series_budget(
 ) -> list[tuple[tuple[str, ...], str, int]]:
     """The series one engine publishes at most, as ``(families, their samples, series)``: ``methods``
     methods at once, each with a fixed k of ``positions`` (every position reached) and timed steps in
-    ``batch_buckets`` buckets. A k that changes adds a ``specobs_speculative_config_info`` series."""
+    ``batch_buckets`` buckets, and :data:`MAX_K_SERIES` values of k seen."""
     per_position = ("specobs_accepted_tokens_per_position", "specobs_drafts_per_position")
     return [
         (tuple(name for name, _ in COUNTERS), "`_total`, `_created`", methods * len(COUNTERS) * 2),
@@ -111,7 +114,7 @@ def series_budget(
         (tuple(name for name, _ in TIMINGS), f"`_sum`, `_count` × {batch_buckets} batch buckets",
          methods * len(TIMINGS) * batch_buckets * 2),
         (("specobs_cost_ratio",), "one", methods),
-        (("specobs_speculative_config_info",), "one per k", methods),
+        (("specobs_speculative_config_info",), f"one per k, the last {MAX_K_SERIES} seen", methods * MAX_K_SERIES),
     ]  # fmt: skip
 
 
@@ -209,7 +212,8 @@ class _Group:
         #: batch bucket → [sum, count] of each timing in TIMINGS, one after the other
         self.timings: dict[str, list[Any]] = {}
         self.cost: list[Any] = [0.0, 0, 0.0, 0]  # draft s, draft tokens, verify s, steps: the cost ratio's inputs
-        self.ks: set[str] = set()
+        #: the k labels seen last, oldest first (a dict as an ordered set), at most MAX_K_SERIES
+        self.ks: dict[str, None] = {}
 
     def add_positions(self, accepted: Sequence[Any], reached: Sequence[Any]) -> None:
         """Add one row's per-position counts. A reached position gets its accepted series too, at 0
@@ -280,8 +284,10 @@ class _StepSeries(Collector):
                         sums[2 * i + 1] += 1
             if cost is not None:
                 group.cost[:] = map(operator.add, group.cost, cost)
-            if k is not None:
-                group.ks.add(k)
+            if k is not None and k not in group.ks:
+                group.ks[k] = None
+                if len(group.ks) > MAX_K_SERIES:  # a tuner trying many k: the oldest goes
+                    del group.ks[next(iter(group.ks))]
 
     def collect(self) -> Iterable[Metric]:
         counters = [CounterMetricFamily(name, doc, labels=LABELS) for name, doc in COUNTERS]
