@@ -125,3 +125,11 @@ def test_nul_bytes_inside_a_line_do_not_split_it(write):
     found = find_lines(open_source(str(write("nul.log", text))), vllm_log.NEEDLES)
     assert found.frame.select("line", "text").rows() == [(2, CURRENT)]
     assert found.total_lines == 2
+
+
+def test_a_polars_without_the_line_reader_reads_the_same_lines(monkeypatch):
+    log = BUNDLED_LOGS[0]
+    want = find_lines(open_source(str(log)), vllm_log.NEEDLES)
+    monkeypatch.delattr(scan.pl, "scan_lines")
+    got = find_lines(open_source(str(log)), vllm_log.NEEDLES)
+    assert got.frame.equals(want.frame) and got.total_lines == want.total_lines > 0

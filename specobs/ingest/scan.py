@@ -120,6 +120,8 @@ def _scan_lines(source: Path | bytes) -> pl.LazyFrame:
     polars' line reader splits and filters the file in parallel without building a string
     per line it drops; it refuses invalid UTF-8 (see :func:`_scan_lines_lossy`).
     """
+    if not hasattr(pl, "scan_lines"):  # an older polars without the line reader
+        return _scan_lines_lossy(source)
     return pl.scan_lines(source, name="text", row_index_name="line", row_index_offset=1).with_columns(
         pl.col("line").cast(pl.Int64)
     )
