@@ -142,7 +142,8 @@ def main() -> None:
     only = set(args.only.split(","))
     steps = DATA / f"steps-{ROWS}.parquet"
     folder = DATA / f"steps-{ROWS * args.parts}"
-    subprocess.run([sys.executable, str(HERE / "bench_ingest.py"), "--generate", "1024", str(ROWS)], check=True)
+    if only & {"log", "parquet", "folder", "recommend"}:  # the 1 GB log and the 10M rows, once
+        subprocess.run([sys.executable, str(HERE / "bench_ingest.py"), "--generate", "1024", str(ROWS)], check=True)
     if "dashboard" in only and not (DATA / "sweep-steps-10000000.parquet").exists():
         from bench_dashboard import generate as generate_sweep
 

@@ -79,14 +79,15 @@ def find_lines(
         source = data
     text = pl.col("text")
     wanted = text.str.contains("|".join(re.escape(n.decode()) for n in needles))
-    try:
-        lines = _scan_lines(source)
+
+    def wanted_and_count(lines: pl.LazyFrame) -> list[pl.DataFrame]:
         # One pass over the file gives both the lines found and the line count.
-        matched, count = pl.collect_all([lines.filter(wanted), lines.select(pl.len())])
-    except pl.exceptions.ComputeError:
-        # Invalid UTF-8 somewhere: read again, with the bad bytes replaced.
-        lines = _scan_lines_lossy(source)
-        matched, count = pl.collect_all([lines.filter(wanted), lines.select(pl.len())])
+        return pl.collect_all([lines.filter(wanted), lines.select(pl.len())])
+
+    try:
+        matched, count = wanted_and_count(_scan_lines(source))
+    except pl.exceptions.ComputeError:  # invalid UTF-8 somewhere: read again, bad bytes replaced
+        matched, count = wanted_and_count(_scan_lines_lossy(source))
     found.total_lines = int(count.item())
     if progress:
         progress(src.size or 0)
