@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 
-from specobs.analysis.acceptance import cells, is_cells, with_group_columns
+from specobs.analysis.acceptance import Term, cells, grouped_terms, is_cells, key_hash, with_group_columns
 
 if TYPE_CHECKING:
     from specobs.results import ScheduleTax
@@ -54,7 +54,7 @@ def cost_ratio(draft_seconds: T, draft_tokens: T, verify_seconds: T, verify_step
     return (draft_seconds / draft_tokens) / (verify_seconds / verify_steps)
 
 
-def timing_sums() -> list[pl.Expr]:
+def timing_terms() -> list[Term]:
     """The sums :func:`timing_by_batch` divides, over the timed rows (``num_timed_steps`` > 0)
     only: summed per group of rows, or per cell and then over cells (:func:`step_cells`)."""
     timed = pl.col("num_timed_steps").fill_null(0) > 0
@@ -66,31 +66,31 @@ def timing_sums() -> list[pl.Expr]:
     both = pl.col("num_generated_tokens").is_not_null() & pl.col("step_seconds").is_not_null()
     drafted = pl.col("draft_seconds").is_not_null()
     return [
-        timed.sum().alias("timed_rows"),
-        of_timed(steps).sum().alias("timed_steps"),
-        of_timed(pl.col("batch_size")).min().alias("batch_min"),
-        of_timed(pl.when(drafted).then(steps)).sum().alias("draft_steps"),
-        of_timed(pl.col("draft_seconds")).sum().alias("draft_total"),
-        of_timed(pl.when(pl.col("verify_seconds").is_not_null()).then(steps)).sum().alias("verify_steps"),
-        of_timed(pl.col("verify_seconds")).sum().alias("verify_total"),
-        of_timed(pl.when(pl.col("step_seconds").is_not_null()).then(steps)).sum().alias("step_steps"),
-        of_timed(pl.col("step_seconds")).sum().alias("step_total"),
-        of_timed(pl.when(both).then(pl.col("num_generated_tokens"))).sum().alias("generated"),
-        of_timed(pl.when(both).then(pl.col("step_seconds"))).sum().alias("generated_time"),
+        Term("timed_rows", timed, "sum"),
+        Term("timed_steps", of_timed(steps), "sum"),
+        Term("batch_min", of_timed(pl.col("batch_size")), "min"),
+        Term("draft_steps", of_timed(pl.when(drafted).then(steps)), "sum"),
+        Term("draft_total", of_timed(pl.col("draft_seconds")), "sum"),
+        Term("verify_steps", of_timed(pl.when(pl.col("verify_seconds").is_not_null()).then(steps)), "sum"),
+        Term("verify_total", of_timed(pl.col("verify_seconds")), "sum"),
+        Term("step_steps", of_timed(pl.when(pl.col("step_seconds").is_not_null()).then(steps)), "sum"),
+        Term("step_total", of_timed(pl.col("step_seconds")), "sum"),
+        Term("generated", of_timed(pl.when(both).then(pl.col("num_generated_tokens"))), "sum"),
+        Term("generated_time", of_timed(pl.when(both).then(pl.col("step_seconds"))), "sum"),
         # Draft tokens and acceptance only where the draft time is known, so the ratios match.
-        of_timed(pl.when(drafted).then(pl.col("num_draft_tokens"))).sum().alias("timed_draft_tokens"),
-        of_timed(pl.when(drafted).then(pl.col("num_accepted_tokens"))).sum().alias("timed_accepted"),
+        Term("timed_draft_tokens", of_timed(pl.when(drafted).then(pl.col("num_draft_tokens"))), "sum"),
+        Term("timed_accepted", of_timed(pl.when(drafted).then(pl.col("num_accepted_tokens"))), "sum"),
     ]
 
 
-_TIMING_SUMS = [e.meta.output_name() for e in timing_sums()]
+_TIMING_SUMS = [t.name for t in timing_terms()]
 
 
 def step_cells(windows: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """Steady-state rows (:func:`steady_state`) summed once into acceptance cells
     (:func:`specobs.analysis.acceptance.cells`) that also hold the timing sums: the acceptance
     summary by any grouping and :func:`timing_by_batch` both read them instead of the rows."""
-    return cells(steady_state(windows), timing_sums())
+    return cells(steady_state(windows), timing_terms())
 
 
 def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
@@ -110,7 +110,7 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
         sums = [pl.col(n).min() if n == "batch_min" else pl.col(n).sum() for n in _TIMING_SUMS]
         grouped = with_group_columns(windows.lazy()).group_by([*keys, "batch_bucket"]).agg(sums)
     else:
-        grouped = with_group_columns(steady_state(windows)).group_by([*keys, "batch_bucket"]).agg(timing_sums())
+        grouped = grouped_terms(with_group_columns(steady_state(windows)), [*keys, "batch_bucket"], timing_terms())
     out = (
         grouped.filter(pl.col("timed_rows") > 0)
         .with_columns(
@@ -229,10 +229,10 @@ def _unsettled_rows(lazy: pl.LazyFrame) -> tuple[pl.Series, pl.Series]:
     numbers): grouping on the columns themselves costs several times more on millions of
     steps. Two configurations sharing a hash (odds ~n²/2⁶⁴) would be judged against one median.
     """
-    labels = pl.struct("source", "run_id", "model", "method", "draft_model", "platform", "device").hash()
-    engine = pl.struct("source", "run_id", "engine").hash()
-    coarse = pl.struct("_labels", "engine", "num_spec_tokens", is_decode()).hash()
-    config = pl.struct("_labels", "engine", "num_spec_tokens", "batch_size", "num_scheduled_tokens").hash()
+    labels = key_hash(["source", "run_id", "model", "method", "draft_model", "platform", "device"])
+    engine = key_hash(["source", "run_id", "engine"])
+    coarse = key_hash(["_labels", "engine", "num_spec_tokens", is_decode()])
+    config = key_hash(["_labels", "engine", "num_spec_tokens", "batch_size", "num_scheduled_tokens"])
     step = pl.col("step_seconds")
     per_token = step / pl.col("num_scheduled_tokens").clip(lower_bound=1).fill_null(1)
     steps = (

@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 
 from specobs.analysis import acceptance
+from specobs.analysis.acceptance import Term, grouped_terms
 from specobs.analysis.cost import is_decode
 from specobs.analysis.intervals import wilson_bounds
 
@@ -85,7 +86,7 @@ _SUMMED = tuple(c for c in _NULLABLE if c not in _LISTS)
 
 
 def _config_hash(config: Sequence[str]) -> pl.Expr:
-    return pl.struct(config).hash()
+    return acceptance.key_hash(config)
 
 
 def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataFrame:
@@ -109,7 +110,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
     positions = int(lazy.select(pl.max_horizontal(pl.col(c).list.len().max() for c in _LISTS)).collect().item() or 0)
     keyed = lazy.with_columns(scored.alias("scored"), is_decode().alias("decode"), nulls.alias("nulls")).with_columns(
         _config_hash(config).alias("config_hash"),
-        pl.struct(config).hash(seed=1).alias("config_check"),
+        acceptance.key_hash(config, seed=1).alias("config_check"),
         index.alias("first_row"),
     )
 
@@ -117,26 +118,31 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
         block = pl.when(pl.col("counters") == "step").then(
             index.over(keys) * CELLS_PER_CONFIGURATION // pl.len().over(keys)
         ).otherwise(-1 - index)  # fmt: skip
+
+        def at(name: str, i: int) -> pl.Expr:
+            return pl.col(name).list.get(i, null_on_oob=True)
+
+        terms = [
+            Term("first_row", pl.col("first_row"), "min"),
+            Term("check_min", pl.col("config_check"), "min"),
+            Term("check_max", pl.col("config_check"), "max"),
+            Term("num_rows", None, "len"),
+            Term("start_ts", pl.col("start_ts"), "min"),
+            Term("end_ts", pl.col("end_ts"), "max"),
+            Term("num_drafts_derived", pl.col("num_drafts_derived"), "any"),
+            *[Term(c, pl.col(c), "sum") for c in _SUMMED],
+            *[Term(f"{c}_len", pl.col(c).list.len(), "max") for c in _LISTS],
+            *[
+                Term(f"{c}_{i}", pl.col(c).list.get(i, null_on_oob=True), "sum")
+                for c in _LISTS
+                for i in range(positions)
+            ],
+        ]
         return (
-            keyed.with_columns(block.alias("block"))
-            .group_by(*keys, "block")
-            .agg(
-                pl.col("first_row").min(),
-                (pl.col("config_check").min() != pl.col("config_check").max()).alias("collided"),
-                pl.len().alias("num_rows"),
-                pl.col("start_ts").min(),
-                pl.col("end_ts").max(),
-                pl.col("num_drafts_derived").any(),
-                *[pl.col(c).sum() for c in _SUMMED],
-                *[pl.col(c).list.len().max().alias(f"{c}_len") for c in _LISTS],
-                *[
-                    pl.col(c).list.get(i, null_on_oob=True).sum().alias(f"{c}_{i}")
-                    for c in _LISTS
-                    for i in range(positions)
-                ],
-            )
+            grouped_terms(keyed.with_columns(block.alias("block")), [*keys, "block"], terms)
+            .with_columns(collided=pl.col("check_min") != pl.col("check_max"))
             .sort("first_row")
-            .select(pl.exclude(*config, "config_hash", "block"))
+            .select(pl.exclude(*config, "config_hash", "block", "check_min", "check_max"))
             .collect()
         )
 
