@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specobs.analysis import acceptance
-from specobs.analysis.acceptance import categorical_labels
 from specobs.analysis.cost import schedule_tax, steady_state, step_cells, timing_by_batch, unsteady_counts
 from specobs.analysis.integrity import integrity
 from specobs.analysis.timeseries import detect_changes
 from specobs.ingest import Ingested, counted_sources
 from specobs.results import BatchTiming, GroupSummary, Report, RequestAcceptance, Summary
+from specobs.schema import categorical_labels
 from specobs.tuning.recommend import recommend, with_method
 
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import polars as pl
 
 from specobs import schema
-from specobs.analysis.acceptance import categorical_labels
 from specobs.analysis.cost import steady_state
 from specobs.errors import Skipped, SpecobsError
 from specobs.ingest import SourceReport, add_prometheus, counted_sources, load
 from specobs.ingest.source import expand_paths
 from specobs.results import TunerDecision, TuneResult
+from specobs.schema import categorical_labels
 
 #: The bundled real recording the app opens on when given nothing (present in a checkout).
 BUNDLED_SWEEP = Path(__file__).resolve().parents[2] / "examples" / "data" / "vllm-cpu-sweep"

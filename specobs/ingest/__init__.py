@@ -70,7 +70,8 @@ class Ingested:
 
     def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
         """Append one input's windows; its notices are kept apart from its skipped lines."""
-        self.windows = pl.concat([self.windows, frame], how="vertical") if self.sources else frame
+        # Relaxed: a Parquet input holds its labels as categoricals, a log as text (text wins).
+        self.windows = pl.concat([self.windows, frame], how="vertical_relaxed") if self.sources else frame
         notices = [s for s in skipped if isinstance(s, Notice)]
         if notices:
             report = replace(report, skipped=max(report.skipped - len(notices), 0))

@@ -39,6 +39,7 @@ import polars as pl
 from specobs import schema
 from specobs.errors import InputError, Skipped
 from specobs.ingest.source import Source, read_whole
+from specobs.schema import categorical_labels
 
 FORMAT_JSONL = "events-jsonl"
 FORMAT_PARQUET = "events-parquet"
@@ -92,6 +93,7 @@ def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple
     """
     frame = _scan_parquet(src)
     try:
+        frame = categorical_labels(frame).collect().lazy()
         shape = _list_shape(frame)
         bad = frame.with_row_index("__row", offset=1).filter(_invalid(shape)).collect()
     except Exception as exc:

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from specobs.analysis.acceptance import categorical_labels
 from specobs.analysis.cost import decode_sums, steady_state
 from specobs.results import BucketChoice, MethodFacts, MethodWin, Prediction, Recommendation, Recommended, Target
+from specobs.schema import categorical_labels
 from specobs.tuning import leviathan
 from specobs.tuning.model import (
     BASELINE_PLAIN,
