@@ -130,3 +130,39 @@ def test_cells_hold_exact_counts(trimmed: pl.DataFrame) -> None:
 @pytest.mark.parametrize("keys", [[], ["method"], ["source", "engine", "model", "method"], ["num_spec_tokens"]])
 def test_timing_from_cells_is_the_timing_from_rows(trimmed: pl.DataFrame, keys: list[str]) -> None:
     assert_same(timing_by_batch(trimmed, keys), timing_by_batch(step_cells(trimmed), keys))
+
+
+def test_parquet_labels_are_read_as_codes_and_mix_with_text_sources(tmp_path):
+    """A Parquet event file is decoded once with its labels as categoricals (``schema.conform``
+    keeps them); read beside a JSON-lines file (labels as text) the windows concatenate, and
+    every label reads back as the text each file holds, with the report the same either way."""
+    from specobs.ingest import load
+    from specobs.reporting import analyze
+
+    def steps(method: str, run: str, n: int) -> pl.DataFrame:
+        rows = [
+            {"ts": 1000.0 + i, "run_id": run, "engine": 0, "model": "m", "method": method, "batch_size": 1 + i % 4,
+             "num_spec_tokens": 3, "num_drafts": 1, "num_draft_tokens": 3, "num_accepted_tokens": i % 4,
+             "step_seconds": 0.02}
+            for i in range(n)
+        ]  # fmt: skip
+        return schema.conform(pl.DataFrame(rows, infer_schema_length=None), schema.STEPS)
+
+    steps("ngram", "p", 50).write_parquet(tmp_path / "a.parquet")
+    steps("eagle3", "j", 40).write_ndjson(tmp_path / "b.jsonl")
+    alone = load([str(tmp_path / "a.parquet")]).windows.collect()
+    assert alone.schema["method"] == pl.Categorical and alone.schema["run_id"] == pl.Categorical
+    mixed = load([str(tmp_path / "a.parquet"), str(tmp_path / "b.jsonl")])
+    frame = mixed.windows.collect()
+    assert frame.schema["method"] == pl.String
+    counts = frame.group_by("run_id", "method").len().sort("run_id")
+    assert counts.rows() == [("j", "eagle3", 40), ("p", "ngram", 50)]
+    parquet_part = analyze(load([str(tmp_path / "a.parquet")])).summary
+    assert parquet_part.num_drafts == 50 and parquet_part.num_accepted_tokens == sum(i % 4 for i in range(50))
+    text = tmp_path / "text"
+    text.mkdir()
+    steps("ngram", "p", 50).write_ndjson(text / "a.jsonl")
+    assert (
+        analyze(load([str(text / "a.jsonl")])).to_dict()["summary"]
+        == analyze(load([str(tmp_path / "a.parquet")])).to_dict()["summary"]
+    )
