@@ -293,7 +293,7 @@ def _drop_repeated_windows(result: Ingested) -> None:
         return
     # Several processes sharing one log are sources "file [process]": the process tells apart
     # two servers that printed the same counts in the same second.
-    process = pl.col("source").str.extract(r" (\[[^\[\]]*\])$").alias("_process")
+    process = pl.col("source").cast(pl.String).str.extract(r" (\[[^\[\]]*\])$").alias("_process")
     key = [*REPEAT_KEY, "_process"]
     numbered = result.windows.with_row_index("_row")
     candidates = (
