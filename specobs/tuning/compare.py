@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
 from specobs.analysis.acceptance import summarize, with_group_columns
-from specobs.analysis.cost import steady_state, timing_by_batch
+from specobs.analysis.cost import steady_state, step_cells, timing_by_batch
 from specobs.analysis.intervals import Z95, t95
 from specobs.results import (
     ENVIRONMENT_FIELDS,
@@ -181,15 +182,23 @@ def _run_spread(steady: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
         )
         .sort("source", "end_ts", "source_line", nulls_last=True)
     )
-    previous_end = pl.col("end_ts").shift(1).over("source")
-    gap = pl.coalesce("start_ts", "end_ts") - previous_end
+    # Sorted by source: the row before in the same source is the row before, unless the source
+    # changed there (cheaper than shifting within each source). A source's first row starts a
+    # run, so one running count numbers the runs of every source apart.
+    same_source = pl.col("source") == pl.col("source").shift(1)
+
+    def previous(name: str) -> pl.Expr:
+        return pl.when(same_source).then(pl.col(name).shift(1))
+
+    gap = pl.coalesce("start_ts", "end_ts") - previous("end_ts")
     new_run = (
-        pl.col("batch_bucket").ne_missing(pl.col("batch_bucket").shift(1).over("source"))
-        | pl.col("num_spec_tokens").ne_missing(pl.col("num_spec_tokens").shift(1).over("source"))
+        ~same_source.fill_null(False)
+        | pl.col("batch_bucket").ne_missing(previous("batch_bucket"))
+        | pl.col("num_spec_tokens").ne_missing(previous("num_spec_tokens"))
         | (gap.fill_null(0) > GAP_SECONDS)
     )
-    runs = rows.with_columns(run=new_run.cast(pl.Int64).cum_sum().over("source"))
-    block = ((pl.col("end_ts") - pl.col("end_ts").min().over("source", "run")) // BLOCK_SECONDS).cast(pl.Int64)
+    runs = rows.with_columns(run=new_run.cast(pl.Int64).cum_sum())
+    block = ((pl.col("end_ts") - pl.col("end_ts").min().over("run")) // BLOCK_SECONDS).cast(pl.Int64)
     units = (
         runs.with_columns(block=block)
         .group_by("source", "run", "block", "batch_bucket")
@@ -207,13 +216,26 @@ def _timed(windows: pl.LazyFrame | pl.DataFrame) -> bool:
     return bool(windows.lazy().select((pl.col("num_timed_steps").fill_null(0) > 0).any()).collect().item())
 
 
-def _side_throughput(windows: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+@dataclass(frozen=True)
+class _Side:
+    """One side of a comparison, read once: its steady-state rows and those rows summed into
+    cells (``analysis.cost.step_cells``), from which its acceptance and timing are read."""
+
+    steady: pl.DataFrame
+    cells: pl.DataFrame
+
+    @classmethod
+    def of(cls, windows: pl.LazyFrame | pl.DataFrame) -> _Side:
+        steady = steady_state(windows).collect()
+        return cls(steady, step_cells(steady))
+
+
+def _side_throughput(side: _Side) -> pl.DataFrame:
     """Per batch bucket: steps, tokens/s, mean step seconds (``timing_by_batch``) and the run spread."""
-    steady = steady_state(windows).collect()  # once: both passes below read it
-    timed = timing_by_batch(steady, []).filter(pl.col("generated_tokens_per_second").is_not_null())
+    timed = timing_by_batch(side.cells, []).filter(pl.col("generated_tokens_per_second").is_not_null())
     if timed.is_empty():
         return timed
-    spread = _run_spread(steady)
+    spread = _run_spread(side.steady)
     return timed.select("batch_bucket", "timed_steps", "generated_tokens_per_second", "mean_step_seconds").join(
         spread, on="batch_bucket", how="left", nulls_equal=True, maintain_order="left"
     )
@@ -227,7 +249,11 @@ def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.Data
     none is); ``direction`` is ``fell``, ``rose``, ``unchanged`` (the interval holds 1) or null
     (nothing tested).
     """
-    if not (_timed(a) and _timed(b)):
+    return _throughput(_Side.of(a), _Side.of(b))
+
+
+def _throughput(a: _Side, b: _Side) -> Throughput | None:
+    if not (_timed(a.cells) and _timed(b.cells)):
         return None
     ta, tb = _side_throughput(a), _side_throughput(b)
     if ta.is_empty() or tb.is_empty():
@@ -407,18 +433,21 @@ def compare(
     metadata_b: Sequence[RunMetadata] = (),
 ) -> Comparison:
     """Run A (before) against run B (after), with each side's run metadata when there is some."""
-    ra, rb, test = compare_acceptance(a, b)
-    ca, cb = configuration(a, metadata_a), configuration(b, metadata_b)
+    # Each side trimmed and summed once: acceptance and timing read its cells, the
+    # configuration and the spread between runs its rows.
+    sa, sb = _Side.of(a), _Side.of(b)
+    ra, rb, test = compare_acceptance(sa.cells, sb.cells)
+    ca, cb = configuration(sa.steady, metadata_a), configuration(sb.steady, metadata_b)
     differences = configuration_differences(ca, cb)
     setup = environment_differences(ca, cb)
-    tp = compare_throughput(a, b)
+    tp = _throughput(sa, sb)
     return Comparison(
         kind=kind_of(differences + setup, tp, ra, rb, test),
         a=ra,
         b=rb,
         positions=_positions(ra, rb),
-        timing_a=_overall_timing(a),
-        timing_b=_overall_timing(b),
+        timing_a=_overall_timing(sa.cells),
+        timing_b=_overall_timing(sb.cells),
         configuration=ConfigurationComparison(ca, cb, differences, setup),
         throughput=tp,
         acceptance=test,
