@@ -223,6 +223,17 @@ class Term:
         """The aggregation as one expression over the rows of a group."""
         return pl.len().alias(self.name) if self.value is None else getattr(self.value, self.op)().alias(self.name)
 
+    def of_one_row(self) -> pl.Expr:
+        """What :meth:`over_rows` gives for a group of one row, per row and without grouping: a
+        sum of nothing is 0, ``any`` of nothing false, ``all`` of nothing true (for the 64-bit
+        numbers and booleans the terms hold; a sum keeps their type)."""
+        if self.value is None:
+            return pl.lit(1).cast(pl.get_index_type()).alias(self.name)
+        if self.op == "count":
+            return self.value.is_not_null().cast(pl.get_index_type()).alias(self.name)
+        empty = {"sum": 0, "any": False, "all": True}.get(self.op)
+        return (self.value if empty is None else self.value.fill_null(empty)).alias(self.name)
+
 
 def grouped_terms(lazy: pl.LazyFrame, keys: Sequence[str | pl.Expr], terms: Sequence[Term]) -> pl.LazyFrame:
     """``terms`` per group of ``keys``, their per-row values computed first over whole columns

@@ -138,13 +138,17 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
                 for i in range(positions)
             ],
         ]
-        return (
-            grouped_terms(keyed.with_columns(block.alias("block")), [*keys, "block"], terms)
+        blocked = keyed.with_columns(block.alias("block"))
+        steps = (
+            grouped_terms(blocked.filter(pl.col("block") >= 0), [*keys, "block"], terms)
             .with_columns(collided=pl.col("check_min") != pl.col("check_max"))
-            .sort("first_row")
             .select(pl.exclude(*config, "config_hash", "block", "check_min", "check_max"))
-            .collect()
         )
+        # A row that is not a step is a cell of its own: its values are its cell's sums.
+        others = blocked.filter(pl.col("block") < 0).select(
+            *[t.of_one_row() for t in terms if t.name not in ("check_min", "check_max")], collided=pl.lit(False)
+        )
+        return pl.concat([steps, others]).sort("first_row").collect()
 
     merged = merge(["config_hash"])
     if merged["collided"].any():
