@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -96,7 +97,8 @@ def test_unrecognised_file_exits_2_with_one_line(write):
     [
         (b"", "empty input"),
         (b"\n\n  \n", "empty input"),
-        (os.urandom(4096) + b"\x00" * 10, "binary data"),
+        # Seeded: random bytes now and then open with a UTF-16 byte-order mark, which is said instead.
+        (random.Random(4).randbytes(4096) + b"\x00" * 10, "binary data"),
     ],
 )
 def test_empty_and_binary_inputs(write, content, why):
