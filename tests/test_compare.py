@@ -186,7 +186,9 @@ def test_per_bucket_throughput_is_the_reports():
 
     expected = [(t.batch_bucket, t.generated_tokens_per_second) for t in analyze(Ingested(a.lazy()), tune=False).timing]
     got = [(x.batch_bucket, x.tokens_per_second_a) for x in compare(a, b).throughput.buckets]
-    assert len(got) == 3 and got == expected
+    # The same sums, added in the order polars' threads met them: equal to the last few bits.
+    assert len(got) == 3 and [g[0] for g in got] == [e[0] for e in expected]
+    assert [g[1] for g in got] == pytest.approx([e[1] for e in expected], rel=1e-12)
 
 
 def test_configuration_change_is_named_first_and_is_not_a_regression():

@@ -218,24 +218,29 @@ def _timed(windows: pl.LazyFrame | pl.DataFrame) -> bool:
 
 @dataclass(frozen=True)
 class _Side:
-    """One side of a comparison, read once: its steady-state rows and those rows summed into
-    cells (``analysis.cost.step_cells``), from which its acceptance and timing are read."""
+    """One side of a comparison, read once and kept small: its steady-state rows are summed into
+    cells (``analysis.cost.step_cells``, for acceptance and timing), its configuration and its
+    per-bucket throughput are read off them, and the rows are let go before the other side is
+    read (both sides' rows at once would hold most of the input twice)."""
 
-    steady: pl.DataFrame
     cells: pl.DataFrame
+    configuration: Configuration
+    throughput: pl.DataFrame | None  # per batch bucket (:func:`_side_throughput`); None: no timed rows
 
     @classmethod
-    def of(cls, windows: pl.LazyFrame | pl.DataFrame) -> _Side:
+    def of(cls, windows: pl.LazyFrame | pl.DataFrame, metadata: Sequence[RunMetadata] = ()) -> _Side:
         steady = steady_state(windows).collect()
-        return cls(steady, step_cells(steady))
+        cells = step_cells(steady)
+        throughput = _side_throughput(steady, cells) if _timed(cells) else None
+        return cls(cells, configuration(steady, metadata), throughput)
 
 
-def _side_throughput(side: _Side) -> pl.DataFrame:
+def _side_throughput(steady: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:
     """Per batch bucket: steps, tokens/s, mean step seconds (``timing_by_batch``) and the run spread."""
-    timed = timing_by_batch(side.cells, []).filter(pl.col("generated_tokens_per_second").is_not_null())
+    timed = timing_by_batch(cells, []).filter(pl.col("generated_tokens_per_second").is_not_null())
     if timed.is_empty():
         return timed
-    spread = _run_spread(side.steady)
+    spread = _run_spread(steady)
     return timed.select("batch_bucket", "timed_steps", "generated_tokens_per_second", "mean_step_seconds").join(
         spread, on="batch_bucket", how="left", nulls_equal=True, maintain_order="left"
     )
@@ -253,10 +258,8 @@ def compare_throughput(a: pl.LazyFrame | pl.DataFrame, b: pl.LazyFrame | pl.Data
 
 
 def _throughput(a: _Side, b: _Side) -> Throughput | None:
-    if not (_timed(a.cells) and _timed(b.cells)):
-        return None
-    ta, tb = _side_throughput(a), _side_throughput(b)
-    if ta.is_empty() or tb.is_empty():
+    ta, tb = a.throughput, b.throughput
+    if ta is None or tb is None or ta.is_empty() or tb.is_empty():
         return None
     tps_a, tps_b = pl.col("generated_tokens_per_second"), pl.col("generated_tokens_per_second_b")
     buckets = (
@@ -433,11 +436,10 @@ def compare(
     metadata_b: Sequence[RunMetadata] = (),
 ) -> Comparison:
     """Run A (before) against run B (after), with each side's run metadata when there is some."""
-    # Each side trimmed and summed once: acceptance and timing read its cells, the
-    # configuration and the spread between runs its rows.
-    sa, sb = _Side.of(a), _Side.of(b)
+    # Each side read once (:class:`_Side`): acceptance and timing from its cells.
+    sa, sb = _Side.of(a, metadata_a), _Side.of(b, metadata_b)
     ra, rb, test = compare_acceptance(sa.cells, sb.cells)
-    ca, cb = configuration(sa.steady, metadata_a), configuration(sb.steady, metadata_b)
+    ca, cb = sa.configuration, sb.configuration
     differences = configuration_differences(ca, cb)
     setup = environment_differences(ca, cb)
     tp = _throughput(sa, sb)
