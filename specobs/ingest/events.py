@@ -395,12 +395,6 @@ def _contradictory(shape: ListShape = ALL_LISTS) -> pl.Expr:
     return pl.any_horizontal(terms).fill_null(False) if terms else pl.lit(False)
 
 
-def _any_request_rows(steps: pl.LazyFrame) -> bool:
-    """Whether some row is a per-request row. Filtering a frame of step rows only would copy
-    every column of it, and a decoded frame held twice doubles the report's memory."""
-    return bool(steps.select(pl.col("request_id").is_not_null().any()).collect().item())
-
-
 def steps_to_windows(steps: pl.LazyFrame, source: str, source_format: str) -> pl.LazyFrame:
     """Each step as a one-step window, so steps and log intervals aggregate the same way.
 
@@ -409,7 +403,7 @@ def steps_to_windows(steps: pl.LazyFrame, source: str, source_format: str) -> pl
     """
     timed = pl.any_horizontal([pl.col(c).is_not_null() for c in schema.TIMINGS])
     numbered = steps.with_row_index("row", offset=1)
-    if "request_id" in steps.collect_schema().names() and _any_request_rows(steps):
+    if "request_id" in steps.collect_schema().names():
         numbered = numbered.filter(pl.col("request_id").is_null())
     windows = numbered.with_columns(
         start_ts=pl.col("ts") - pl.col("step_seconds"),

@@ -132,11 +132,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
             Term("num_drafts_derived", pl.col("num_drafts_derived"), "any"),
             *[Term(c, pl.col(c), "sum") for c in _SUMMED],
             *[Term(f"{c}_len", pl.col(c).list.len(), "max") for c in _LISTS],
-            *[
-                Term(f"{c}_{i}", pl.col(c).list.get(i, null_on_oob=True), "sum")
-                for c in _LISTS
-                for i in range(positions)
-            ],
+            *[Term(f"{c}_{i}", at(c, i), "sum") for c in _LISTS for i in range(positions)],
         ]
         blocked = keyed.with_columns(block.alias("block"))
         steps = (
