@@ -14,8 +14,11 @@ way they do in a deployment. Checks (non-zero exit when one fails):
 - every bad row is counted once, under its reason, in `specobs_skipped_records_total`;
 - no scrape failed (`up` was 1 at every scrape, no target-level scrape errors) and nearly every
   scheduled scrape happened;
-- the exporter's resident memory stays flat: growth under 10% from a baseline taken after the
-  warm-up (the recent-rows buffer full, one refit done) to the end.
+- the exporter's resident memory stays flat: the memory it keeps between refits (the median RSS
+  over a refit interval) grows under 10% from the interval after the warm-up (the recent-rows
+  buffer full, one refit done) to the last one. Each refit allocates and frees a frame for a
+  second or two; those peaks, sampled once a second, land anywhere on the spike (±15% from run
+  to run with no leak at all), so they are reported, not judged. A leak grows the median.
 
 The writer appends a batch every 100 ms, the last line of each batch cut in half and finished
 by the next write. Rotation is rename + new file. The copytruncate waits until the exporter has
@@ -34,6 +37,7 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -366,10 +370,11 @@ def write_for(
     return written
 
 
-def rss_window(sampler: ProcSampler, start: float, end: float) -> int:
-    """The highest RSS sampled in ``[start, end]`` (monotonic seconds)."""
+def rss_window(sampler: ProcSampler, start: float, end: float) -> tuple[int, int]:
+    """The median and highest RSS sampled in ``[start, end]`` (monotonic seconds): what the
+    exporter keeps between refits, and the peak of a refit's transient frame."""
     inside = [rss for t, rss, _ in sampler.samples if start <= t <= end]
-    return max(inside) if inside else 0
+    return (int(statistics.median(inside)), max(inside)) if inside else (0, 0)
 
 
 def run_soak(
@@ -385,9 +390,10 @@ def run_soak(
 ) -> SoakResult:
     """Run the soak for ``seconds`` at ``rate`` rows/s; the figures and checks.
 
-    The RSS baseline is the peak over one refit interval starting once the recent-rows buffer is
-    full and a refit on it has run; the final figure is the peak over the last refit interval
-    (peaks over whole refit cycles, since each refit allocates and frees a frame)."""
+    The RSS baseline is the median over one refit interval starting once the recent-rows buffer
+    is full and a refit on it has run; the final figure is the median over the last refit
+    interval (whole refit cycles, so each holds one refit's transient frame, which the median
+    steps over). The peaks of both intervals are kept for the record."""
     if work is None:
         with tempfile.TemporaryDirectory(prefix="specobs-soak-") as tmp:
             return run_soak(seconds, rate, work=Path(tmp), seed=seed, tuning_interval=tuning_interval,
@@ -470,10 +476,11 @@ def run_soak(
     # memory and CPU
     s = sampler.samples
     base_start = began + warm_up
-    baseline = rss_window(sampler, base_start, base_start + tuning_interval)
-    final = rss_window(sampler, ended - tuning_interval, ended)
+    baseline, baseline_peak = rss_window(sampler, base_start, base_start + tuning_interval)
+    final, final_peak = rss_window(sampler, ended - tuning_interval, ended)
     rss = {
         "baseline": baseline, "final": final, "growth": (final - baseline) / baseline if baseline else float("nan"),
+        "baseline_peak": baseline_peak, "final_peak": final_peak,
         "min": min(r for _, r, _ in s), "max": max(r for _, r, _ in s), "samples": len(s), "warm_up": warm_up,
     }  # fmt: skip
     during = [(t, c) for t, _, c in s if t >= began]
@@ -597,8 +604,10 @@ def section(r: SoakResult, command: str) -> list[str]:
         + (" …" if len(sc["slow"]) > 12 else "")
         + " |",
         f"| samples per scrape (max) | {sc['samples']:,.0f} |",
-        f"| exporter RSS baseline → final (peaks over a refit interval) | {m['baseline'] / mib:.1f} → "
-        f"{m['final'] / mib:.1f} MiB ({m['growth']:+.1%}; bound 10%) |",
+        f"| exporter RSS kept between refits, baseline → final (median over a refit interval) | "
+        f"{m['baseline'] / mib:.1f} → {m['final'] / mib:.1f} MiB ({m['growth']:+.1%}; bound 10%) |",
+        f"| exporter RSS peak during a refit, baseline → final interval | {m['baseline_peak'] / mib:.1f} → "
+        f"{m['final_peak'] / mib:.1f} MiB |",
         f"| exporter RSS min–max over the run | {m['min'] / mib:.1f}–{m['max'] / mib:.1f} MiB "
         f"({m['samples']} samples) |",
         f"| exporter CPU | {r.cpu_percent:.0f}% of one core |",

@@ -25,11 +25,11 @@ RATE = 1000
 # Refits every 10 s (not the default 60 s), so the warm-up (recent-rows buffer full, one refit on
 # it) ends at ~22 s and two whole refit cycles remain to compare.
 TUNING_INTERVAL = 10.0
-# Short run: the baseline and final RSS are peaks over refit cycles only ~10 s apart, where
-# allocator noise is a larger share than over 10 minutes, so the bound is 15% (the benchmark's
-# is 10%). A leak of ~2 KB per row (20 MiB over those 10,000 rows, 10% of ~200 MiB) plus noise
-# still trips it; smaller leaks are the 10-minute form's to find.
-RSS_BOUND = 0.15
+# The judged figure is the median RSS over a refit interval (what the exporter keeps between
+# refits), which varies ~2% from run to run here; the refit peaks, sampled once a second, vary
+# ±15% with no leak and are only recorded. A leak of ~2 KB per row (20 MiB over the ~10,000 rows
+# between the two intervals, 13% of ~150 MiB) trips the benchmark's own 10% bound.
+RSS_BOUND = 0.10
 
 
 def test_prometheus_totals_equal_what_was_written_and_report_no_failed_scrape_flat_memory(tmp_path: Path) -> None:
