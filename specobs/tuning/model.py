@@ -92,8 +92,8 @@ def _config_hash(config: Sequence[str]) -> pl.Expr:
 def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataFrame:
     """Step rows merged into cells: consecutive rows of one configuration (``labels``, k, batch
     size, tokens scored, decode or not, which values are known), counters and times summed,
-    ``num_rows`` counting them. At most :data:`CELLS_PER_CONFIGURATION` cells per configuration;
-    smaller configurations keep one row per cell, and rows that are not steps (log intervals,
+    ``num_rows`` counting them. At most :data:`CELLS_PER_CONFIGURATION` cells per configuration
+    and source (an input file); smaller ones keep one row per cell, and rows that are not steps (log intervals,
     scrape pairs) are never merged. A bootstrap over cells is a block bootstrap over steps.
     """
     lazy = frame.lazy()
@@ -115,8 +115,12 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
     )
 
     def merge(keys: list[str]) -> pl.DataFrame:
+        # Blocks within one source: consecutive steps of one engine's capture, never a block
+        # that joins the end of one file to the start of another (so each input file, or part of
+        # a partitioned folder, makes its cells alone).
+        within = [*keys, "source"]
         block = pl.when(pl.col("counters") == "step").then(
-            index.over(keys) * CELLS_PER_CONFIGURATION // pl.len().over(keys)
+            index.over(within) * CELLS_PER_CONFIGURATION // pl.len().over(within)
         ).otherwise(-1 - index)  # fmt: skip
 
         def at(name: str, i: int) -> pl.Expr:
@@ -136,9 +140,9 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
         ]
         blocked = keyed.with_columns(block.alias("block"))
         steps = (
-            grouped_terms(blocked.filter(pl.col("block") >= 0), [*keys, "block"], terms)
+            grouped_terms(blocked.filter(pl.col("block") >= 0), [*within, "block"], terms)
             .with_columns(collided=pl.col("check_min") != pl.col("check_max"))
-            .select(pl.exclude(*config, "config_hash", "block", "check_min", "check_max"))
+            .select(pl.exclude(*config, "config_hash", "source", "block", "check_min", "check_max"))
         )
         # A row that is not a step is a cell of its own: its values are its cell's sums.
         others = blocked.filter(pl.col("block") < 0).select(
