@@ -1,7 +1,7 @@
 """Fleet scale (issue 14): every figure of the issue's table in one run, each beside its anchor.
 
     python benchmarks/bench_fleet.py [--only log,parquet,folder,recommend,dashboard,exporter]
-                                     [--repeat 3] [--no-write]
+                                     [--repeat 3] [--parts 10] [--split 1] [--no-write]
 
 Each command runs in a fresh process; the wall time is the best of ``--repeat`` runs and the
 peak RSS the largest. Rows and anchors:
@@ -10,7 +10,9 @@ peak RSS the largest. Rows and anchors:
   parser (benchmarks/plain_parser.py, same totals checked) and ``grep -c 'SpecDecoding metrics'``.
 - ``parquet``: ``specobs report`` on 10M step rows (one Parquet file), beside one polars
   group-by of the same file (the counters summed per label set: the least any report must do).
-- ``folder``: the same on 100M step rows in 10 Parquet parts (the 10M file shifted in time).
+- ``folder``: the same on 100M step rows in a folder of Parquet files: 10 copies of the 10M
+  file, each shifted past the one before, each one file (or ``--split`` files of consecutive
+  rows: many engine-hours). specobs reads it in parts (``ingest.PART_ROWS``).
 - ``recommend``: ``specobs recommend`` (30 resamples) on the 10M rows, beside the same group-by.
 - ``dashboard``: first load, the slowest page change and peak RSS of the app on 10M steps
   (benchmarks/bench_dashboard.py's AppTest session).
@@ -54,21 +56,26 @@ def best(command: list[str], repeat: int) -> tuple[float, float, bytes]:
     return fastest[0], max(r[1] for r in runs), fastest[2]
 
 
-def make_folder(steps: Path, folder: Path, parts: int) -> None:
-    """``parts`` copies of the 10M-row file, each shifted past the one before (in a child process,
-    streaming, so the parent's peak RSS stays small)."""
-    if folder.exists() and len(list(folder.glob("*.parquet"))) == parts:
+def make_folder(steps: Path, folder: Path, parts: int, split: int = 1) -> None:
+    """``parts`` copies of the 10M-row file, each shifted past the one before, each written as
+    ``split`` files of consecutive rows (in a child process, streaming, so the parent's peak RSS
+    stays small)."""
+    if folder.exists() and len(list(folder.glob("*.parquet"))) == parts * split:
         return
     folder.mkdir(parents=True, exist_ok=True)
     code = (
         "import polars as pl, sys\n"
-        "src, out, parts = sys.argv[1], sys.argv[2], int(sys.argv[3])\n"
+        "src, out, parts, split = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])\n"
         "span = pl.scan_parquet(src).select(pl.col('ts').max() - pl.col('ts').min()).collect().item() + 1\n"
+        "rows = pl.scan_parquet(src).select(pl.len()).collect().item()\n"
         "for i in range(parts):\n"
-        "    pl.scan_parquet(src).with_columns(ts=pl.col('ts') + i * span).sink_parquet(\n"
-        "        f'{out}/part-{i:02d}.parquet', row_group_size=1_000_000)\n"
+        "    for j in range(split):\n"
+        "        lo, hi = j * rows // split, (j + 1) * rows // split\n"
+        "        name = f'{out}/part-{i:02d}.parquet' if split == 1 else f'{out}/part-{i:02d}-{j:03d}.parquet'\n"
+        "        pl.scan_parquet(src).slice(lo, hi - lo).with_columns(ts=pl.col('ts') + i * span).sink_parquet(\n"
+        "            name, row_group_size=1_000_000)\n"
     )
-    subprocess.run([sys.executable, "-c", code, str(steps), str(folder), str(parts)], check=True)
+    subprocess.run([sys.executable, "-c", code, str(steps), str(folder), str(parts), str(split)], check=True)
 
 
 def log_rows(repeat: int) -> list[str]:
@@ -137,11 +144,12 @@ def main() -> None:
     parser.add_argument("--only", default="log,parquet,folder,recommend,dashboard,exporter")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--parts", type=int, default=PARTS, help="10M-row parts of the folder row (10: 100M rows)")
+    parser.add_argument("--split", type=int, default=1, help="files per 10M-row part of the folder row")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     only = set(args.only.split(","))
     steps = DATA / f"steps-{ROWS}.parquet"
-    folder = DATA / f"steps-{ROWS * args.parts}"
+    folder = DATA / (f"steps-{ROWS * args.parts}" + (f"-in-{args.parts * args.split}" if args.split > 1 else ""))
     if only & {"log", "parquet", "folder", "recommend"}:  # the 1 GB log and the 10M rows, once
         subprocess.run([sys.executable, str(HERE / "bench_ingest.py"), "--generate", "1024", str(ROWS)], check=True)
     if "dashboard" in only and not (DATA / "sweep-steps-10000000.parquet").exists():
@@ -156,11 +164,11 @@ def main() -> None:
         command = [*SPECOBS, "report", str(steps), "--format", "json"]
         rows.append(steps_row("10M step rows (Parquet) → report", steps, command, args.repeat, "≤ 2 s, ≤ 1 GB"))
     if "folder" in only:
-        make_folder(steps, folder, args.parts)
+        make_folder(steps, folder, args.parts, args.split)
         command = [*SPECOBS, "report", str(folder), "--format", "json"]
         rows.append(
             steps_row(
-                f"{ROWS * args.parts // 1_000_000}M step rows ({args.parts} Parquet parts) → report",
+                f"{ROWS * args.parts // 1_000_000}M step rows ({args.parts * args.split} Parquet files) → report",
                 folder,
                 command,
                 1,

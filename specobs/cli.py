@@ -25,7 +25,7 @@ from specobs.errors import (
     EXIT_USAGE,
     SpecobsError,
 )
-from specobs.ingest import FORMATS, load
+from specobs.ingest import FORMATS, PART_ROWS, load
 from specobs.ingest.source import Source
 
 PROGRESS_MIN_BYTES = 50 * 1024 * 1024
@@ -209,7 +209,7 @@ def report(
     _check_prometheus_options(since, step)
     method = _method(method)
     paths = _require_inputs("report", paths, prometheus)
-    ingested = _inputs(paths, input_format, prometheus, since, match, step)
+    ingested = _inputs(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
     result = analyze(ingested, groups, method=method)
     if result.empty:
         names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths or [])
@@ -269,18 +269,26 @@ def _at_least(name: str, value: float | None, low: float, *, strict: bool = Fals
 
 
 def _inputs(
-    paths: list[str] | None, input_format: str | None, prometheus: str | None, since: str, match: str, step: str | None
+    paths: list[str] | None,
+    input_format: str | None,
+    prometheus: str | None,
+    since: str,
+    match: str,
+    step: str | None,
+    *,
+    part_rows: int | None = None,
 ):
-    """Files and folders, and/or a Prometheus server's range: one Ingested."""
+    """Files and folders, and/or a Prometheus server's range: one Ingested (read in parts of
+    ``part_rows`` rows where its Parquet event files hold more: see ``ingest.load``)."""
     from specobs.ingest import Ingested, add_prometheus
 
-    ingested = _load(paths, input_format) if paths else Ingested()
+    ingested = _load(paths, input_format, part_rows=part_rows) if paths else Ingested()
     if prometheus:
         add_prometheus(ingested, prometheus, since=since, match=match, step=step)
     return ingested
 
 
-def _load(paths: list[str], input_format: str | None):
+def _load(paths: list[str], input_format: str | None, *, part_rows: int | None = None):
     progress = Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -291,7 +299,7 @@ def _load(paths: list[str], input_format: str | None):
         transient=True,
     )
     try:
-        return load(paths, input_format, progress_factory=_progress_factory(progress))
+        return load(paths, input_format, progress_factory=_progress_factory(progress), part_rows=part_rows)
     finally:
         if progress.live.is_started:
             progress.stop()
@@ -332,6 +340,7 @@ def recommend(
 
     Methods compete on one target (model, platform, device) only: with several in the input,
     the busiest, or the one --model names; the others are listed."""
+    from specobs.reporting import recommendation_input
     from specobs.tuning.recommend import recommend as run
 
     _check_prometheus_options(since, step)
@@ -341,11 +350,11 @@ def recommend(
     _at_least("--bootstrap", bootstrap, 0)
     method = _method(method)
     paths = _require_inputs("recommend", paths, prometheus)
-    ingested = _inputs(paths, input_format, prometheus, since, match, step)
+    ingested = _inputs(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
     try:
         result = run(
-            ingested.windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, method=method,
-            model=model,
+            recommendation_input(ingested, method=method), max_k=max_k, margin=margin, cost_ratio=cost_ratio,
+            bootstrap=bootstrap, method=method, model=model,
         )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--model") from None

@@ -4,20 +4,116 @@ The JSON form (``Report.to_dict``) is a public contract: ``summary`` and each en
 ``groups`` carry exactly the keys in :data:`specobs.results.SUMMARY_KEYS` (plus, for groups,
 their labels); intervals, diagnoses and plain-language findings live under ``details``,
 ``findings`` and ``change_points``. See docs/report.md.
+
+Each part of the input (:meth:`specobs.ingest.Ingested.parts`: the whole input, or the parts
+of a partitioned folder too large to hold at once) is reduced to :class:`ReportSums` (cells
+and sums, no rows) and let go; the sums of the parts add up to the whole's, and the report
+is computed from them alone, so a part at a time gives the report the whole input would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
 
 from specobs.analysis import acceptance
-from specobs.analysis.cost import schedule_tax, steady_state, step_cells, timing_by_batch, unsteady_counts
-from specobs.analysis.integrity import integrity
-from specobs.analysis.timeseries import detect_changes
+from specobs.analysis.cost import (
+    schedule_tax_from,
+    schedule_tax_sums,
+    steady_state,
+    step_cells,
+    timing_by_batch,
+    unsteady_counts,
+)
+from specobs.analysis.integrity import IntegritySums, integrity
+from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.ingest import Ingested, counted_sources
 from specobs.results import BatchTiming, GroupSummary, Report, RequestAcceptance, Summary
 from specobs.schema import categorical_labels
-from specobs.tuning.recommend import recommend, with_method
+from specobs.tuning.recommend import recommend, recommendation_cells, with_method
+
+
+@dataclass(frozen=True)
+class ReportSums:
+    """What one part of the input gives a report: every number is a sum, count, minimum or
+    maximum over rows, or a cell of such (:meth:`merge` adds parts)."""
+
+    cells: pl.DataFrame  # step_cells
+    recommendation_cells: pl.DataFrame | None  # recommendation_cells, when tuning
+    over_time: pl.DataFrame  # time_sums on the span of the whole input
+    span: TimeSpan  # of this part's own known windows
+    few_windows: pl.DataFrame | None  # this part's known windows unbucketed, when few (see merge)
+    tax: pl.DataFrame  # schedule_tax_sums
+    unsteady: dict[str, int]
+    integrity: IntegritySums
+
+    @classmethod
+    def of(
+        cls,
+        windows: pl.LazyFrame,
+        ingested: Ingested,
+        keys: Sequence[str],
+        *,
+        span: TimeSpan | None = None,
+        tune: bool = True,
+        method: str | None = None,
+    ) -> ReportSums:
+        """The sums of ``windows`` (a part), bucketed in time on ``span`` (the whole input's;
+        None: this part is the whole)."""
+        windows = categorical_labels(windows)
+        if method is not None:
+            windows = with_method(windows.lazy(), method)
+        # Read and trimmed once: every sum below takes this frame (steady_state is idempotent);
+        # left lazy, each of them would read the inputs and rank their steps again.
+        frame = steady_state(windows).collect()
+        grouped = acceptance.with_group_columns(frame.lazy())
+        columns = series_columns(keys)
+        own = TimeSpan.of(frame)
+        whole = own if span is None else span
+        few = None
+        if span is not None and own.windows <= MAX_POINTS:
+            few = time_sums(grouped, columns, own)
+        return cls(
+            cells=step_cells(frame),
+            recommendation_cells=recommendation_cells(frame) if tune else None,
+            over_time=time_sums(grouped, columns, whole),
+            span=own,
+            few_windows=few,
+            tax=schedule_tax_sums(frame),
+            unsteady=unsteady_counts(frame),
+            integrity=IntegritySums.of(frame, ingested.metadata, ingested.decisions),
+        )
+
+    @classmethod
+    def merge(cls, parts: Sequence[ReportSums]) -> ReportSums:
+        """The sums of the whole from those of its parts, in input order.
+
+        Time buckets need the whole input's span, taken in a first pass before its repeated
+        windows are dropped; when the drops leave too few windows to bucket (every part then
+        kept its windows unbucketed), the series is built from those."""
+        if len(parts) == 1:
+            return parts[0]
+        span = TimeSpan.merge([p.span for p in parts])
+        over_time = [p.over_time for p in parts]
+        if span.bucket_width(MAX_POINTS) is None and all(p.few_windows is not None for p in parts):
+            over_time = [p.few_windows for p in parts if p.few_windows is not None]
+        recommending = [p.recommendation_cells for p in parts if p.recommendation_cells is not None]
+        unsteady: dict[str, int] = {}
+        for part in parts:
+            for reason, n in part.unsteady.items():
+                unsteady[reason] = unsteady.get(reason, 0) + n
+        return cls(
+            cells=pl.concat([p.cells for p in parts], how="diagonal_relaxed"),
+            recommendation_cells=pl.concat(recommending, how="diagonal_relaxed") if recommending else None,
+            over_time=pl.concat(over_time, how="diagonal_relaxed"),
+            span=span,
+            few_windows=None,
+            tax=pl.concat([p.tax for p in parts], how="diagonal_relaxed"),
+            unsteady=unsteady,
+            integrity=IntegritySums.merge([p.integrity for p in parts]),
+        )
 
 
 def analyze(
@@ -31,20 +127,22 @@ def analyze(
     """Analyse ``ingested`` into a :class:`Report` grouped by ``by`` (with a point-estimate
     recommendation unless ``tune`` is False, and timing by batch size unless ``timing`` is;
     ``method`` names the method of speculative rows that carry none)."""
-    windows = categorical_labels(ingested.windows)
-    if method is not None:
-        windows = with_method(windows.lazy(), method)
-    # Read and trimmed once: every analysis below takes this frame (steady_state is idempotent);
-    # left lazy, each of them would read the inputs and rank their steps again.
-    frame = steady_state(windows).collect()
-    # Summed once into cells: the acceptance summary, its groups and the timing by batch read them.
-    cells = step_cells(frame)
-    overall, groups = acceptance.summarize_with_total(cells, by=by)
     keys = acceptance.group_columns(by)
+    span = whole_span(ingested)
+    parts = []
+    for part in ingested.parts():
+        parts.append(ReportSums.of(part, ingested, keys, span=span, tune=tune, method=method))
+        del part  # let this part's rows go before the next is read
+    sums = ReportSums.merge(parts)
+    # Summed once into cells: the acceptance summary, its groups and the timing by batch read them.
+    cells = sums.cells
+    overall, groups = acceptance.summarize_with_total(cells, by=by)
     summary = Summary.from_row(overall.row(0, named=True)) if overall.height else Summary()
     by_batch = timing_by_batch(cells, keys).to_dicts() if timing else []
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
-    recommendation = recommend(frame, bootstrap=0) if tune and summary.num_drafts else None
+    recommendation = None
+    if sums.recommendation_cells is not None and summary.num_drafts:
+        recommendation = recommend(sums.recommendation_cells, bootstrap=0)
     return Report(
         by=tuple(by),
         group_columns=tuple(keys),
@@ -54,17 +152,46 @@ def analyze(
         ),
         sources=tuple(counted_sources(ingested)),
         skipped=tuple(ingested.skipped),
-        changes=tuple(detect_changes(frame, keys)),
+        changes=tuple(changes_in(series_from_sums(sums.over_time, series_columns(keys)), keys)),
         timing=tuple(BatchTiming.from_row(row, [c for c in keys if c != "batch_bucket"]) for row in by_batch),
         recommendation=recommendation,
-        tax=tuple(schedule_tax(frame)),
-        unsteady=unsteady_counts(frame),
+        tax=tuple(schedule_tax_from(sums.tax)),
+        unsteady=sums.unsteady,
         notices=tuple(ingested.notices),
         tuner_decisions=tuple(ingested.decisions),
         requests=RequestAcceptance.from_frame(ingested.requests),
         metadata=tuple(ingested.metadata),
-        integrity=tuple(integrity(frame, ingested.metadata, ingested.decisions)),
+        integrity=tuple(integrity(sums.integrity, ingested.metadata, ingested.decisions)),
     )
 
 
-__all__ = ["analyze"]
+def recommendation_input(ingested: Ingested, *, method: str | None = None) -> pl.LazyFrame | pl.DataFrame:
+    """What ``recommend`` reads of ``ingested``: its windows, or for an input read in parts,
+    the recommendation cells of each part in turn (the same fits: cells never cross a source)."""
+    if not ingested.deferred:
+        return ingested.windows
+    cells = []
+    for part in ingested.parts():
+        cells.append(recommendation_cells(part, method=method))
+        del part  # let this part's rows go before the next is read
+    return pl.concat(cells, how="diagonal_relaxed")
+
+
+def whole_span(ingested: Ingested) -> TimeSpan | None:
+    """The time span of every known window of an input read in parts (a first pass over a few
+    columns of each deferred file), or None when the input is read whole."""
+    if not ingested.deferred:
+        return None
+    from specobs.ingest import events
+    from specobs.ingest.source import open_source
+
+    spans = [TimeSpan.of(part.windows) for part in ingested.deferred if part.windows is not None]
+    spans += [
+        TimeSpan.of(events.scan_parquet_checked(open_source(name)))
+        for part in ingested.deferred
+        for name, _ in part.files
+    ]
+    return TimeSpan.merge(spans)
+
+
+__all__ = ["ReportSums", "analyze", "recommendation_input"]

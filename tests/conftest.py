@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -54,6 +56,23 @@ def report_json(*args: str, stdin: bytes | None = None) -> dict:
 
 #: Test tiers (docs/testing.md): heavy or tool-bound tests that a ``-m`` selection must name.
 TIERS = ("vllm", "browser", "prometheus", "slow")
+
+
+def assert_same_json(expected: Any, got: Any, where: str = "") -> None:
+    """Equal JSON, floats to 1e-9 relative: polars sums floats on several threads, so the same
+    numbers summed twice (in two processes, or in parts) may differ in the last bits."""
+    if isinstance(expected, dict):
+        assert isinstance(got, dict) and expected.keys() == got.keys(), where
+        for key in expected:
+            assert_same_json(expected[key], got[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(got, list) and len(expected) == len(got), where
+        for i, (a, b) in enumerate(zip(expected, got, strict=True)):
+            assert_same_json(a, b, f"{where}[{i}]")
+    elif isinstance(expected, float) and not math.isnan(expected):
+        assert got == pytest.approx(expected, rel=1e-9, abs=1e-300), where
+    else:
+        assert expected == got or (expected != expected and got != got), where
 
 
 def pytest_collection_modifyitems(config, items):

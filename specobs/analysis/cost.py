@@ -294,11 +294,24 @@ def schedule_tax(windows: pl.LazyFrame | pl.DataFrame) -> list[ScheduleTax]:
     speculative engine's steps per batch size. ``tax_seconds`` is the extra time per step,
     ``tax_share`` the extra over the plain step.
     """
-    keys = ["model", "platform", "device"]
-    k0 = (
-        decode_sums(steady_state(windows).filter(pl.col("num_spec_tokens") == 0), [*keys, "method", "batch_size"])
-        .rename({"step_seconds": "seconds"})
-        .collect()
+    return schedule_tax_from(schedule_tax_sums(windows))
+
+
+_TAX_KEYS = ["model", "platform", "device"]
+
+
+def schedule_tax_sums(windows: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """The decode sums :func:`schedule_tax_from` compares: k = 0 steady-state steps per model,
+    platform, device, method and batch size (sums, so those of several parts concatenate)."""
+    keys = [*_TAX_KEYS, "method", "batch_size"]
+    return decode_sums(steady_state(windows).filter(pl.col("num_spec_tokens") == 0), keys).collect()
+
+
+def schedule_tax_from(sums: pl.DataFrame) -> list[ScheduleTax]:
+    """:func:`schedule_tax` from :func:`schedule_tax_sums` (of one input, or of its parts concatenated)."""
+    keys = _TAX_KEYS
+    k0 = sums.group_by([*keys, "method", "batch_size"], maintain_order=True).agg(
+        pl.col("num_generated_tokens").sum(), seconds=pl.col("step_seconds").sum(), steps=pl.col("steps").sum()
     )
     plain = k0.filter(pl.col("method").is_null()).select(*keys, "batch_size", plain=pl.col("seconds") / pl.col("steps"))
     off = k0.filter(pl.col("method").is_not_null())

@@ -27,7 +27,8 @@ Each check reads the steps (and the run metadata) once and returns typed facts
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -66,10 +67,11 @@ def schedule_lookup(schedule: Sequence[tuple[int, int, int]], max_batch: int, ma
     return table
 
 
-def _schedule_ignored(
-    steps: pl.DataFrame, metadata: Sequence[RunMetadata], tuned: set[tuple[str | None, int | None]]
-) -> list[IntegrityIssue]:
-    out = []
+def _schedules(
+    metadata: Sequence[RunMetadata], tuned: set[tuple[str | None, int | None]]
+) -> Iterator[tuple[tuple[str | None, int | None], RunMetadata, int, list[int]]]:
+    """Each run with a schedule that asks for less than its maximum k somewhere (first metadata
+    per run; runs the tuner rewrote left out): its key, metadata, largest batch and k table."""
     seen: set[tuple[str | None, int | None]] = set()
     for m in metadata:
         key = (m.run_id, m.engine)
@@ -81,6 +83,17 @@ def _schedule_ignored(
         table = schedule_lookup(m.schedule, largest, max_k)
         if min(table[1:], default=max_k) >= max_k:
             continue  # the schedule never asks for less than the maximum
+        yield key, m, largest, table
+
+
+def _schedule_sums(
+    steps: pl.DataFrame, metadata: Sequence[RunMetadata], tuned: set[tuple[str | None, int | None]]
+) -> dict[tuple[str | None, int | None], tuple[int, int, float, int, float]]:
+    """Per run of :func:`_schedules`: steps below the maximum k, those drafting more than
+    allowed, the sum and count of their known draft lengths, and the sum of their allowed k."""
+    out = {}
+    for key, m, largest, table in _schedules(metadata, tuned):
+        max_k = m.num_speculative_tokens or 0
         rows = steps.filter(
             pl.col("run_id").eq_missing(m.run_id)
             & pl.col("engine").eq_missing(m.engine)
@@ -93,23 +106,37 @@ def _schedule_ignored(
         allowed = pl.when(pl.col("num_spec_tokens") < max_k).then(pl.col("num_spec_tokens")).otherwise(scheduled)
         per_draft = pl.col("num_draft_tokens") / pl.col("num_drafts")
         below = rows.with_columns(allowed=allowed, per_draft=per_draft).filter(pl.col("allowed") < max_k)
-        if below.height < MIN_STEPS:
+        over = below.filter(pl.col("per_draft") > pl.col("allowed") + 1e-9).height
+        per_draft_known = below["per_draft"].drop_nulls()
+        out[key] = (
+            below.height,
+            over,
+            float(per_draft_known.sum()),
+            per_draft_known.len(),
+            float(below["allowed"].sum()),
+        )
+    return out
+
+
+def _schedule_ignored(sums: IntegritySums, metadata: Sequence[RunMetadata], tuned: set) -> list[IntegrityIssue]:
+    out = []
+    for key, m, _, _ in _schedules(metadata, tuned):
+        below, over, per_draft, per_draft_known, allowed = sums.schedules.get(key, (0, 0, 0.0, 0, 0.0))
+        if below < MIN_STEPS or over < IGNORED_SHARE * below:
             continue
-        over = below.filter(pl.col("per_draft") > pl.col("allowed") + 1e-9)
-        if over.height >= IGNORED_SHARE * below.height:
-            out.append(
-                IntegrityIssue(
-                    "schedule_ignored",
-                    run_id=m.run_id,
-                    engine=m.engine,
-                    method=m.method,
-                    affected=over.height,
-                    checked=below.height,
-                    observed=_mean(below["per_draft"]),
-                    corrected=_mean(below["allowed"]),
-                    max_k=max_k,
-                )
+        out.append(
+            IntegrityIssue(
+                "schedule_ignored",
+                run_id=m.run_id,
+                engine=m.engine,
+                method=m.method,
+                affected=over,
+                checked=below,
+                observed=per_draft / per_draft_known if per_draft_known else None,
+                corrected=allowed / below,
+                max_k=m.num_speculative_tokens,
             )
+        )
     return out
 
 
@@ -131,11 +158,6 @@ def _disabled(metadata: Sequence[RunMetadata]) -> list[IntegrityIssue]:
     ]
 
 
-def _mean(values: pl.Series) -> float | None:
-    mean = values.mean()
-    return float(mean) if isinstance(mean, int | float) else None
-
-
 def _synthetic(metadata: Sequence[RunMetadata]) -> list[IntegrityIssue]:
     seen: dict[tuple[str | None, int | None], RunMetadata] = {}
     for m in metadata:
@@ -146,18 +168,8 @@ def _synthetic(metadata: Sequence[RunMetadata]) -> list[IntegrityIssue]:
     ]
 
 
-def _short_drafts(steps: pl.DataFrame) -> list[IntegrityIssue]:
-    rows = (
-        steps.filter((pl.col("num_drafts") > 0) & (pl.col("num_spec_tokens") > 0))
-        .group_by("method", maintain_order=True)
-        .agg(
-            drafted=pl.col("num_draft_tokens").sum(),
-            room=(pl.col("num_drafts") * pl.col("num_spec_tokens")).sum(),
-            steps=pl.len(),
-            k=pl.col("num_spec_tokens").max(),
-        )
-        .filter((pl.col("room") > 0) & (pl.col("drafted") < FILL_BELOW * pl.col("room")))
-    )
+def _short_drafts(sums: IntegritySums) -> list[IntegrityIssue]:
+    rows = sums.short_drafts.filter((pl.col("room") > 0) & (pl.col("drafted") < FILL_BELOW * pl.col("room")))
     return [
         IntegrityIssue(
             "short_drafts",
@@ -171,27 +183,13 @@ def _short_drafts(steps: pl.DataFrame) -> list[IntegrityIssue]:
     ]
 
 
-def _host_timed(steps: pl.DataFrame) -> list[IntegrityIssue]:
-    on_device = steps.filter(pl.col("platform").is_in(["cuda", "rocm"]) & pl.col("timing_clock").is_not_null())
-    if on_device.is_empty():
-        return []
-    host = on_device.filter(pl.col("timing_clock").is_in(["host", "mixed"]))
-    if host.is_empty():
-        return []
-    return [IntegrityIssue("host_timed", affected=host.height, checked=on_device.height)]
+def _host_timed(sums: IntegritySums) -> list[IntegrityIssue]:
+    host, on_device = sums.host_timed
+    return [IntegrityIssue("host_timed", affected=host, checked=on_device)] if host else []
 
 
-def _past_end(steps: pl.DataFrame) -> list[IntegrityIssue]:
-    rows = (
-        steps.filter(pl.col("num_accepted_tokens_past_end").is_not_null())
-        .group_by("method", maintain_order=True)
-        .agg(
-            past=pl.col("num_accepted_tokens_past_end").sum(),
-            accepted=pl.col("num_accepted_tokens").sum(),
-            drafted=pl.col("num_draft_tokens").sum(),
-        )
-        .filter((pl.col("accepted") > 0) & (pl.col("past") >= PAST_END_AT_LEAST * pl.col("accepted")))
-    )
+def _past_end(sums: IntegritySums) -> list[IntegrityIssue]:
+    rows = sums.past_end.filter((pl.col("accepted") > 0) & (pl.col("past") >= PAST_END_AT_LEAST * pl.col("accepted")))
     return [
         IntegrityIssue(
             "accepted_past_end",
@@ -206,25 +204,90 @@ def _past_end(steps: pl.DataFrame) -> list[IntegrityIssue]:
     ]
 
 
+_STEP_COLUMNS = ["run_id", "engine", "method", "platform", "batch_size", "num_spec_tokens", "num_drafts",
+                 "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_past_end", "timing_clock"]  # fmt: skip
+
+
+def _tuned(decisions: Sequence[TunerDecision]) -> set[tuple[str | None, int | None]]:
+    return {(d.run_id, d.engine) for d in decisions if d.action in ("apply", "rollback")}
+
+
+@dataclass(frozen=True)
+class IntegritySums:
+    """What the step checks read of the steps: sums per method and per scheduled run, and the
+    GPU steps timed on the host. Sums of the parts of an input (:meth:`merge`) are the whole's."""
+
+    short_drafts: pl.DataFrame  # method, drafted (tokens), room (drafts × k), steps, k (max)
+    past_end: pl.DataFrame  # method, past, accepted, drafted
+    host_timed: tuple[int, int]  # GPU steps timed on the host clock, GPU steps timed
+    schedules: dict[tuple[str | None, int | None], tuple[int, int, float, int, float]]  # see _schedule_sums
+
+    @classmethod
+    def of(
+        cls, windows: pl.DataFrame | pl.LazyFrame, metadata: Sequence[RunMetadata], decisions: Sequence[TunerDecision]
+    ) -> IntegritySums:
+        steps = (
+            windows.lazy()
+            .filter(pl.col("counters").eq_missing("step") & pl.col("num_drafts").is_not_null())
+            .select(_STEP_COLUMNS)
+            .collect()
+        )
+        short = (
+            steps.filter((pl.col("num_drafts") > 0) & (pl.col("num_spec_tokens") > 0))
+            .group_by("method", maintain_order=True)
+            .agg(
+                drafted=pl.col("num_draft_tokens").sum(),
+                room=(pl.col("num_drafts") * pl.col("num_spec_tokens")).sum(),
+                steps=pl.len(),
+                k=pl.col("num_spec_tokens").max(),
+            )
+        )
+        past = (
+            steps.filter(pl.col("num_accepted_tokens_past_end").is_not_null())
+            .group_by("method", maintain_order=True)
+            .agg(
+                past=pl.col("num_accepted_tokens_past_end").sum(),
+                accepted=pl.col("num_accepted_tokens").sum(),
+                drafted=pl.col("num_draft_tokens").sum(),
+            )
+        )
+        on_device = steps.filter(pl.col("platform").is_in(["cuda", "rocm"]) & pl.col("timing_clock").is_not_null())
+        host = on_device.filter(pl.col("timing_clock").is_in(["host", "mixed"])).height
+        schedules = _schedule_sums(steps, metadata, _tuned(decisions))
+        return cls(short, past, (host, on_device.height), schedules)
+
+    @classmethod
+    def merge(cls, parts: Sequence[IntegritySums]) -> IntegritySums:
+        def added(frames: list[pl.DataFrame], ops: dict[str, str]) -> pl.DataFrame:
+            both = pl.concat(frames, how="vertical_relaxed")
+            return both.group_by("method", maintain_order=True).agg(getattr(pl.col(c), op)() for c, op in ops.items())
+
+        schedules: dict[tuple[str | None, int | None], tuple[int, int, float, int, float]] = {}
+        for part in parts:
+            for key, values in part.schedules.items():
+                had = schedules.get(key, (0, 0, 0.0, 0, 0.0))
+                schedules[key] = (had[0] + values[0], had[1] + values[1], had[2] + values[2], had[3] + values[3],
+                                  had[4] + values[4])  # fmt: skip
+        return cls(
+            added([p.short_drafts for p in parts], {"drafted": "sum", "room": "sum", "steps": "sum", "k": "max"}),
+            added([p.past_end for p in parts], {"past": "sum", "accepted": "sum", "drafted": "sum"}),
+            (sum(p.host_timed[0] for p in parts), sum(p.host_timed[1] for p in parts)),
+            schedules,
+        )
+
+
 def integrity(
-    windows: pl.DataFrame | pl.LazyFrame,
+    windows: pl.DataFrame | pl.LazyFrame | IntegritySums,
     metadata: Sequence[RunMetadata] = (),
     decisions: Sequence[TunerDecision] = (),
 ) -> list[IntegrityIssue]:
-    """Every config-integrity issue of these windows (step rows only) and their run metadata."""
-    columns = ["run_id", "engine", "method", "platform", "batch_size", "num_spec_tokens", "num_drafts",
-               "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_past_end", "timing_clock"]  # fmt: skip
-    steps = (
-        windows.lazy()
-        .filter(pl.col("counters").eq_missing("step") & pl.col("num_drafts").is_not_null())
-        .select(columns)
-        .collect()
-    )
-    tuned = {(d.run_id, d.engine) for d in decisions if d.action in ("apply", "rollback")}
+    """Every config-integrity issue of these windows (step rows only, or their
+    :class:`IntegritySums`) and their run metadata."""
+    sums = windows if isinstance(windows, IntegritySums) else IntegritySums.of(windows, metadata, decisions)
     return [
-        *_disabled(metadata), *_schedule_ignored(steps, metadata, tuned), *_synthetic(metadata),
-        *_short_drafts(steps), *_past_end(steps), *_host_timed(steps),
+        *_disabled(metadata), *_schedule_ignored(sums, metadata, _tuned(decisions)), *_synthetic(metadata),
+        *_short_drafts(sums), *_past_end(sums), *_host_timed(sums),
     ]  # fmt: skip
 
 
-__all__ = ["integrity", "schedule_lookup"]
+__all__ = ["IntegritySums", "integrity", "schedule_lookup"]

@@ -33,6 +33,89 @@ from specobs.analysis.acceptance import with_group_columns
 MAX_POINTS = 2000
 
 
+def _known(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.LazyFrame:
+    """Windows whose drafts and accepted tokens are known (drafts > 0), the columns a series needs."""
+    return (
+        windows.lazy()
+        .filter(
+            pl.col("num_drafts").is_not_null()
+            & (pl.col("num_drafts") > 0)
+            & pl.col("num_accepted_tokens").is_not_null()
+        )
+        .select(*keys, "end_ts", "source_line", "num_drafts", "num_accepted_tokens")
+    )
+
+
+@dataclass(frozen=True)
+class TimeSpan:
+    """How many windows a series has and the time they span: what fixes its time buckets.
+
+    Parts of one input (the files of a partitioned folder) each bucket their windows on the
+    span of the whole (:meth:`merge`), so their bucket sums add up to the whole's."""
+
+    windows: int
+    first: float | None
+    last: float | None
+
+    @classmethod
+    def of(cls, windows: pl.LazyFrame | pl.DataFrame) -> TimeSpan:
+        row = _known(windows).select(n=pl.len(), lo=pl.col("end_ts").min(), hi=pl.col("end_ts").max()).collect()
+        n, lo, hi = row.row(0)
+        return cls(int(n), lo, hi)
+
+    @classmethod
+    def merge(cls, spans: Sequence[TimeSpan]) -> TimeSpan:
+        firsts = [s.first for s in spans if s.first is not None]
+        lasts = [s.last for s in spans if s.last is not None]
+        return cls(sum(s.windows for s in spans), min(firsts, default=None), max(lasts, default=None))
+
+    def bucket_width(self, max_points: int) -> float | None:
+        """Seconds per bucket when the windows are more than ``max_points`` (else None: no buckets)."""
+        if self.windows > max_points and self.first is not None and self.last is not None and self.last > self.first:
+            return (self.last - self.first) / max_points
+        return None
+
+
+def time_sums(
+    windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str], span: TimeSpan, max_points: int = MAX_POINTS
+) -> pl.DataFrame:
+    """Known windows summed into the time buckets of ``span`` per group (column ``_bucket``), or,
+    where ``span`` needs no buckets, the windows themselves: :func:`series_from_sums` of the
+    sums of several parts, concatenated, is the series of the whole."""
+    known = _known(windows, keys)
+    width = span.bucket_width(max_points)
+    if width is None:
+        return known.collect()
+    return (
+        known.group_by([*keys, ((pl.col("end_ts") - span.first) // width).alias("_bucket")])
+        .agg(
+            pl.col("end_ts").max(),
+            pl.col("source_line").min(),
+            pl.col("num_drafts").sum(),
+            pl.col("num_accepted_tokens").sum(),
+        )
+        .collect()
+    )
+
+
+def series_from_sums(sums: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """The series (see :func:`acceptance_over_time`) from :func:`time_sums` of one or more parts."""
+    lazy = sums.lazy()
+    if "_bucket" in sums.columns:
+        lazy = lazy.group_by([*keys, "_bucket"]).agg(
+            pl.col("end_ts").max(),
+            pl.col("source_line").min(),
+            pl.col("num_drafts").sum(),
+            pl.col("num_accepted_tokens").sum(),
+        )
+        lazy = lazy.drop("_bucket")
+    return (
+        lazy.with_columns(mean_acceptance_length=1 + pl.col("num_accepted_tokens") / pl.col("num_drafts"))
+        .sort([*keys, "end_ts", "source_line"], nulls_last=True)
+        .collect()
+    )
+
+
 def acceptance_over_time(
     windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = (), max_points: int = MAX_POINTS
 ) -> pl.DataFrame:
@@ -43,33 +126,7 @@ def acceptance_over_time(
     asks for fewer, wider buckets).
     Columns: ``keys``, ``end_ts``, ``num_drafts``, ``num_accepted_tokens``, ``mean_acceptance_length``.
     """
-    known = (
-        windows.lazy()
-        .filter(
-            pl.col("num_drafts").is_not_null()
-            & (pl.col("num_drafts") > 0)
-            & pl.col("num_accepted_tokens").is_not_null()
-        )
-        .select(*keys, "end_ts", "source_line", "num_drafts", "num_accepted_tokens")
-    )
-    size = known.select(n=pl.len(), lo=pl.col("end_ts").min(), hi=pl.col("end_ts").max()).collect().row(0, named=True)
-    if size["n"] > max_points and size["lo"] is not None and size["hi"] > size["lo"]:
-        width = (size["hi"] - size["lo"]) / max_points
-        known = (
-            known.group_by([*keys, ((pl.col("end_ts") - size["lo"]) // width).alias("_bucket")])
-            .agg(
-                pl.col("end_ts").max(),
-                pl.col("source_line").min(),
-                pl.col("num_drafts").sum(),
-                pl.col("num_accepted_tokens").sum(),
-            )
-            .drop("_bucket")
-        )
-    return (
-        known.with_columns(mean_acceptance_length=1 + pl.col("num_accepted_tokens") / pl.col("num_drafts"))
-        .sort([*keys, "end_ts", "source_line"], nulls_last=True)
-        .collect()
-    )
+    return series_from_sums(time_sums(windows, keys, TimeSpan.of(windows), max_points), keys)
 
 
 @dataclass(frozen=True)
@@ -219,9 +276,25 @@ def detect_changes(
        Steps with the same configuration on both sides are left to (1), which alone decides
        whether acceptance changed within it.
     """
-    config = [c for c in CONFIGURATION if c not in keys]
-    columns = [*keys, *config]
-    series = acceptance_over_time(with_group_columns(windows.lazy()), columns, max_points=max_points)
+    series = acceptance_over_time(with_group_columns(windows.lazy()), series_columns(keys), max_points=max_points)
+    return changes_in(series, keys, min_size=min_size, z_threshold=z_threshold, min_change=min_change)
+
+
+def series_columns(keys: Sequence[str]) -> list[str]:
+    """The columns of the series :func:`detect_changes` searches: ``keys``, then the configuration."""
+    return [*keys, *(c for c in CONFIGURATION if c not in keys)]
+
+
+def changes_in(
+    series: pl.DataFrame,
+    keys: Sequence[str] = (),
+    *,
+    min_size: int = 5,
+    z_threshold: float = 4.0,
+    min_change: float = 0.05,
+) -> list[Change]:
+    """:func:`detect_changes` on a series already built over :func:`series_columns` of ``keys``."""
+    columns = series_columns(keys)
     if not series.height:
         return []
     found: list[tuple[tuple[Any, ...], float | None, Change]] = []

@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
 from specobs import schema
@@ -25,6 +26,10 @@ from specobs.ingest.source import Source, expand_paths, open_bytes, open_source
 
 if TYPE_CHECKING:
     from specobs.results import RunMetadata, TunerDecision, TuneResult
+
+#: Rows a report holds at once when Parquet event files hold more together (``load(part_rows=)``):
+#: a part of this many step rows peaks near 1.2 GB while it is reduced to sums.
+PART_ROWS = 4_000_000
 
 #: Names accepted by ``--format``.
 FORMATS = ("vllm-log", "sglang-log", "prometheus-text", "events")
@@ -49,6 +54,17 @@ class SourceReport:
 
 
 @dataclass
+class Part:
+    """One part of an input read in parts: consecutive Parquet event files (``files``: name,
+    rows), read when needed, or the ``windows`` of the inputs read whole between them."""
+
+    files: list[tuple[str, int]] = field(default_factory=list)
+    windows: pl.LazyFrame | None = None
+    #: The sources whose windows the part holds.
+    names: set[str] = field(default_factory=set)
+
+
+@dataclass
 class Ingested:
     """Everything read from a set of inputs."""
 
@@ -67,11 +83,55 @@ class Ingested:
     requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))
     #: Run metadata, one record per engine (read beside the event files), oldest first.
     metadata: list[RunMetadata] = field(default_factory=list)
+    #: Parquet event files too large to hold together (``load(..., part_rows=N)``), with the
+    #: windows read whole between them: the parts :meth:`parts` yields, in input order.
+    deferred: list[Part] = field(default_factory=list)
+    #: With ``deferred``: the repeated windows of the whole input, dropped part by part.
+    repeats: Repeats | None = None
+
+    def parts(self) -> Iterator[pl.LazyFrame]:
+        """The windows in parts that each fit in memory, in input order: without ``deferred``,
+        :attr:`windows` whole; with it, each :class:`Part`. A part of files is read when asked
+        for: its skipped rows, notices, repeats dropped and window counts go into this object."""
+        if not self.deferred:
+            yield self.windows
+            return
+        for part in self.deferred:
+            if part.windows is not None:
+                whole = self._counted(part.windows, part.names)
+            else:
+                frames = []
+                for name, _ in part.files:
+                    frame, report, skipped = read_source(open_source(name), "events")
+                    at = next(i for i, s in enumerate(self.sources) if s.name == name)
+                    self.sources[at] = replace(self.sources[at], skipped=report.skipped)
+                    self.skipped.extend(skipped)
+                    frames.append(frame)
+                whole = self._counted(pl.concat(frames, how="vertical_relaxed"), part.names)
+                del frames, frame
+            yield whole
+            del whole  # before the next part is read
+
+    def _counted(self, windows: pl.LazyFrame, names: set[str]) -> pl.LazyFrame:
+        """``windows`` read, its repeats dropped, and the window counts of its sources ``names``
+        that were not counted yet (event files) set."""
+        frame = windows.collect().lazy()
+        if self.repeats is not None:
+            frame = self.repeats.drop(frame, self).collect().lazy()
+        counts = dict(frame.group_by("source").len().collect().iter_rows())
+        self.sources = [
+            replace(s, windows=counts.get(s.name, 0)) if s.name in names and s.windows < 0 else s for s in self.sources
+        ]
+        return frame
 
     def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
-        """Append one input's windows; its notices are kept apart from its skipped lines."""
-        # Relaxed: a Parquet input holds its labels as categoricals, a log as text (text wins).
-        self.windows = pl.concat([self.windows, frame], how="vertical_relaxed") if self.sources else frame
+        """Append one input's windows (a part of their own once the input is read in parts);
+        its notices are kept apart from its skipped lines."""
+        if self.deferred:
+            self.deferred.append(Part(windows=frame, names={report.name}))
+        else:
+            # Relaxed: a Parquet input holds its labels as categoricals, a log as text (text wins).
+            self.windows = pl.concat([self.windows, frame], how="vertical_relaxed") if self.sources else frame
         notices = [s for s in skipped if isinstance(s, Notice)]
         if notices:
             report = replace(report, skipped=max(report.skipped - len(notices), 0))
@@ -170,6 +230,7 @@ def load(
     progress_factory: Callable[[Source], Callable[[int], None] | None] | None = None,
     uploads: Sequence[tuple[str, bytes]] = (),
     keep_going: bool = False,
+    part_rows: int | None = None,
 ) -> Ingested:
     """Read every input in ``paths`` (files, folders, ``-``) and ``uploads`` (name, bytes) into
     one :class:`Ingested`.
@@ -177,10 +238,29 @@ def load(
     An explicitly named input that cannot be read raises :class:`InputError`, or with
     ``keep_going`` is listed in ``Ingested.failed`` while the rest is read; files met while
     walking a folder that are not a known format are listed as skipped instead.
+
+    With ``part_rows``, Parquet event files holding more than that many rows together are not
+    read here but checked in a first pass over a few columns (damage, repeated windows) and
+    left to :meth:`Ingested.parts`, which reads them in parts of about ``part_rows`` rows.
     """
     result = Ingested()
     inputs: list[tuple[str, bool, bytes | None]] = [(n, e, None) for n, e in expand_paths(list(paths))]
     inputs += [(name, True, data) for name, data in uploads]
+    large = _parquet_rows([n for n, _, data in inputs if data is None]) if part_rows is not None else {}
+    if sum(large.values()) <= (part_rows or 0):
+        large = {}
+    plan: list[Part] = []  # with ``large``: the parts, in input order
+    hashes: list[pl.Series] = []
+
+    def held(names: list[str]) -> None:
+        """Close the run of inputs read whole since the last deferred file: a part of its own."""
+        if names:
+            plan.append(Part(windows=result.windows, names=set(names)))
+            hashes.append(narrow_repeat_hashes(result.windows))
+            result.windows = schema.empty(schema.WINDOWS).lazy()
+            names.clear()
+
+    held_names: list[str] = []
     seen = _Seen()
     for name, explicit, data in inputs:
         first = seen.first(name, data)
@@ -190,6 +270,12 @@ def load(
         try:
             src = open_source(name) if data is None else open_bytes(name, data)
             kind = detect(src) if fmt is None else None
+            if name in large and kind == events.FORMAT_PARQUET and not src.compressed:
+                hashes.append(narrow_repeat_hashes(events.scan_parquet_checked(src)))
+                held(held_names)
+                plan.append(Part(files=[(name, large[name])], names={name}))
+                result.sources.append(SourceReport(name, kind, None, -1, 0))
+                continue
             if kind in (decisions.FORMAT, metadata.FORMAT):  # side files: records, no windows
                 _read_side_file(result, name, kind, src)
                 continue
@@ -215,11 +301,44 @@ def load(
             continue
         result.add(frame, report, skipped)
         result.metadata.extend(report.metadata)
-    _drop_repeated_windows(result)
+        held_names.append(report.name)
+    if plan:
+        held(held_names)
+        result.deferred = _packed(plan, part_rows or 0)
+        result.repeats = Repeats.among(hashes)
+    else:
+        _drop_repeated_windows(result)
     _drop_repeated_requests(result)
     result.decisions.sort(key=lambda d: d.ts)
     result.metadata.sort(key=lambda m: (m.ts is None, m.ts or 0.0))
     return result
+
+
+def _parquet_rows(names: Sequence[str]) -> dict[str, int]:
+    """Rows of each Parquet file among ``names`` (from its footer; files that cannot say are left out)."""
+    rows = {}
+    for name in names:
+        if name.endswith(".parquet") and os.path.isfile(name):
+            try:
+                rows[name] = int(pl.scan_parquet(name).select(pl.len()).collect().item())
+            except Exception:  # a damaged file: the whole read names it
+                continue
+    return rows
+
+
+def _packed(plan: list[Part], part_rows: int) -> list[Part]:
+    """Consecutive parts of files packed into parts of at most ``part_rows`` rows (a larger
+    file alone); the windows read whole stay parts of their own, in order."""
+    packed: list[Part] = []
+    for part in plan:
+        last = packed[-1] if packed else None
+        files = part.windows is None and last is not None and last.windows is None
+        if files and last is not None and sum(n for _, n in [*last.files, *part.files]) <= part_rows:
+            last.files.extend(part.files)
+            last.names |= part.names
+            continue
+        packed.append(part)
+    return packed
 
 
 #: What makes two finished-request rows one request read twice (its capture row and its saved output).
@@ -265,63 +384,94 @@ REPEAT_KEY = (
 )  # fmt: skip
 
 
-def _drop_repeated_windows(result: Ingested) -> None:
-    """Count once a window that repeats an earlier one exactly (a file concatenated with itself,
-    two overlapping copies of a log): same times, labels and counts. Windows without a time
-    cannot be told apart from a genuine repeat and are all kept. Each source that repeats
-    another gets a notice naming the first repeated line and where it was read first.
+#: What a repeat must share with its original before the full comparison (:data:`REPEAT_KEY`).
+_NARROW_REPEAT_KEY = ("end_ts", "engine", "num_draft_tokens", "num_accepted_tokens")
 
-    Only windows whose end time occurs more than once can repeat, so the full comparison runs
-    on those alone: on step files, where times are unique, the check reads one column."""
-    if not result.sources:
-        return
-    ends = result.windows.select("end_ts").collect().to_series().drop_nulls()
-    if ends.n_unique() == ends.len():
-        return
-    # Engines of one server print in the same second, so a shared end time says little: a
-    # repeat also shares these counts, which narrows the full comparison to real suspects.
-    narrow = ["end_ts", "engine", "num_draft_tokens", "num_accepted_tokens"]
-    suspects = (
-        result.windows.select(narrow)
-        .with_row_index("_row")
-        .filter(pl.col("end_ts").is_not_null() & pl.struct(narrow).is_duplicated())
-        .select("_row")
+
+def narrow_repeat_hashes(windows: pl.LazyFrame) -> pl.Series:
+    """One 64-bit hash per timed window of the columns a repeat shares with its original first
+    (engines of one server print in the same second, so a shared end time alone says little)."""
+    return (
+        windows.filter(pl.col("end_ts").is_not_null())
+        .select(pl.struct(_NARROW_REPEAT_KEY).hash().alias("_narrow"))
         .collect()
         .to_series()
     )
-    if suspects.is_empty():
+
+
+class Repeats:
+    """Windows that repeat an earlier one exactly (a file concatenated with itself, two
+    overlapping copies of a log): same times, labels and counts. Windows without a time cannot
+    be told apart from a genuine repeat and are all kept.
+
+    Found part by part, in input order (:meth:`drop`), among windows whose narrow hash
+    (:func:`narrow_repeat_hashes`) occurs more than once in the whole input (``suspects``):
+    the full comparison runs on those alone, and only the first of each repeat is kept."""
+
+    def __init__(self, suspects: pl.Series) -> None:
+        self.suspects = suspects
+        self._process = pl.col("source").cast(pl.String).str.extract(r" (\[[^\[\]]*\])$").alias("_process")
+        self._key = [*REPEAT_KEY, "_process"]
+        self._firsts: pl.DataFrame | None = None
+
+    @classmethod
+    def among(cls, hashes: Sequence[pl.Series]) -> Repeats | None:
+        """Repeats of the windows whose narrow hashes are ``hashes`` (one series per part), or
+        None when no hash occurs twice. Sorted in place as numbers (8 bytes a window)."""
+        values = np.concatenate([h.to_numpy() for h in hashes]) if hashes else np.empty(0, np.uint64)
+        values.sort()
+        twice = values[1:][values[1:] == values[:-1]]
+        del values
+        return cls(pl.Series("_narrow", np.unique(twice), pl.UInt64)) if twice.size else None
+
+    def drop(self, windows: pl.LazyFrame, result: Ingested) -> pl.LazyFrame:
+        """``windows`` (the next part) without the repeats of windows seen so far; each source
+        that repeats another gets a notice in ``result`` naming the first repeated line and
+        where it was read first, and its window count lowered."""
+        numbered = windows.with_row_index("_row")
+        narrow = pl.struct(_NARROW_REPEAT_KEY).hash()
+        candidates = (
+            numbered.filter(pl.col("end_ts").is_not_null() & narrow.is_in(self.suspects.implode()))
+            .select("_row", self._process, *REPEAT_KEY, "source", "source_line")
+            # Labels as text: a log's and a Parquet file's (categorical) compare, part after part.
+            .with_columns(pl.col(pl.Categorical).cast(pl.String))
+            .collect()
+            .with_columns(repeat=~pl.struct(self._key).is_first_distinct())
+        )
+        if self._firsts is not None and candidates.height:
+            seen = candidates.join(self._firsts.select(self._key), on=self._key, how="semi", nulls_equal=True)
+            candidates = candidates.with_columns(repeat=pl.col("repeat") | pl.col("_row").is_in(seen["_row"].implode()))
+        firsts = candidates.filter(~pl.col("repeat")).select(
+            *self._key, first_source="source", first_line="source_line"
+        )
+        self._firsts = firsts if self._firsts is None else pl.concat([self._firsts, firsts], how="vertical_relaxed")
+        repeats = candidates.filter("repeat")
+        if repeats.is_empty():
+            return windows
+        named = repeats.join(self._firsts, on=self._key, how="left", nulls_equal=True)
+        groups = named.group_by("source", "first_source", maintain_order=True).agg(
+            n=pl.len(), line=pl.col("source_line").min(), first_line=pl.col("first_line").min()
+        )
+        for source, first_source, n, line, first_line in groups.iter_rows():
+            where = "earlier lines of this input" if source == first_source else first_source
+            result.notices.append(
+                Notice(source, line, f"{n} record(s) repeat {where} from line {first_line} exactly "
+                       "(same times, labels and counts): counted once")
+            )  # fmt: skip
+        per_source = dict(repeats.group_by("source").len().iter_rows())
+        result.sources = [
+            replace(s, windows=s.windows - per_source.get(s.name, 0)) if s.windows >= 0 else s for s in result.sources
+        ]
+        return numbered.filter(~pl.col("_row").is_in(repeats["_row"].implode())).drop("_row")
+
+
+def _drop_repeated_windows(result: Ingested) -> None:
+    """Count once a window that repeats an earlier one exactly (:class:`Repeats`)."""
+    if not result.sources:
         return
-    # Several processes sharing one log are sources "file [process]": the process tells apart
-    # two servers that printed the same counts in the same second.
-    process = pl.col("source").cast(pl.String).str.extract(r" (\[[^\[\]]*\])$").alias("_process")
-    key = [*REPEAT_KEY, "_process"]
-    numbered = result.windows.with_row_index("_row")
-    candidates = (
-        numbered.filter(pl.col("_row").is_in(suspects.implode()))
-        .select("_row", process, *REPEAT_KEY, "source", "source_line")
-        .collect()
-        .with_columns(repeat=~pl.struct(key).is_first_distinct())
-    )
-    repeats = candidates.filter("repeat")
-    if repeats.is_empty():
-        return
-    firsts = candidates.filter(~pl.col("repeat")).select(*key, first_source="source", first_line="source_line")
-    named = repeats.join(firsts, on=key, how="left", nulls_equal=True)
-    groups = named.group_by("source", "first_source", maintain_order=True).agg(
-        n=pl.len(), line=pl.col("source_line").min(), first_line=pl.col("first_line").min()
-    )
-    for source, first_source, n, line, first_line in groups.iter_rows():
-        where = "earlier lines of this input" if source == first_source else first_source
-        result.notices.append(
-            Notice(source, line, f"{n} record(s) repeat {where} from line {first_line} exactly "
-                   "(same times, labels and counts): counted once")
-        )  # fmt: skip
-    per_source = dict(repeats.group_by("source").len().iter_rows())
-    result.sources = [
-        replace(s, windows=s.windows - per_source.get(s.name, 0)) if s.windows >= 0 else s for s in result.sources
-    ]
-    dropped = repeats["_row"].implode()
-    result.windows = numbered.filter(~pl.col("_row").is_in(dropped)).drop("_row")
+    repeats = Repeats.among([narrow_repeat_hashes(result.windows)])
+    if repeats is not None:
+        result.windows = repeats.drop(result.windows, result)
 
 
 #: Bytes from each end of a file that make its content fingerprint (with its size).

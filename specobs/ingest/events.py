@@ -110,6 +110,18 @@ def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple
     return frame.filter(~_invalid(shape)), skipped
 
 
+def scan_parquet_checked(src: Source) -> pl.LazyFrame:
+    """The windows :func:`read_parquet_checked` gives, as a lazy scan (projections read only
+    the columns a query needs): for a first pass over a file too large to hold with others.
+    Reading it raises :class:`InputError` on a damaged file, as the whole read would."""
+    frame = _scan_parquet(src)
+    try:
+        shape = _list_shape(frame)
+    except Exception as exc:
+        raise InputError(src.name, f"unreadable Parquet file ({str(exc).splitlines()[0]})") from None
+    return steps_to_windows(frame.filter(~_invalid(shape)), src.name, FORMAT_PARQUET)
+
+
 def _scan_parquet(src: Source) -> pl.LazyFrame:
     try:
         if src.path is not None and not src.compressed:

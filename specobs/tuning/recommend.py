@@ -89,13 +89,7 @@ def fit_methods(
     counters has no method label). Warm-up and outlier steps keep their counts but lose their
     timing (``analysis.cost.steady_state``), so the cost fits are trimmed means.
     """
-    lazy = categorical_labels(windows)  # lazy: the filter and the merge read only the columns they need
-    if "request_id" in lazy.collect_schema().names():
-        lazy = lazy.filter(pl.col("request_id").is_null())
-    if method is not None:
-        lazy = with_method(lazy, method)
-    # Trimmed once and held: the merge into cells reads it several times.
-    frame = cells(steady_state(lazy).collect(), LABELS)
+    frame = recommendation_cells(windows, method=method)
     k0 = frame.filter((pl.col("num_spec_tokens").fill_null(-1) == 0) & pl.col("num_timed_steps").is_not_null())
     plain_all = k0.filter(pl.col("method").is_null())
     off_all = k0.filter(pl.col("method").is_not_null())
@@ -121,6 +115,21 @@ def fit_methods(
             fit.cost_ratio = leviathan.cost_ratio_for(labels["method"], cost_ratio)
         fits.append(fit)
     return fits
+
+
+def recommendation_cells(windows: pl.LazyFrame | pl.DataFrame, *, method: str | None = None) -> pl.DataFrame:
+    """The steady-state step rows of ``windows`` merged into the cells every fit reads
+    (``model.cells`` over :data:`LABELS`; cells are returned as they are). Cells of the parts
+    of an input, concatenated in order, are the whole's: blocks never cross a source."""
+    if "num_rows" in windows.lazy().collect_schema().names():
+        return windows if isinstance(windows, pl.DataFrame) else windows.collect()
+    lazy = categorical_labels(windows)  # lazy: the filter and the merge read only the columns they need
+    if "request_id" in lazy.collect_schema().names():
+        lazy = lazy.filter(pl.col("request_id").is_null())
+    if method is not None:
+        lazy = with_method(lazy, method)
+    # Trimmed once and held: the merge into cells reads it several times.
+    return cells(steady_state(lazy).collect(), LABELS)
 
 
 def with_method(windows: pl.LazyFrame, method: str) -> pl.LazyFrame:
@@ -745,6 +754,7 @@ __all__ = [
     "evaluate",
     "fit_methods",
     "recommend",
+    "recommendation_cells",
     "traffic_buckets",
     "traffic_speedup",
     "with_method",

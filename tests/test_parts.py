@@ -1,0 +1,119 @@
+"""A report read in parts is the report of the whole.
+
+Parquet event files holding more rows together than ``part_rows`` are read a part at a time
+(``ingest.load(..., part_rows=N)``, ``Ingested.parts``), each part reduced to sums
+(``reporting.ReportSums``) and let go. These tests cut the bundled sweep capture (real vLLM
+steps of three engines) into Parquet parts and compare the report read in parts with the
+report read whole, field by field: with a log read whole between the parts, windows that one
+part repeats from another, a bad row, and few enough windows that the time buckets go away
+once the repeats are dropped.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from conftest import assert_same_json
+
+from specobs.analysis.timeseries import MAX_POINTS
+from specobs.ingest import events, load, read_source
+from specobs.ingest.source import open_source
+from specobs.reporting import analyze, recommendation_input
+from specobs.tuning.recommend import recommend
+
+DATA = Path(__file__).resolve().parent.parent / "examples" / "data"
+
+
+def sweep_steps() -> pl.DataFrame:
+    """The bundled sweep capture's step rows (three engines: plain, ngram, draft model), in time order."""
+    frames = [events.read_jsonl(open_source(str(p)))[0].collect() for p in sorted((DATA / "vllm-cpu-sweep").iterdir())]
+    return pl.concat(frames).sort("ts")
+
+
+def reports(paths: list[str], part_rows: int) -> tuple[dict, dict, Any]:
+    whole = analyze(load(paths)).to_dict()
+    ingested = load(paths, part_rows=part_rows)
+    return whole, analyze(ingested).to_dict(), ingested
+
+
+def test_parts_with_a_log_between_repeats_and_a_bad_row_give_the_whole_report(tmp_path: Path) -> None:
+    steps = sweep_steps()
+    n = steps.height
+    cuts = [0, n // 4, n // 2, 3 * n // 4, n]
+    folder = tmp_path / "fleet"
+    folder.mkdir()
+    for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
+        part = steps.slice(lo, hi - lo)
+        if i == 1:  # a bad row in the middle of a part: skipped whole, its neighbours kept
+            bad = part.slice(10, 1).with_columns(num_drafts=pl.lit(-3, pl.Int64))
+            part = pl.concat([part.slice(0, 10), bad, part.slice(10)])
+        part.write_parquet(folder / f"part-{i}.parquet")
+    # Another copy of rows of parts 0 and 2 (an overlapping re-export): counted once.
+    pl.concat([steps.slice(0, 300), steps.slice(cuts[2], 200)]).write_parquet(folder / "part-9-copy.parquet")
+    log = str(DATA / "vllm-cpu-draft-k3.log")
+    paths = [str(folder / "part-0.parquet"), log, str(folder)]
+    whole, parts, ingested = reports(paths, part_rows=n // 3)
+
+    assert len(ingested.deferred) >= 4  # files, the log read whole, more files: several parts
+    assert [p.windows is not None for p in ingested.deferred][:2] == [False, True]
+    assert_same_json(whole, parts)
+    # What the parts had to get right, checked against the rows themselves:
+    copy = next(s for s in parts["sources"] if s["source"].endswith("part-9-copy.parquet"))
+    assert copy["windows"] == 0
+    assert sum(s["windows"] for s in parts["sources"] if s["source"].endswith(".parquet")) == n
+    (skipped,) = parts["skipped_lines"]["examples"]
+    assert skipped["source"].endswith("part-1.parquet") and skipped["line"] == 11
+    repeated = [x for x in parts["notices"] if x["source"].endswith("part-9-copy.parquet")]
+    said = [(x["why"].split(" record")[0], x["why"].split("repeat ")[1].split(" from")[0]) for x in repeated]
+    assert said == [("300", str(folder / "part-0.parquet")), ("200", str(folder / "part-2.parquet"))]
+
+
+def test_parts_without_time_buckets_once_repeats_are_dropped(tmp_path: Path) -> None:
+    """Before the repeats go the windows are more than the series' points, after they are not:
+    the whole input's series is its windows unbucketed, and so is the parts'."""
+    steps = sweep_steps().filter(pl.col("num_drafts") > 0)
+    kept = steps.slice(0, MAX_POINTS - 100)
+    half = kept.height // 2
+    kept.slice(0, half + 600).write_parquet(tmp_path / "a.parquet")
+    kept.slice(half - 600).write_parquet(tmp_path / "b.parquet")  # 1,200 windows in both
+    whole, parts, ingested = reports([str(tmp_path)], part_rows=half)
+    assert len(ingested.deferred) == 2
+    assert_same_json(whole, parts)
+    assert sum(s["windows"] for s in parts["sources"]) == kept.height
+
+
+def test_recommend_with_intervals_reads_the_parts_cells_as_the_whole_input(tmp_path: Path) -> None:
+    """The bootstrap draws cells: the parts' cells, in order, are the whole's, so the intervals agree."""
+    steps = sweep_steps()
+    for i, part in enumerate(steps.partition_by("run_id", maintain_order=True)):
+        for j in range(2):  # each engine's capture in two files
+            half = part.height // 2
+            part.slice(j * half, half if j == 0 else None).write_parquet(tmp_path / f"engine-{i}-{j}.parquet")
+    paths = [str(tmp_path)]
+    whole = recommend(load(paths).windows, bootstrap=30).to_dict()
+    ingested = load(paths, part_rows=steps.height // 4)
+    assert len(ingested.deferred) >= 4
+    parts = recommend(recommendation_input(ingested), bootstrap=30).to_dict()
+    assert_same_json(whole, parts)
+    drawn = [p["interval"] for p in whole["predicted"] if p["interval"][0] < p["interval"][1]]
+    assert len(drawn) > 10  # the intervals were drawn, not points
+
+
+def test_windows_added_after_loading_in_parts_are_a_part_of_their_own(tmp_path: Path) -> None:
+    """A Prometheus range is added after the files are read (``add_prometheus``): in parts too."""
+    steps = sweep_steps()
+    half = steps.height // 2
+    steps.slice(0, half).write_parquet(tmp_path / "a.parquet")
+    steps.slice(half).write_parquet(tmp_path / "b.parquet")
+    log = open_source(str(DATA / "vllm-cpu-ngram-k3.log"))
+    frame, report, skipped = read_source(log)
+    whole, parts = load([str(tmp_path)]), load([str(tmp_path)], part_rows=half)
+    alone = analyze(load([str(tmp_path)])).to_dict()["summary"]["num_drafts"]
+    for ingested in (whole, parts):
+        ingested.add(frame, report, skipped)
+    a, b = analyze(whole).to_dict(), analyze(parts).to_dict()
+    assert_same_json(a, b)
+    assert b["summary"]["num_drafts"] == alone + frame.select(pl.col("num_drafts").sum()).collect().item()
