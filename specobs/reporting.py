@@ -35,6 +35,12 @@ from specobs.schema import categorical_labels
 from specobs.tuning.recommend import recommend, recommendation_cells, with_method
 
 
+def _labelled(windows: pl.LazyFrame, method: str | None) -> pl.LazyFrame:
+    """Labels as categoricals, and ``method`` named where speculative rows carry none."""
+    windows = categorical_labels(windows)
+    return with_method(windows.lazy(), method) if method is not None else windows
+
+
 @dataclass(frozen=True)
 class ReportSums:
     """What one part of the input gives a report: every number is a sum, count, minimum or
@@ -42,7 +48,7 @@ class ReportSums:
 
     cells: pl.DataFrame  # step_cells
     recommendation_cells: pl.DataFrame | None  # recommendation_cells, when tuning
-    over_time: pl.DataFrame  # time_sums on the span of the whole input
+    over_time: pl.DataFrame | None  # time_sums on the span of the whole input (see merge)
     span: TimeSpan  # of this part's own known windows
     few_windows: pl.DataFrame | None  # this part's known windows unbucketed, when few (see merge)
     tax: pl.DataFrame  # schedule_tax_sums
@@ -62,9 +68,7 @@ class ReportSums:
     ) -> ReportSums:
         """The sums of ``windows`` (a part), bucketed in time on ``span`` (the whole input's;
         None: this part is the whole)."""
-        windows = categorical_labels(windows)
-        if method is not None:
-            windows = with_method(windows.lazy(), method)
+        windows = _labelled(windows, method)
         # Read and trimmed once: every sum below takes this frame (steady_state is idempotent);
         # left lazy, each of them would read the inputs and rank their steps again.
         frame = steady_state(windows).collect()
@@ -87,18 +91,24 @@ class ReportSums:
         )
 
     @classmethod
-    def merge(cls, parts: Sequence[ReportSums]) -> ReportSums:
-        """The sums of the whole from those of its parts, in input order.
+    def merge(cls, parts: Sequence[ReportSums], span: TimeSpan | None = None) -> ReportSums:
+        """The sums of the whole from those of its parts, in input order, bucketed in time on
+        ``span`` (the first pass's: None when there is one part).
 
-        Time buckets need the whole input's span, taken in a first pass before its repeated
-        windows are dropped; when the drops leave too few windows to bucket (every part then
-        kept its windows unbucketed), the series is built from those."""
-        if len(parts) == 1:
+        The first pass sees rows before they are checked whole and before repeats are dropped;
+        the parts' own spans say what it should have seen. When drops leave too few windows to
+        bucket, every part kept its windows unbucketed and the series is built from those; when
+        a row only the whole check rejects moved the span, ``over_time`` is None: the caller
+        sums the time buckets once more on the right span (:func:`analyze` does)."""
+        if len(parts) == 1 and span is None:
             return parts[0]
-        span = TimeSpan.merge([p.span for p in parts])
-        over_time = [p.over_time for p in parts]
-        if span.bucket_width(MAX_POINTS) is None and all(p.few_windows is not None for p in parts):
-            over_time = [p.few_windows for p in parts if p.few_windows is not None]
+        exact = TimeSpan.merge([p.span for p in parts])
+        width = exact.bucket_width(MAX_POINTS)
+        over_time: pl.DataFrame | None = None
+        if span is not None and width == span.bucket_width(MAX_POINTS) and (width is None or exact.first == span.first):
+            over_time = pl.concat([p.over_time for p in parts if p.over_time is not None], how="diagonal_relaxed")
+        elif width is None and all(p.few_windows is not None for p in parts):
+            over_time = pl.concat([p.few_windows for p in parts if p.few_windows is not None], how="diagonal_relaxed")
         recommending = [p.recommendation_cells for p in parts if p.recommendation_cells is not None]
         unsteady: dict[str, int] = {}
         for part in parts:
@@ -107,8 +117,8 @@ class ReportSums:
         return cls(
             cells=pl.concat([p.cells for p in parts], how="diagonal_relaxed"),
             recommendation_cells=pl.concat(recommending, how="diagonal_relaxed") if recommending else None,
-            over_time=pl.concat(over_time, how="diagonal_relaxed"),
-            span=span,
+            over_time=over_time,
+            span=exact,
             few_windows=None,
             tax=pl.concat([p.tax for p in parts], how="diagonal_relaxed"),
             unsteady=unsteady,
@@ -133,7 +143,15 @@ def analyze(
     for part in ingested.parts():
         parts.append(ReportSums.of(part, ingested, keys, span=span, tune=tune, method=method))
         del part  # let this part's rows go before the next is read
-    sums = ReportSums.merge(parts)
+    sums = ReportSums.merge(parts, span)
+    over_time = sums.over_time
+    if over_time is None:  # the first pass's span was off: the time buckets once more, on the right one
+        columns = series_columns(keys)
+        again = []
+        for part in ingested.parts(again=True):
+            again.append(time_sums(acceptance.with_group_columns(_labelled(part, method)), columns, sums.span))
+            del part
+        over_time = pl.concat(again, how="diagonal_relaxed")
     # Summed once into cells: the acceptance summary, its groups and the timing by batch read them.
     cells = sums.cells
     overall, groups = acceptance.summarize_with_total(cells, by=by)
@@ -152,7 +170,7 @@ def analyze(
         ),
         sources=tuple(counted_sources(ingested)),
         skipped=tuple(ingested.skipped),
-        changes=tuple(changes_in(series_from_sums(sums.over_time, series_columns(keys)), keys)),
+        changes=tuple(changes_in(series_from_sums(over_time, series_columns(keys)), keys)),
         timing=tuple(BatchTiming.from_row(row, [c for c in keys if c != "batch_bucket"]) for row in by_batch),
         recommendation=recommendation,
         tax=tuple(schedule_tax_from(sums.tax)),
@@ -178,19 +196,16 @@ def recommendation_input(ingested: Ingested, *, method: str | None = None) -> pl
 
 
 def whole_span(ingested: Ingested) -> TimeSpan | None:
-    """The time span of every known window of an input read in parts (a first pass over a few
-    columns of each deferred file), or None when the input is read whole."""
+    """The time span of the known windows of an input read in parts, from a first pass over a
+    few columns of each deferred file (:func:`specobs.ingest.first_pass`: its rows are not yet
+    checked whole, nor its repeats dropped); None when the input is read whole."""
     if not ingested.deferred:
         return None
-    from specobs.ingest import events
+    from specobs.ingest import first_pass
     from specobs.ingest.source import open_source
 
     spans = [TimeSpan.of(part.windows) for part in ingested.deferred if part.windows is not None]
-    spans += [
-        TimeSpan.of(events.scan_parquet_checked(open_source(name)))
-        for part in ingested.deferred
-        for name, _ in part.files
-    ]
+    spans += [first_pass(open_source(name), TimeSpan.of) for part in ingested.deferred for name, _ in part.files]
     return TimeSpan.merge(spans)
 
 

@@ -18,10 +18,11 @@ from typing import Any
 import polars as pl
 from conftest import assert_same_json
 
+from specobs.analysis import acceptance
 from specobs.analysis.timeseries import MAX_POINTS
 from specobs.ingest import events, load, read_source
 from specobs.ingest.source import open_source
-from specobs.reporting import analyze, recommendation_input
+from specobs.reporting import ReportSums, analyze, recommendation_input, whole_span
 from specobs.tuning.recommend import recommend
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data"
@@ -117,3 +118,35 @@ def test_windows_added_after_loading_in_parts_are_a_part_of_their_own(tmp_path: 
     a, b = analyze(whole).to_dict(), analyze(parts).to_dict()
     assert_same_json(a, b)
     assert b["summary"]["num_drafts"] == alone + frame.select(pl.col("num_drafts").sum()).collect().item()
+
+
+def test_a_bad_row_only_the_whole_check_finds_moves_no_time_bucket(tmp_path: Path) -> None:
+    """The first pass checks rows without their per-position lists; a row whose lists contradict
+    each other, an hour before everything else, widens its span. The parts' own spans say so,
+    and the time buckets are summed once more on the span of the rows counted."""
+    steps = sweep_steps()
+    drafting = steps.filter((pl.col("num_drafts") > 0) & (pl.col("num_accepted_tokens_per_pos").list.len() >= 2))
+    known = steps.filter((pl.col("num_drafts") > 0) & pl.col("num_accepted_tokens").is_not_null())
+    known_first = known["ts"].min()  # the first window the series counts
+    row = drafting.slice(0, 1)
+    rising = [0, 1]  # a later position accepted more often than the first
+    bad = row.with_columns(
+        ts=pl.lit(known_first - 3600.0),
+        num_accepted_tokens_per_pos=pl.Series([rising], dtype=steps.schema["num_accepted_tokens_per_pos"]),
+        num_accepted_tokens=pl.lit(sum(rising), dtype=pl.Int64),
+        num_draft_tokens=pl.lit(max(sum(rising), row["num_draft_tokens"].item()), dtype=pl.Int64),
+    )
+    half = steps.height // 2
+    pl.concat([steps.slice(0, half), bad]).write_parquet(tmp_path / "a.parquet")
+    steps.slice(half).write_parquet(tmp_path / "b.parquet")
+    paths = [str(tmp_path)]
+    ingested = load(paths, part_rows=half)
+    keys = acceptance.group_columns(acceptance.DEFAULT_BY)
+    first = whole_span(ingested)
+    assert first is not None and first.first == known_first - 3600.0  # the first pass saw it
+    parts = [ReportSums.of(part, ingested, keys, span=first) for part in ingested.parts()]
+    merged = ReportSums.merge(parts, first)
+    assert merged.span.first == known_first and merged.over_time is None  # ... and the parts did not
+    whole, in_parts, ingested = reports(paths, part_rows=half)
+    assert in_parts["skipped_lines"]["total"] == 1
+    assert_same_json(whole, in_parts)

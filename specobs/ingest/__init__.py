@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import polars as pl
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 #: Rows a report holds at once when Parquet event files hold more together (``load(part_rows=)``):
 #: a part of this many step rows peaks near 1.2 GB while it is reduced to sums.
 PART_ROWS = 4_000_000
+
+T = TypeVar("T")
 
 #: Names accepted by ``--format``.
 FORMATS = ("vllm-log", "sglang-log", "prometheus-text", "events")
@@ -89,39 +91,46 @@ class Ingested:
     #: With ``deferred``: the repeated windows of the whole input, dropped part by part.
     repeats: Repeats | None = None
 
-    def parts(self) -> Iterator[pl.LazyFrame]:
+    def parts(self, *, again: bool = False) -> Iterator[pl.LazyFrame]:
         """The windows in parts that each fit in memory, in input order: without ``deferred``,
         :attr:`windows` whole; with it, each :class:`Part`. A part of files is read when asked
-        for: its skipped rows, notices, repeats dropped and window counts go into this object."""
+        for: its skipped rows, notices, repeats dropped and window counts go into this object
+        (``again``: the same parts read once more, recording nothing)."""
         if not self.deferred:
             yield self.windows
             return
+        repeats = self.repeats if not again or self.repeats is None else Repeats(self.repeats.suspects)
         for part in self.deferred:
             if part.windows is not None:
-                whole = self._counted(part.windows, part.names)
+                whole = self._counted(part.windows, part.names, repeats, record=not again)
             else:
                 frames = []
                 for name, _ in part.files:
                     frame, report, skipped = read_source(open_source(name), "events")
-                    at = next(i for i, s in enumerate(self.sources) if s.name == name)
-                    self.sources[at] = replace(self.sources[at], skipped=report.skipped)
-                    self.skipped.extend(skipped)
+                    if not again:
+                        at = next(i for i, s in enumerate(self.sources) if s.name == name)
+                        self.sources[at] = replace(self.sources[at], skipped=report.skipped)
+                        self.skipped.extend(skipped)
                     frames.append(frame)
-                whole = self._counted(pl.concat(frames, how="vertical_relaxed"), part.names)
+                whole = self._counted(pl.concat(frames, how="vertical_relaxed"), part.names, repeats, record=not again)
                 del frames, frame
             yield whole
             del whole  # before the next part is read
 
-    def _counted(self, windows: pl.LazyFrame, names: set[str]) -> pl.LazyFrame:
-        """``windows`` read, its repeats dropped, and the window counts of its sources ``names``
-        that were not counted yet (event files) set."""
+    def _counted(
+        self, windows: pl.LazyFrame, names: set[str], repeats: Repeats | None, *, record: bool
+    ) -> pl.LazyFrame:
+        """``windows`` read, its repeats dropped, and (``record``) the notices of those and the
+        window counts of its sources ``names`` that were not counted yet (event files) set."""
         frame = windows.collect().lazy()
-        if self.repeats is not None:
-            frame = self.repeats.drop(frame, self).collect().lazy()
-        counts = dict(frame.group_by("source").len().collect().iter_rows())
-        self.sources = [
-            replace(s, windows=counts.get(s.name, 0)) if s.name in names and s.windows < 0 else s for s in self.sources
-        ]
+        if repeats is not None:
+            frame = repeats.drop(frame, self if record else None).collect().lazy()
+        if record:
+            counts = dict(frame.group_by("source").len().collect().iter_rows())
+            self.sources = [
+                replace(s, windows=counts.get(s.name, 0)) if s.name in names and s.windows < 0 else s
+                for s in self.sources
+            ]
         return frame
 
     def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
@@ -271,7 +280,7 @@ def load(
             src = open_source(name) if data is None else open_bytes(name, data)
             kind = detect(src) if fmt is None else None
             if name in large and kind == events.FORMAT_PARQUET and not src.compressed:
-                hashes.append(narrow_repeat_hashes(events.scan_parquet_checked(src)))
+                hashes.append(first_pass(src, narrow_repeat_hashes))
                 held(held_names)
                 plan.append(Part(files=[(name, large[name])], names={name}))
                 result.sources.append(SourceReport(name, kind, None, -1, 0))
@@ -312,6 +321,17 @@ def load(
     result.decisions.sort(key=lambda d: d.ts)
     result.metadata.sort(key=lambda m: (m.ts is None, m.ts or 0.0))
     return result
+
+
+def first_pass(src: Source, query: Callable[[pl.LazyFrame], T]) -> T:
+    """``query`` on :func:`events.scan_parquet_first_pass` of ``src``; a damaged file raises
+    :class:`InputError` naming it, as reading it whole would."""
+    try:
+        return query(events.scan_parquet_first_pass(src))
+    except InputError:
+        raise
+    except Exception as exc:  # polars raises ComputeError, OSError... for damaged pages
+        raise InputError(src.name, f"unreadable Parquet file ({str(exc).splitlines()[0]})") from None
 
 
 def _parquet_rows(names: Sequence[str]) -> dict[str, int]:
@@ -424,10 +444,10 @@ class Repeats:
         del values
         return cls(pl.Series("_narrow", np.unique(twice), pl.UInt64)) if twice.size else None
 
-    def drop(self, windows: pl.LazyFrame, result: Ingested) -> pl.LazyFrame:
+    def drop(self, windows: pl.LazyFrame, result: Ingested | None) -> pl.LazyFrame:
         """``windows`` (the next part) without the repeats of windows seen so far; each source
-        that repeats another gets a notice in ``result`` naming the first repeated line and
-        where it was read first, and its window count lowered."""
+        that repeats another gets a notice in ``result`` (unless None) naming the first
+        repeated line and where it was read first, and its window count lowered."""
         numbered = windows.with_row_index("_row")
         narrow = pl.struct(_NARROW_REPEAT_KEY).hash()
         candidates = (
@@ -448,6 +468,12 @@ class Repeats:
         repeats = candidates.filter("repeat")
         if repeats.is_empty():
             return windows
+        if result is not None:
+            self._tell(repeats, result)
+        return numbered.filter(~pl.col("_row").is_in(repeats["_row"].implode())).drop("_row")
+
+    def _tell(self, repeats: pl.DataFrame, result: Ingested) -> None:
+        assert self._firsts is not None
         named = repeats.join(self._firsts, on=self._key, how="left", nulls_equal=True)
         groups = named.group_by("source", "first_source", maintain_order=True).agg(
             n=pl.len(), line=pl.col("source_line").min(), first_line=pl.col("first_line").min()
@@ -462,7 +488,6 @@ class Repeats:
         result.sources = [
             replace(s, windows=s.windows - per_source.get(s.name, 0)) if s.windows >= 0 else s for s in result.sources
         ]
-        return numbered.filter(~pl.col("_row").is_in(repeats["_row"].implode())).drop("_row")
 
 
 def _drop_repeated_windows(result: Ingested) -> None:

@@ -110,16 +110,16 @@ def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple
     return frame.filter(~_invalid(shape)), skipped
 
 
-def scan_parquet_checked(src: Source) -> pl.LazyFrame:
-    """The windows :func:`read_parquet_checked` gives, as a lazy scan (projections read only
-    the columns a query needs): for a first pass over a file too large to hold with others.
-    Reading it raises :class:`InputError` on a damaged file, as the whole read would."""
-    frame = _scan_parquet(src)
-    try:
-        shape = _list_shape(frame)
-    except Exception as exc:
-        raise InputError(src.name, f"unreadable Parquet file ({str(exc).splitlines()[0]})") from None
-    return steps_to_windows(frame.filter(~_invalid(shape)), src.name, FORMAT_PARQUET)
+#: No per-position list: the checks :func:`_invalid` makes without reading a list.
+WITHOUT_LISTS: ListShape = (0, frozenset())
+
+
+def scan_parquet_first_pass(src: Source) -> pl.LazyFrame:
+    """The windows of a Parquet event file less the rows that fail a check made without its
+    per-position lists, as a lazy scan (a query reads only its columns): the rows
+    :func:`read_parquet_checked` keeps and perhaps a few more, for a first pass over a file
+    too large to hold with others. What it finds must be confirmed on the checked rows."""
+    return steps_to_windows(_scan_parquet(src).filter(~_invalid(WITHOUT_LISTS)), src.name, FORMAT_PARQUET)
 
 
 def _scan_parquet(src: Source) -> pl.LazyFrame:
