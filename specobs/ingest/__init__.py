@@ -259,13 +259,13 @@ def load(
     if sum(large.values()) <= (part_rows or 0):
         large = {}
     plan: list[Part] = []  # with ``large``: the parts, in input order
-    hashes: list[pl.Series] = []
+    hashes = _Hashes(sum(large.values()))
 
     def held(names: list[str]) -> None:
         """Close the run of inputs read whole since the last deferred file: a part of its own."""
         if names:
             plan.append(Part(windows=result.windows, names=set(names)))
-            hashes.append(narrow_repeat_hashes(result.windows))
+            hashes.add(narrow_repeat_hashes(result.windows))
             result.windows = schema.empty(schema.WINDOWS).lazy()
             names.clear()
 
@@ -280,7 +280,7 @@ def load(
             src = open_source(name) if data is None else open_bytes(name, data)
             kind = detect(src) if fmt is None else None
             if name in large and kind == events.FORMAT_PARQUET and not src.compressed:
-                hashes.append(first_pass(src, narrow_repeat_hashes))
+                hashes.add(first_pass(src, narrow_repeat_hashes))
                 held(held_names)
                 plan.append(Part(files=[(name, large[name])], names={name}))
                 result.sources.append(SourceReport(name, kind, None, -1, 0))
@@ -314,7 +314,7 @@ def load(
     if plan:
         held(held_names)
         result.deferred = _packed(plan, part_rows or 0)
-        result.repeats = Repeats.among(hashes)
+        result.repeats = Repeats.among(hashes.gathered())
     else:
         _drop_repeated_windows(result)
     _drop_repeated_requests(result)
@@ -419,6 +419,29 @@ def narrow_repeat_hashes(windows: pl.LazyFrame) -> pl.Series:
     )
 
 
+class _Hashes:
+    """The narrow hashes of every window of an input read in parts, gathered into one array as
+    each file's first pass gives them (8 bytes a window: 800 MB for 100M windows, the first
+    pass's peak; no copy of them all is ever made)."""
+
+    def __init__(self, expected: int) -> None:
+        self._values = np.empty(expected, np.uint64)
+        self._filled = 0
+
+    def add(self, hashes: pl.Series) -> None:
+        more = hashes.to_numpy()
+        end = self._filled + len(more)
+        if end > len(self._values):  # more than the footers said (windows read whole): grow
+            grown = np.empty(max(end, len(self._values) * 5 // 4), np.uint64)
+            grown[: self._filled] = self._values[: self._filled]
+            self._values = grown
+        self._values[self._filled : end] = more
+        self._filled = end
+
+    def gathered(self) -> np.ndarray:
+        return self._values[: self._filled]
+
+
 class Repeats:
     """Windows that repeat an earlier one exactly (a file concatenated with itself, two
     overlapping copies of a log): same times, labels and counts. Windows without a time cannot
@@ -435,10 +458,9 @@ class Repeats:
         self._firsts: pl.DataFrame | None = None
 
     @classmethod
-    def among(cls, hashes: Sequence[pl.Series]) -> Repeats | None:
-        """Repeats of the windows whose narrow hashes are ``hashes`` (one series per part), or
-        None when no hash occurs twice. Sorted in place as numbers (8 bytes a window)."""
-        values = np.concatenate([h.to_numpy() for h in hashes]) if hashes else np.empty(0, np.uint64)
+    def among(cls, values: np.ndarray) -> Repeats | None:
+        """Repeats of the windows whose narrow hashes are ``values`` (sorted in place), or None
+        when no hash occurs twice."""
         values.sort()
         twice = values[1:][values[1:] == values[:-1]]
         del values
@@ -494,7 +516,7 @@ def _drop_repeated_windows(result: Ingested) -> None:
     """Count once a window that repeats an earlier one exactly (:class:`Repeats`)."""
     if not result.sources:
         return
-    repeats = Repeats.among([narrow_repeat_hashes(result.windows)])
+    repeats = Repeats.among(narrow_repeat_hashes(result.windows).to_numpy(writable=True))
     if repeats is not None:
         result.windows = repeats.drop(result.windows, result)
 
