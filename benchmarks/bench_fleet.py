@@ -185,7 +185,8 @@ def main() -> None:
     lines = [
         f"## {dt.date.today().isoformat()} — fleet scale (issue 14), one run",
         "",
-        f"Command: `python benchmarks/bench_fleet.py --only {args.only} --repeat {args.repeat} --parts {args.parts}` "
+        f"Command: `python benchmarks/bench_fleet.py --only {args.only} --repeat {args.repeat} --parts {args.parts}"
+        f"{f' --split {args.split}' if args.split > 1 else ''}` "
         f"({time.perf_counter() - started:.0f} s). {machine()}",
         "",
         "| figure | specobs | anchor | ratio | target |",
