@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pytest
 from conftest import assert_same_json
 
 from specobs.analysis import acceptance
 from specobs.analysis.timeseries import MAX_POINTS
+from specobs.errors import InputError
 from specobs.ingest import events, load, read_source
 from specobs.ingest.source import open_source
 from specobs.reporting import ReportSums, analyze, recommendation_input, whole_span
@@ -150,3 +152,43 @@ def test_a_bad_row_only_the_whole_check_finds_moves_no_time_bucket(tmp_path: Pat
     whole, in_parts, ingested = reports(paths, part_rows=half)
     assert in_parts["skipped_lines"]["total"] == 1
     assert_same_json(whole, in_parts)
+
+
+def _damaged(path: Path, like: Path) -> None:
+    """``like`` with bytes of its ``model`` column overwritten: its footer and numeric columns
+    read (the first pass passes), the whole read fails."""
+    import pyarrow.parquet as pq
+
+    path.write_bytes(like.read_bytes())
+    meta = pq.ParquetFile(path).metadata
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    column = meta.row_group(0).column(names.index("model"))
+    with path.open("r+b") as f:
+        f.seek((column.dictionary_page_offset or column.data_page_offset) + 20)
+        f.write(b"\xff" * 64)
+
+
+def test_a_file_damaged_past_what_the_first_pass_reads(tmp_path: Path) -> None:
+    """Met in a folder it is skipped, named, as reading the input whole skips it; named on
+    the command line it stops the report with one error naming it."""
+    steps = sweep_steps()
+    half = steps.height // 2
+    folder = tmp_path / "fleet"
+    folder.mkdir()
+    steps.slice(0, half).write_parquet(folder / "a.parquet")
+    steps.slice(half).write_parquet(folder / "b.parquet")
+    _damaged(folder / "c.parquet", folder / "a.parquet")
+    whole, parts, ingested = reports([str(folder)], part_rows=half)
+    assert len(ingested.deferred) == 3
+    assert_same_json(whole, parts)
+    assert [s["source"] for s in parts["sources"]] == [str(folder / "a.parquet"), str(folder / "b.parquet")]
+    (skipped,) = parts["skipped_lines"]["examples"]
+    assert skipped["source"] == str(folder / "c.parquet") and "unreadable Parquet file" in skipped["why"]
+
+    named = [str(folder / "a.parquet"), str(folder / "c.parquet")]
+    with pytest.raises(InputError, match=r"c\.parquet: unreadable Parquet file"):
+        analyze(load(named, part_rows=half))
+    listed = load(named, part_rows=half, keep_going=True)
+    report = analyze(listed)
+    assert [f.source for f in listed.failed] == [str(folder / "c.parquet")]
+    assert report.summary.num_drafts == steps.slice(0, half)["num_drafts"].sum()

@@ -65,6 +65,8 @@ class Part:
     windows: pl.LazyFrame | None = None
     #: The sources whose windows the part holds.
     names: set[str] = field(default_factory=set)
+    #: Files named on the command line (not met in a folder): one that cannot be read raises.
+    explicit: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -91,6 +93,9 @@ class Ingested:
     deferred: list[Part] = field(default_factory=list)
     #: With ``deferred``: the repeated windows of the whole input, dropped part by part.
     repeats: Repeats | None = None
+    #: With ``deferred``: whether a file found unreadable while its part is read is listed
+    #: (``load(..., keep_going=True)``) instead of raising.
+    keep_going: bool = False
 
     def parts(self, *, again: bool = False) -> Iterator[pl.LazyFrame]:
         """The windows in parts that each fit in memory, in input order: without ``deferred``,
@@ -107,16 +112,34 @@ class Ingested:
             else:
                 frames = []
                 for name, _ in part.files:
-                    frame, report, skipped = read_source(open_source(name), "events")
+                    try:
+                        frame, report, skipped = read_source(open_source(name), "events")
+                    except InputError as exc:  # damage the first pass did not read
+                        if not again:
+                            self._unreadable(exc, explicit=name in part.explicit)
+                        continue
                     if not again:
                         at = next(i for i, s in enumerate(self.sources) if s.name == name)
                         self.sources[at] = replace(self.sources[at], skipped=report.skipped)
                         self.skipped.extend(skipped)
                     frames.append(frame)
+                if not frames:
+                    continue
                 whole = self._counted(pl.concat(frames, how="vertical_relaxed"), part.names, repeats, record=not again)
                 del frames, frame
             yield whole
             del whole  # before the next part is read
+
+    def _unreadable(self, exc: InputError, *, explicit: bool) -> None:
+        """A deferred file that turned out unreadable, as ``load`` treats one: an explicit input
+        raises (or with ``keep_going`` is listed as failed), a file met in a folder is skipped."""
+        if explicit and not self.keep_going:
+            raise exc
+        self.sources = [s for s in self.sources if s.name != exc.source]
+        if explicit:
+            self.failed.append(exc)
+        else:
+            self.skipped.append(Skipped(exc.source, None, exc.why))
 
     def _counted(
         self, windows: pl.LazyFrame, names: set[str], repeats: Repeats | None, *, record: bool
@@ -283,7 +306,7 @@ def load(
             if name in large and kind == events.FORMAT_PARQUET and not src.compressed:
                 hashes.add(first_pass(src, narrow_repeat_hashes))
                 held(held_names)
-                plan.append(Part(files=[(name, large[name])], names={name}))
+                plan.append(Part(files=[(name, large[name])], names={name}, explicit={name} if explicit else set()))
                 result.sources.append(SourceReport(name, kind, None, -1, 0))
                 continue
             if kind in (decisions.FORMAT, metadata.FORMAT):  # side files: records, no windows
@@ -313,6 +336,7 @@ def load(
         result.metadata.extend(report.metadata)
         held_names.append(report.name)
     if plan:
+        result.keep_going = keep_going
         held(held_names)
         result.deferred = _packed(plan, part_rows or 0)
         result.repeats = Repeats.among(hashes.gathered())
@@ -357,6 +381,7 @@ def _packed(plan: list[Part], part_rows: int) -> list[Part]:
         if files and last is not None and sum(n for _, n in [*last.files, *part.files]) <= part_rows:
             last.files.extend(part.files)
             last.names |= part.names
+            last.explicit |= part.explicit
             continue
         packed.append(part)
     return packed
