@@ -116,7 +116,7 @@ class Ingested:
                         frame, report, skipped = read_source(open_source(name), "events")
                     except InputError as exc:  # damage the first pass did not read
                         if not again:
-                            self._unreadable(exc, explicit=name in part.explicit)
+                            self.unreadable(exc, explicit=name in part.explicit, keep_going=self.keep_going)
                         continue
                     if not again:
                         at = next(i for i, s in enumerate(self.sources) if s.name == name)
@@ -130,10 +130,11 @@ class Ingested:
             yield whole
             del whole  # before the next part is read
 
-    def _unreadable(self, exc: InputError, *, explicit: bool) -> None:
-        """A deferred file that turned out unreadable, as ``load`` treats one: an explicit input
-        raises (or with ``keep_going`` is listed as failed), a file met in a folder is skipped."""
-        if explicit and not self.keep_going:
+    def unreadable(self, exc: InputError, *, explicit: bool, keep_going: bool) -> None:
+        """An input that cannot be read (when loaded, or a deferred file when its part is read):
+        an explicit one raises (or with ``keep_going`` is listed as failed), a file met while
+        walking a folder is listed as skipped; either way it is no source."""
+        if explicit and not keep_going:
             raise exc
         self.sources = [s for s in self.sources if s.name != exc.source]
         if explicit:
@@ -325,12 +326,7 @@ def load(
             progress = progress_factory(src) if progress_factory else None
             frame, report, skipped = read_source(src, fmt, progress=progress)
         except InputError as exc:
-            if explicit and not keep_going:
-                raise
-            if explicit:
-                result.failed.append(exc)
-            else:
-                result.skipped.append(Skipped(name, None, exc.why))
+            result.unreadable(exc, explicit=explicit, keep_going=keep_going)
             continue
         result.add(frame, report, skipped)
         result.metadata.extend(report.metadata)
