@@ -63,6 +63,7 @@ def test_parts_with_a_log_between_repeats_and_a_bad_row_give_the_whole_report(tm
     assert len(ingested.deferred) >= 4  # files, the log read whole, more files: several parts
     assert [p.windows is not None for p in ingested.deferred][:2] == [False, True]
     assert_same_json(whole, parts)
+    assert_same_json(parts, analyze(ingested).to_dict())  # read again: nothing counted twice
     # What the parts had to get right, checked against the rows themselves:
     copy = next(s for s in parts["sources"] if s["source"].endswith("part-9-copy.parquet"))
     assert copy["windows"] == 0

@@ -96,36 +96,41 @@ class Ingested:
     #: With ``deferred``: whether a file found unreadable while its part is read is listed
     #: (``load(..., keep_going=True)``) instead of raising.
     keep_going: bool = False
+    #: The parts (by index in ``deferred``) whose skipped rows, notices and counts are recorded.
+    _recorded: set[int] = field(default_factory=set, repr=False)
 
-    def parts(self, *, again: bool = False) -> Iterator[pl.LazyFrame]:
+    def parts(self) -> Iterator[pl.LazyFrame]:
         """The windows in parts that each fit in memory, in input order: without ``deferred``,
         :attr:`windows` whole; with it, each :class:`Part`. A part of files is read when asked
-        for: its skipped rows, notices, repeats dropped and window counts go into this object
-        (``again``: the same parts read once more, recording nothing)."""
+        for; the first time, its skipped rows, notices, repeats dropped and window counts go
+        into this object (read again, the same parts come, and nothing is recorded twice)."""
         if not self.deferred:
             yield self.windows
             return
-        repeats = self.repeats if not again or self.repeats is None else Repeats(self.repeats.suspects)
-        for part in self.deferred:
+        # Repeats are found afresh on every reading, in input order: each yields the same parts.
+        repeats = Repeats(self.repeats.suspects) if self.repeats is not None else None
+        for index, part in enumerate(self.deferred):
+            record = index not in self._recorded
+            self._recorded.add(index)
             if part.windows is not None:
-                whole = self._counted(part.windows, part.names, repeats, record=not again)
+                whole = self._counted(part.windows, part.names, repeats, record=record)
             else:
                 frames = []
                 for name, _ in part.files:
                     try:
                         frame, report, skipped = read_source(open_source(name), "events")
                     except InputError as exc:  # damage the first pass did not read
-                        if not again:
+                        if record:
                             self.unreadable(exc, explicit=name in part.explicit, keep_going=self.keep_going)
                         continue
-                    if not again:
+                    if record:
                         at = next(i for i, s in enumerate(self.sources) if s.name == name)
                         self.sources[at] = replace(self.sources[at], skipped=report.skipped)
                         self.skipped.extend(skipped)
                     frames.append(frame)
                 if not frames:
                     continue
-                whole = self._counted(pl.concat(frames, how="vertical_relaxed"), part.names, repeats, record=not again)
+                whole = self._counted(pl.concat(frames, how="vertical_relaxed"), part.names, repeats, record=record)
                 del frames, frame
             yield whole
             del whole  # before the next part is read
