@@ -191,6 +191,35 @@ def test_change_point_finds_a_regression_and_not_noise():
     assert change_points(stationary) == []
 
 
+def test_change_point_is_the_split_of_largest_z_by_hand():
+    """The first split found is the one with the largest |z| of the two sides' ratio
+    estimates, each side's variance Σ(a − r·d)² / (n(n − 1)·mean(d)²), computed split by split."""
+    rng = random.Random(11)
+    rows = []
+    for i in range(90):
+        beta = 0.75 if i < 40 else 0.6
+        lengths = draws(int(rng.uniform(80, 300)), [beta] * 3, seed=rng.randrange(10**9))
+        rows.append(window_from(lengths, 3, end_ts=1000.0 + 10 * i))
+    series = acceptance_over_time(windows(rows))
+    a, d = series["num_accepted_tokens"].to_list(), series["num_drafts"].to_list()
+
+    def side(lo: int, hi: int) -> tuple[float, float]:
+        r = sum(a[lo:hi]) / sum(d[lo:hi])
+        n, mean_d = hi - lo, sum(d[lo:hi]) / (hi - lo)
+        resid = sum((a[i] - r * d[i]) ** 2 for i in range(lo, hi))
+        return 1 + r, max(resid / (n * (n - 1) * mean_d**2), 1e-12)
+
+    def z(t: int) -> float:
+        (before, var_b), (after, var_a) = side(0, t), side(t, len(a))
+        return (after - before) / (var_b + var_a) ** 0.5
+
+    best = max(range(5, len(a) - 4), key=lambda t: abs(z(t)))
+    first = change_points(series)[0]
+    assert (first.index, first.kind) == (best, "regression")
+    assert first.z == pytest.approx(z(best), rel=1e-9)
+    assert first.before == pytest.approx(side(0, best)[0], rel=1e-12)
+
+
 def test_total_is_the_roll_up_of_groups_and_lists_longer_than_k_widen():
     rows = [
         window_from([1, 2, 3, 0], 3, method="a", num_spec_tokens=3),
