@@ -207,6 +207,47 @@ def test_point_estimates_do_not_depend_on_how_rows_are_merged(monkeypatch):
             assert b.tokens_per_second == pytest.approx(a.tokens_per_second, rel=1e-9)
 
 
+def test_log_intervals_merge_into_blocks_with_the_same_point_estimates(monkeypatch):
+    """A long log's intervals merge into blocks per configuration, as steps do (a 1 GB log's
+    572K intervals were as many cells, and its bootstrap resampled all of them): the counts are
+    kept, the cells are bounded, and every point estimate is the one-cell-per-interval one. An
+    interval whose counts are unknown keeps its printed rate, alone in its cell."""
+    from specobs.ingest import load
+    from specobs.tuning import model
+    from specobs.tuning.recommend import LABELS
+
+    log = tiled(load([str(SWEEP.parent / "vllm-cpu-sweep.log")]).windows.collect(), 300)
+    assert set(log["counters"]) == {"interval"} and log["reported_mean_acceptance_length"].null_count() == 0
+    configurations = log.select(*LABELS, "num_spec_tokens", "batch_size").n_unique()
+    merged = model.cells(log, LABELS)
+    assert merged.height <= model.CELLS_PER_CONFIGURATION * configurations < log.height / 4
+    assert merged["num_rows"].sum() == log.height
+    for c in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        assert merged[c].sum() == log[c].sum()
+    assert (
+        merged.filter(pl.col("num_rows") > 1)["reported_mean_acceptance_length"].null_count()
+        == merged.filter(pl.col("num_rows") > 1).height
+    )  # a printed rate is one interval's
+
+    merged_estimate = recommend(log, bootstrap=0, method="ngram")
+    monkeypatch.setattr(model, "CELLS_PER_CONFIGURATION", 10**9)
+    assert model.cells(log, LABELS).height == log.height
+    per_interval = recommend(log, bootstrap=0, method="ngram")
+    assert merged_estimate.recommended == per_interval.recommended
+    for a, b in zip(per_interval.predicted, merged_estimate.predicted, strict=True):
+        assert (a.num_speculative_tokens, a.batch_size) == (b.num_speculative_tokens, b.batch_size)
+        assert b.speedup == pytest.approx(a.speedup, rel=1e-9)
+    monkeypatch.undo()
+
+    # Counts unknown, a printed rate known (as SGLang prints): each such interval is its own cell.
+    printed_only = log.head(300).with_columns(pl.lit(None, pl.Int64).alias("num_accepted_tokens"))
+    alone = model.cells(printed_only, LABELS)
+    assert alone.height == 300
+    assert (
+        alone["reported_mean_acceptance_length"].to_list() == printed_only["reported_mean_acceptance_length"].to_list()
+    )
+
+
 def test_cells_survive_a_hash_collision(monkeypatch):
     """Every configuration hashing alike (a collision) must not mix configurations: the check
     hash disagrees and the merge is redone on the columns, with the same result."""

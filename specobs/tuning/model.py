@@ -83,6 +83,7 @@ _NULLABLE = (
 )
 _LISTS = ("num_accepted_tokens_per_pos", "num_drafts_per_pos", "num_drafts_accepted_before_pos")
 _SUMMED = tuple(c for c in _NULLABLE if c not in _LISTS)
+_PRINTED = ("reported_mean_acceptance_length", "reported_draft_acceptance_rate")
 
 
 def _config_hash(config: Sequence[str]) -> pl.Expr:
@@ -93,16 +94,23 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
     """Step rows merged into cells: consecutive rows of one configuration (``labels``, k, batch
     size, tokens scored, decode or not, which values are known), counters and times summed,
     ``num_rows`` counting them. At most :data:`CELLS_PER_CONFIGURATION` cells per configuration
-    and source (an input file); smaller ones keep one row per cell, and rows that are not steps (log intervals,
-    scrape pairs) are never merged. A bootstrap over cells is a block bootstrap over steps.
+    and source (an input file); smaller ones keep one row per cell. Rows that are not steps (log
+    intervals, scrape pairs) merge the same way, consecutive intervals of their source; a row
+    that carries only a printed rate (SGLang, V0 gauges) is a cell alone, as its printed rate
+    cannot be summed. A bootstrap over cells is a block bootstrap over steps or intervals.
     """
     lazy = frame.lazy()
     if "num_rows" in lazy.collect_schema().names():
         return frame if isinstance(frame, pl.DataFrame) else frame.collect()
     nulls = pl.sum_horizontal([pl.col(c).is_null().cast(pl.Int64) * (1 << i) for i, c in enumerate(_NULLABLE)])
     scored = pl.coalesce(pl.col("num_scheduled_tokens"), pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0))
+    # Tokens scored per step: for a step, or a timed window (the cost fit's points); an untimed
+    # interval's draft tokens are the interval's sum, which would make each interval a
+    # configuration of its own.
+    timed = (pl.col("counters") == "step") | pl.any_horizontal(pl.col("verify_seconds", "step_seconds").is_not_null())
+    scored = pl.when(timed.fill_null(False)).then(scored)
     config = [*labels, "num_spec_tokens", "batch_size", "scored", "decode", "nulls"]
-    carried = [*config, "num_scheduled_tokens", "reported_mean_acceptance_length", "reported_draft_acceptance_rate"]
+    carried = [*config, "num_scheduled_tokens", *_PRINTED]
     index = pl.int_range(pl.len(), dtype=pl.Int64)
     # Grouping on one hash of the configuration is several times faster than on its columns. A
     # second, independent hash must agree within every cell; if it does not (two configurations
@@ -118,8 +126,14 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
         # Blocks within one source: consecutive steps of one engine's capture, never a block
         # that joins the end of one file to the start of another (so each input file, or part of
         # a partitioned folder, makes its cells alone).
-        within = [*keys, "source"]
-        block = pl.when(pl.col("counters") == "step").then(
+        # A 1 GB log holds 572K intervals: kept one cell each, its bootstrap resampled them all.
+        # A row whose counts are unknown and whose acceptance is a printed rate stays alone.
+        printed = (
+            pl.any_horizontal(pl.col(_PRINTED).is_not_null())
+            & pl.any_horizontal(pl.col("num_drafts", "num_accepted_tokens", "num_draft_tokens").is_null())
+        ).alias("_printed")
+        within = [*keys, "source", "_printed"]
+        block = pl.when(~pl.col("_printed")).then(
             index.over(within) * CELLS_PER_CONFIGURATION // pl.len().over(within)
         ).otherwise(-1 - index)  # fmt: skip
 
@@ -138,13 +152,13 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
             *[Term(f"{c}_len", pl.col(c).list.len(), "max") for c in _LISTS],
             *[Term(f"{c}_{i}", at(c, i), "sum") for c in _LISTS for i in range(positions)],
         ]
-        blocked = keyed.with_columns(block.alias("block"))
+        blocked = keyed.with_columns(printed).with_columns(block.alias("block"))
         steps = (
             grouped_terms(blocked.filter(pl.col("block") >= 0), [*within, "block"], terms)
             .with_columns(collided=pl.col("check_min") != pl.col("check_max"))
-            .select(pl.exclude(*config, "config_hash", "source", "block", "check_min", "check_max"))
+            .select(pl.exclude(*config, "config_hash", "source", "_printed", "block", "check_min", "check_max"))
         )
-        # A row that is not a step is a cell of its own: its values are its cell's sums.
+        # A row with a printed rate is a cell of its own: its values are its cell's sums.
         others = blocked.filter(pl.col("block") < 0).select(
             *[t.of_one_row() for t in terms if t.name not in ("check_min", "check_max")], collided=pl.lit(False)
         )
@@ -169,6 +183,8 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
         .with_columns(
             *[pl.when(known[c]).then(pl.col(c)).alias(c) for c in _SUMMED],
             *[pl.when(known[c]).then(summed_list(c)).alias(c) for c in _LISTS],
+            # A printed rate is one interval's: a cell of several has its counts instead.
+            *[pl.when(pl.col("num_rows") == 1).then(pl.col(c)).alias(c) for c in _PRINTED],
         )
         .drop(
             "collided",
