@@ -126,14 +126,15 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
         # Blocks within one source: consecutive steps of one engine's capture, never a block
         # that joins the end of one file to the start of another (so each input file, or part of
         # a partitioned folder, makes its cells alone).
-        # A 1 GB log holds 572K intervals: kept one cell each, its bootstrap resampled them all.
-        # A row whose counts are unknown and whose acceptance is a printed rate stays alone.
-        printed = (
+        # Intervals merge as steps do (a long log's bootstrap then resamples blocks, not each of
+        # its hundreds of thousands of intervals), except a row whose counts are unknown and whose
+        # acceptance is a printed rate: that rate cannot be summed, so the row stays alone.
+        printed_only = (
             pl.any_horizontal(pl.col(_PRINTED).is_not_null())
             & pl.any_horizontal(pl.col("num_drafts", "num_accepted_tokens", "num_draft_tokens").is_null())
-        ).alias("_printed")
-        within = [*keys, "source", "_printed"]
-        block = pl.when(~pl.col("_printed")).then(
+        ).alias("_printed_only")
+        within = [*keys, "source", "_printed_only"]
+        block = pl.when(~pl.col("_printed_only")).then(
             index.over(within) * CELLS_PER_CONFIGURATION // pl.len().over(within)
         ).otherwise(-1 - index)  # fmt: skip
 
@@ -152,11 +153,11 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
             *[Term(f"{c}_len", pl.col(c).list.len(), "max") for c in _LISTS],
             *[Term(f"{c}_{i}", at(c, i), "sum") for c in _LISTS for i in range(positions)],
         ]
-        blocked = keyed.with_columns(printed).with_columns(block.alias("block"))
+        blocked = keyed.with_columns(printed_only).with_columns(block.alias("block"))
         steps = (
             grouped_terms(blocked.filter(pl.col("block") >= 0), [*within, "block"], terms)
             .with_columns(collided=pl.col("check_min") != pl.col("check_max"))
-            .select(pl.exclude(*config, "config_hash", "source", "_printed", "block", "check_min", "check_max"))
+            .select(pl.exclude(*config, "config_hash", "source", "_printed_only", "block", "check_min", "check_max"))
         )
         # A row with a printed rate is a cell of its own: its values are its cell's sums.
         others = blocked.filter(pl.col("block") < 0).select(
