@@ -51,6 +51,7 @@ DOCS = ROOT / "docs"
 SWEEP = ROOT / "examples" / "data" / "vllm-cpu-sweep"
 #: The worked ``specobs tune`` output (examples/make_tune_example.py) that docs/tune.md shows.
 TUNE_EXAMPLE = ROOT / "examples" / "data" / "tune-ngram" / "tune.json"
+NGRAM_LOG = ROOT / "examples" / "data" / "vllm-cpu-ngram-k3.log"
 REGENERATE = "python docs/generate.py"
 MARKER = re.compile(
     r"(?P<open><!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)", re.S
@@ -423,6 +424,9 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "recommended.speculative_config": "the `--speculative-config` JSON to paste "
         "(`num_speculative_tokens_per_batch_size` for a schedule); null for no config or an unknown method",
         "recommended.baseline": "what speedups are against: `plain engine`, or how plain decoding was estimated",
+        "recommended.basis": "`measured` (every bucket measured against a measured plain engine), `modelled` (some "
+        "part from the model: the buckets say which) or `not measured` (no step timing: `predicted_speedup` is "
+        "null and `bands` says what the input can)",
         "by_batch_size[]": "per power-of-two batch bucket: what the recommended config does there",
         "by_batch_size[].method": "method (null when off overall)",
         "by_batch_size[].batch_size_min": "lowest batch size of the bucket",
@@ -467,6 +471,32 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "target.steps": "steps of its speculative engines in the input (the traffic it was chosen by)",
         "other_targets": "the input's other targets (`[{model, platform, device, steps}]`, busiest first): each needs "
         "its own `recommend --model`; empty with one target",
+        "bands[]": "per method whose input has no step timing: not measured, a modelled band per k (docs/model.md, "
+        "Inputs without timing); empty when every method was timed",
+        "bands[].method": "method",
+        "bands[].draft_model": "draft checkpoint, or null",
+        "bands[].drafter_kind": "`lookup`, `autoregressive` or `parallel`: the cost class the band assumes",
+        "bands[].per_position_cost": "`[low, high]` drafter cost per drafted position per request, in plain steps",
+        "bands[].per_step_cost": "`[low, high]` drafter cost per drafting step whatever k is, in plain steps",
+        "bands[].overhead": "`[low, high]` extra cost per step of a speculative engine, in plain steps",
+        "bands[].cost_ratio_given": "true when `per_position_cost` is the user's `--cost-ratio`",
+        "bands[].drafts_per_request_step": "share of request-steps that drafted, measured from generated tokens; "
+        "null when the input cannot say (then taken as 1)",
+        "bands[].measured_k": "positions with acceptance counts",
+        "bands[].ran_k": "the largest k the input ran",
+        "bands[].best_k_memory_bound": "the k with the highest band top (verification flat in tokens scored)",
+        "bands[].best_k_compute_bound": "the k with the highest band bottom (verification grows with tokens "
+        "scored); 0: no speculation",
+        "bands[].by_k[]": "per k from 0",
+        "bands[].by_k[].num_speculative_tokens": "k",
+        "bands[].by_k[].tokens_per_draft": "1 + accepted tokens per draft at k (measured, or extrapolated)",
+        "bands[].by_k[].tokens_per_draft_low": "its 95% low end (each position's Wilson bound; the tail's low β)",
+        "bands[].by_k[].tokens_per_draft_high": "its 95% high end",
+        "bands[].by_k[].speedup_low": "modelled speedup if verification grows with tokens scored and the drafter "
+        "costs the top of its class",
+        "bands[].by_k[].speedup_high": "modelled speedup if verification is flat and the drafter costs the bottom "
+        "of its class",
+        "bands[].by_k[].extrapolated": "true when k is beyond the measured k",
     },
     "tune": {
         "method": "the method tuned (from `--speculative-config`)",
@@ -632,7 +662,10 @@ def json_outputs() -> dict[str, dict[str, Any]]:
     return {
         "report": report,
         "tune": json.loads(TUNE_EXAMPLE.read_text(encoding="utf-8")),
-        "recommend": _run_cli("recommend", str(SWEEP), "--bootstrap", "0"),
+        # The sweep is timed, so it has no bands: those come from the bundled (untimed) ngram log.
+        "recommend": {**_run_cli("recommend", str(SWEEP), "--bootstrap", "0"), "bands": _run_cli(
+            "recommend", str(NGRAM_LOG)
+        )["bands"]},
         "compare": _run_cli("compare", ngram, draft),
     }
 
@@ -645,7 +678,8 @@ def json_paths(document: str) -> list[str]:
     paths = list(dict.fromkeys(walk(data, opaque)))
     if document == "report":  # the nested recommendation is `recommend`'s object: listed there
         nested = [p.removeprefix("recommendation.") for p in paths if p.startswith("recommendation.")]
-        own = set(json_paths("recommend"))
+        # The report's inputs are timed: its bands are empty, their keys listed under `recommend`.
+        own = {"bands" if p.startswith("bands[]") else p for p in json_paths("recommend")}
         if set(nested) != own:
             raise GenerationError(
                 "report's `recommendation` keys differ from `specobs recommend`'s: "

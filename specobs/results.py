@@ -513,10 +513,13 @@ class Recommended(Result):
     draft_model: str | None
     num_speculative_tokens: int
     schedule: tuple[tuple[int, int, int], ...] | None  # (batch low, batch high, k)
-    predicted_speedup: float
+    predicted_speedup: float | None  # None: not measured (see ``Recommendation.bands``)
     interval: tuple[float, float] | None
     speculative_config: str | None
     baseline: str
+    #: What the number rests on: "measured" (every part), "modelled" (some part from the model:
+    #: the buckets say which) or "not measured" (no timing: no number, see the bands).
+    basis: str = "measured"
 
 
 @dataclass(frozen=True)
@@ -562,6 +565,43 @@ class MethodFacts(Result):
 
 
 @dataclass(frozen=True)
+class KBand(Result):
+    """One k of a :class:`SpeedupBand`: tokens per draft (1 + accepted per draft, with its 95%
+    interval) and the modelled speedup between the two cost regimes."""
+
+    num_speculative_tokens: int
+    tokens_per_draft: float
+    tokens_per_draft_low: float
+    tokens_per_draft_high: float
+    speedup_low: float  # compute-bound: verification grows with tokens scored, drafter at its class's high cost
+    speedup_high: float  # memory-bound: verification flat, drafter at its class's low cost
+    extrapolated: bool  # k above the measured one: acceptance of the extra positions extrapolated
+
+
+@dataclass(frozen=True)
+class SpeedupBand(Result):
+    """What an input without step timing says about one method's speed: not measured, a band
+    per k between two stated cost regimes (``specobs.tuning.band``), and the k each favours."""
+
+    method: str | None
+    draft_model: str | None
+    drafter_kind: str  # lookup | autoregressive | parallel
+    per_position_cost: tuple[float, float]  # drafter cost per drafted position, in plain steps
+    per_step_cost: tuple[float, float]  # drafter cost per drafting step, whatever k is
+    overhead: tuple[float, float]  # a speculative engine's extra cost per step
+    cost_ratio_given: bool  # the per-position cost is the user's --cost-ratio
+    drafts_per_request_step: float | None  # q as measured; None: unknown, taken as 1
+    measured_k: int
+    ran_k: int | None  # the largest k the input ran
+    best_k_memory_bound: int
+    best_k_compute_bound: int
+    by_k: tuple[KBand, ...]
+
+    def at(self, k: int) -> KBand | None:
+        return next((b for b in self.by_k if b.num_speculative_tokens == k), None)
+
+
+@dataclass(frozen=True)
 class Recommendation(Result):
     """What ``specobs recommend`` returns."""
 
@@ -574,6 +614,8 @@ class Recommendation(Result):
     #: The target this is for, and the input's other targets (each needs its own recommendation).
     target: Target | None = None
     other_targets: tuple[Target, ...] = ()
+    #: Methods whose input has no step timing: what it can say without measuring (never a point).
+    bands: tuple[SpeedupBand, ...] = ()
 
     @property
     def explanations(self) -> list[str]:
@@ -602,6 +644,7 @@ class Recommendation(Result):
             "method_comparison": jsonable(self.method_comparison),
             "target": jsonable(self.target),
             "other_targets": jsonable(self.other_targets),
+            "bands": jsonable(self.bands),
         }
 
 
@@ -978,6 +1021,7 @@ __all__ = [
     "Finding",
     "GroupSummary",
     "IntegrityIssue",
+    "KBand",
     "LengthBin",
     "MethodFacts",
     "MethodWin",
@@ -994,6 +1038,7 @@ __all__ = [
     "RunMetadata",
     "ScheduleTax",
     "SideTiming",
+    "SpeedupBand",
     "Summary",
     "Target",
     "Throughput",

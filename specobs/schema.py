@@ -94,6 +94,10 @@ WINDOWS: dict[str, pl.DataType] = {
     **TIMINGS,
     "num_timed_steps": pl.Int64(),
     "timing_clock": pl.String(),
+    # Generated tokens per second over the window, as the serving engine measured it: a log's
+    # ``Avg generation throughput`` for its interval, or a scrape pair's generation counter over
+    # the time between them. Null for steps (their timings say more) and when the source has none.
+    "generation_tokens_per_second": pl.Float64(),
     # What the source printed, kept when counts cannot be recovered (SGLang, V0 gauges).
     "reported_mean_acceptance_length": pl.Float64(),
     "reported_draft_acceptance_rate": pl.Float64(),

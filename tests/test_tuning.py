@@ -104,17 +104,37 @@ def test_recommend_json_contract_and_methods_compared(tmp_path):
     assert data["method_comparison"] and isinstance(data["assumptions"], list)
 
 
-def test_recommend_without_timing_falls_back_to_leviathan_and_says_so(write):
+def test_recommend_without_timing_gives_a_band_not_a_point(write):
+    """One SpecDecoding line, no stats line, no plain engine: acceptance is known, speed is not.
+    No speedup, no config: a band per k, computed here by hand from the printed line."""
     from test_vllm_log import CURRENT
 
+    from specobs.analysis.intervals import wilson_bounds
+    from specobs.tuning.band import COST_CLASSES
+
     path = write("a.log", CURRENT + "\n")
-    data = json.loads(run_cli("recommend", str(path), "--format", "json", "--cost-ratio", "0.05").stdout)
-    assert any("Leviathan" in a and "--cost-ratio 0.05" in a for a in data["assumptions"])
+    result = run_cli("recommend", str(path), "--format", "json", "--cost-ratio", "0.05")
+    data = json.loads(result.stdout)
+    rec = data["recommended"]
+    assert rec["predicted_speedup"] is None and rec["basis"] == "not measured" and rec["speculative_config"] is None
+    assert data["predicted"] == [] and data["by_batch_size"] == []
+    (band,) = data["bands"]
+    assert band["drafts_per_request_step"] is None  # no generated tokens: q unknown, taken as 1
+    # vLLM prints no draft count: drafts = accepted / Σ rates, counts per position from the rates.
     rates = [0.877, 0.807, 0.781]
-    expected = max(leviathan.per_position_speedup(rates, k, 0.05) for k in range(1, 4))
-    best3 = next(p for p in data["predicted"] if p["num_speculative_tokens"] == 3)
-    assert best3["speedup"] == pytest.approx(leviathan.per_position_speedup(rates, 3, 0.05), rel=0.01)
-    assert data["recommended"]["predicted_speedup"] >= expected * 0.99
+    drafts = round(1124 / sum(rates))
+    accepted = [round(r * drafts) for r in rates]
+    bounds = [wilson_bounds(a, drafts) for a in accepted]
+    length = 1320 / drafts  # draft tokens per draft
+    overhead = COST_CLASSES["autoregressive"].overhead  # no method in the line: the conservative kind
+    k3 = next(b for b in band["by_k"] if b["num_speculative_tokens"] == 3)
+    assert k3["tokens_per_draft"] == pytest.approx(1 + sum(a / drafts for a in accepted), rel=1e-9)
+    assert k3["speedup_high"] == pytest.approx((1 + sum(b[1] for b in bounds)) / (1 + length * 0.05), rel=1e-9)
+    low = (1 + sum(b[0] for b in bounds)) / (1 + length + length * 0.05 + overhead[1])
+    assert k3["speedup_low"] == pytest.approx(low, rel=1e-9)
+    assert k3["speedup_low"] < 1 < k3["speedup_high"]
+    text = run_cli("recommend", str(path), "--cost-ratio", "0.05").stdout.decode()
+    assert "not measured" in text and "--speculative-config" not in text and "predicted" not in text
 
 
 def test_compare_verdicts(tmp_path):
@@ -217,8 +237,11 @@ def test_log_intervals_merge_into_blocks_with_the_same_point_estimates(monkeypat
     from specobs.tuning.recommend import LABELS
 
     log = tiled(load([str(SWEEP.parent / "vllm-cpu-sweep.log")]).windows.collect(), 300)
-    assert set(log["counters"]) == {"interval"} and log["reported_mean_acceptance_length"].null_count() == 0
-    configurations = log.select(*LABELS, "num_spec_tokens", "batch_size").n_unique()
+    drafted = log.filter(pl.col("num_drafts") > 0)  # intervals with a SpecDecoding line print its rates
+    assert set(log["counters"]) == {"interval"} and drafted["reported_mean_acceptance_length"].null_count() == 0
+    # A configuration, as cells key it: labels, k, batch size, and which values are known.
+    known = [pl.col(c).is_null().alias(f"{c}_null") for c in model._NULLABLE]
+    configurations = log.select(*LABELS, "num_spec_tokens", "batch_size", *known).n_unique()
     merged = model.cells(log, LABELS)
     assert merged.height <= model.CELLS_PER_CONFIGURATION * configurations < log.height / 4
     assert merged["num_rows"].sum() == log.height
@@ -234,13 +257,17 @@ def test_log_intervals_merge_into_blocks_with_the_same_point_estimates(monkeypat
     assert model.cells(log, LABELS).height == log.height
     per_interval = recommend(log, bootstrap=0, method="ngram")
     assert merged_estimate.recommended == per_interval.recommended
-    for a, b in zip(per_interval.predicted, merged_estimate.predicted, strict=True):
-        assert (a.num_speculative_tokens, a.batch_size) == (b.num_speculative_tokens, b.batch_size)
-        assert b.speedup == pytest.approx(a.speedup, rel=1e-9)
+    assert merged_estimate.bands and len(per_interval.bands) == len(merged_estimate.bands)
+    for one, other in zip(per_interval.bands, merged_estimate.bands, strict=True):
+        assert one.drafts_per_request_step == pytest.approx(other.drafts_per_request_step, rel=1e-9)
+        for a, b in zip(one.by_k, other.by_k, strict=True):
+            assert a.num_speculative_tokens == b.num_speculative_tokens
+            for key in ("tokens_per_draft", "tokens_per_draft_low", "speedup_low", "speedup_high"):
+                assert getattr(b, key) == pytest.approx(getattr(a, key), rel=1e-9)
     monkeypatch.undo()
 
     # Counts unknown, a printed rate known (as SGLang prints): each such interval is its own cell.
-    printed_only = log.head(300).with_columns(pl.lit(None, pl.Int64).alias("num_accepted_tokens"))
+    printed_only = drafted.head(300).with_columns(pl.lit(None, pl.Int64).alias("num_accepted_tokens"))
     alone = model.cells(printed_only, LABELS)
     assert alone.height == 300
     assert (

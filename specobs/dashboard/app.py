@@ -34,6 +34,7 @@ from specobs.errors import SpecobsError
 from specobs.ingest import Ingested
 from specobs.render import sentences, to_json
 from specobs.render.sentences import headline
+from specobs.render.tuning import BAND_HEADERS, band_rows, band_title
 from specobs.reporting import analyze
 from specobs.results import RequestAcceptance
 from specobs.tuning.compare import compare
@@ -336,8 +337,8 @@ def tuning(ctx: Context) -> None:
     cols[1].metric("Speculative tokens k", r.num_speculative_tokens)
     interval = r.interval
     cols[2].metric(
-        "Predicted speedup",
-        f"{r.predicted_speedup:.2f}×",
+        f"Speedup ({r.basis})",
+        "not measured" if r.predicted_speedup is None else f"{r.predicted_speedup:.2f}×",
         help=None if not interval else f"95% interval {interval[0]:.2f}–{interval[1]:.2f}",
     )
     if r.speculative_config:
@@ -350,21 +351,25 @@ def tuning(ctx: Context) -> None:
         mime="application/json",
         key="download_recommendation",
     )
-    st.subheader("By batch size")
-    table = views.by_batch_table(rec)
-    st.dataframe(table, hide_index=True)
+    if rec.by_batch_size:
+        st.subheader("By batch size")
+        st.dataframe(views.by_batch_table(rec), hide_index=True)
+    for band in rec.bands:
+        st.subheader(band_title(band))
+        st.dataframe(pl.DataFrame(band_rows(band), schema=[*list(BAND_HEADERS[:-1]), "note"], orient="row"))
     for line in rec.explanations:
         st.markdown(f"- {line}")
-    predicted = views.predicted_frame(rec)
-    measured = ctx.derived(views.measured_frame, views.method_labels(rec))
-    st.subheader("Predicted speedup against k")
-    _chart(st, charts.tuning(predicted, measured, "speedup"), stretch=False)
-    st.subheader("Throughput against k: predicted (lines) and measured (triangles)")
-    _chart(st, charts.tuning(predicted, measured, "tokens_per_second"), stretch=False)
+    if rec.predicted:
+        predicted = views.predicted_frame(rec)
+        measured = ctx.derived(views.measured_frame, views.method_labels(rec))
+        st.subheader("Predicted speedup against k")
+        _chart(st, charts.tuning(predicted, measured, "speedup"), stretch=False)
+        st.subheader("Throughput against k: predicted (lines) and measured (triangles)")
+        _chart(st, charts.tuning(predicted, measured, "tokens_per_second"), stretch=False)
+        _download("Download predictions (CSV)", predicted, "predicted.csv")
     if rec.method_comparison:
         st.subheader("Best speedup per method")
         st.dataframe(views.method_comparison_table(rec), hide_index=True)
-    _download("Download predictions (CSV)", predicted, "predicted.csv")
     if rec.assumptions:
         with st.expander("Assumptions"):
             for line in rec.assumptions:

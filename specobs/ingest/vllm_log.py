@@ -57,7 +57,7 @@ NEEDLES = (
 
 #: What a line holding NEEDLES[i] is (the legacy needle and the config one are checked further).
 _NEEDLE_KINDS = {0: "spec", 2: "stats", 3: "stages"}
-_CONFIG_LINE = r"speculative_config\s*[=:]\s*(?:SpeculativeConfig\(|\{)"
+_CONFIG_LINE = r"speculative_config\s*[=:]\s*(?:SpeculativeConfig\(|\{|None\b)"
 
 # Every numeric field is anchored: its value must run up to the next comma (or the end of the
 # line), so "Accepted: 11x4 tokens" or "0.877, ," match nothing and the line is skipped.
@@ -138,6 +138,7 @@ def scan_fields(head: bytes) -> Fields:
             "stats_engine": C.field_int(text, r"Engine ([0-9]+):"),
             "stats_aggregated": text.str.contains("Engines Aggregated:", literal=True),
             "stats_batch": C.field_int(text, r"Running: ([0-9]+) reqs"),
+            "gen_throughput": C.field_float(text, r"Avg generation throughput: (" + _N + r") tokens/s"),
         },
         3: {
             "proposal_per_token": C.field_float(text, r"average_time_per_proposal_tok_ms=([0-9.]+)") / 1000,
@@ -152,8 +153,8 @@ _LINE_COLUMNS: dict[str, pl.DataType] = {
     "service": pl.String(), "accepted": pl.Int64(), "drafted": pl.Int64(), "mal": pl.Float64(),
     "per_pos_rates": pl.List(pl.Float64), "accepted_throughput": pl.Float64(), "legacy_v0": pl.Boolean(),
     "k": pl.Int64(), "emitted": pl.Int64(), "stats_engine": pl.Int64(), "stats_aggregated": pl.Boolean(),
-    "stats_batch": pl.Int64(), "proposal_per_token": pl.Float64(), "scoring": pl.Float64(),
-    "verification": pl.Float64(), "efficiency": pl.Float64(),
+    "stats_batch": pl.Int64(), "gen_throughput": pl.Float64(), "proposal_per_token": pl.Float64(),
+    "scoring": pl.Float64(), "verification": pl.Float64(), "efficiency": pl.Float64(),
 }  # fmt: skip
 
 
@@ -180,9 +181,112 @@ def parse(found: FoundLines, source: str, *, year: int, reference: float | None)
     config = _config(lines)
     skipped: list[Skipped] = []
     v1 = _v1_windows(lines, config, source, skipped)
+    taken = v1["stats_line"] if "stats_line" in v1.columns else pl.Series("stats_line", [], pl.Int64)
+    quiet = _stats_windows(lines, config, taken, source)
     v0 = _v0_windows(lines, config, source, skipped)
-    windows = pl.concat([C.finish(v1), C.finish(v0)], how="vertical")
+    v1 = _with_generated(pl.concat([_finished(v1), _finished(quiet)], how="vertical"), lines, taken)
+    # Labelled together: whether several processes share the file is a fact of the file.
+    v1 = C.finish(v1.with_columns(source=_source_label(source), run_id=_source_label(source))).sort("source_line")
+    windows = pl.concat([v1, C.finish(v0)], how="vertical")
     return windows, skipped
+
+
+#: Columns a V1 window carries until its generated tokens are known (see :func:`_with_generated`).
+_CARRIED = {"stats_line": pl.Int64(), "spec_seconds": pl.Float64(), "process": pl.String()}
+
+
+def _finished(frame: pl.DataFrame) -> pl.DataFrame:
+    """``C.finish`` that keeps :data:`_CARRIED`."""
+    if frame.is_empty():
+        return C.finish(frame).with_columns([pl.lit(None, t).alias(c) for c, t in _CARRIED.items()])
+    carried = [(pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c) for c, t in _CARRIED.items()]
+    return pl.concat([C.finish(frame), frame.with_columns(carried).select(*_CARRIED)], how="horizontal")
+
+
+def _with_generated(windows: pl.DataFrame, lines: pl.DataFrame, taken: pl.Series) -> pl.DataFrame:
+    """``num_generated_tokens`` of each window from its stats line: the printed generation
+    throughput × the interval it covers.
+
+    The interval is the time since the engine's previous stats line. When that line too had a
+    SpecDecoding line, both loggers were reset at the same moment, so the spec line's own
+    accepted / accepted-throughput gives it to the millisecond; otherwise it is the difference of
+    the two lines' timestamps (whole seconds: the error cancels over consecutive intervals).
+    """
+    if windows.is_empty():
+        return windows.drop("stats_line", "spec_seconds")
+    stats = (
+        lines.filter(pl.col("kind") == "stats")
+        .sort("line")
+        .select(
+            stats_line="line",
+            _seconds=pl.col("ts") - pl.col("ts").shift(1).over([pl.col("process").fill_null(""), "stats_engine"]),
+            _chained=pl.col("line")
+            .shift(1)
+            .over([pl.col("process").fill_null(""), "stats_engine"])
+            .is_in(taken.implode()),
+        )
+    )
+    precise = pl.col("_chained") & pl.col("spec_seconds").is_not_null()
+    seconds = pl.when(precise).then(pl.col("spec_seconds")).otherwise(pl.col("_seconds"))
+    generated = (pl.col("generation_tokens_per_second") * seconds).round(0).cast(pl.Int64)
+    return (
+        windows.join(stats, on="stats_line", how="left")
+        .with_columns(num_generated_tokens=pl.when(seconds > 0).then(generated))
+        .drop("_seconds", "_chained", "stats_line", "spec_seconds")
+    )
+
+
+def _stats_windows(lines: pl.DataFrame, config: pl.DataFrame, taken: pl.Series, source: str) -> pl.DataFrame:
+    """Windows of the busy intervals no speculative line speaks for, from their V1 stats lines.
+
+    vLLM prints ``Engine NNN: ... Avg generation throughput: X tokens/s, Running: N reqs`` every
+    interval, and the SpecDecoding line only when something was drafted in it. So a stats line
+    without one is, in a speculative engine, an interval that drafted nothing (its counts are 0),
+    and in a plain engine (no speculative config) the plain engine's own throughput: the
+    baseline a speculative server's log is measured against. Idle intervals (nothing generated,
+    nothing running) are left out; so are lines of engines the log does not configure.
+    """
+    stats = lines.filter((pl.col("kind") == "stats") & pl.col("stats_engine").is_not_null())
+    if stats.is_empty():
+        return stats
+    stats = stats.sort("line").with_columns(
+        process_filled=pl.col("process").fill_null(""),
+        start_ts=pl.col("ts").shift(1).over([pl.col("process").fill_null(""), "stats_engine"]),
+    )
+    busy = (pl.col("gen_throughput").fill_null(0) > 0) | (pl.col("stats_batch").fill_null(0) > 0)
+    quiet = stats.filter(busy & ~pl.col("line").is_in(taken.implode()) & ~pl.col("stats_aggregated").fill_null(False))
+    if quiet.is_empty():
+        return quiet
+    quiet = _attach_config(quiet, config)
+    speculative = pl.col("config_k").fill_null(0) > 0
+    plain = pl.col("method").is_null() & (pl.col("config_k").fill_null(0) == 0) & (pl.col("model").is_not_null())
+    zero = pl.when(speculative).then(pl.lit(0, pl.Int64))
+    return quiet.select(
+        start_ts="start_ts",
+        end_ts="ts",
+        source=_source_label(source),
+        source_line="line",
+        source_format=pl.lit(FORMAT),
+        run_id=_source_label(source),
+        engine="stats_engine",
+        model="model",
+        method="method",
+        draft_model="draft_model",
+        vllm_version="vllm_version",
+        graph_mode="graph_mode",
+        batch_size=pl.when(pl.col("stats_batch") > 0).then(pl.col("stats_batch")),
+        num_spec_tokens=pl.when(speculative).then(pl.col("config_k")).when(plain).then(pl.lit(0, pl.Int64)),
+        num_drafts=zero,
+        num_draft_tokens=zero,
+        num_accepted_tokens=zero,
+        num_accepted_tokens_per_pos=pl.when(speculative).then(
+            pl.int_ranges(0, pl.col("config_k")).list.eval(pl.element() * 0)
+        ),
+        counters=pl.lit("interval"),
+        process="process",
+        generation_tokens_per_second="gen_throughput",
+        stats_line="line",
+    )
 
 
 def _config(lines: pl.DataFrame) -> pl.DataFrame:
@@ -208,7 +312,10 @@ def _config(lines: pl.DataFrame) -> pl.DataFrame:
             ),
             method=spec_part.str.extract(r"method'?\s*[=:]\s*'([A-Za-z0-9_]+)'", 1),
             draft_model=spec_part.str.extract(r"(?-u:\b)model'?\s*[=:]\s*'([^']*)'", 1),
-            num_spec_tokens=C.field_int(spec_part, r"num_spec(?:ulative)?_tokens'?\s*[=:]\s*([0-9]+)"),
+            # A plain engine's start line says ``speculative_config=None``: k = 0, not unknown.
+            num_spec_tokens=pl.when(text.str.contains("speculative_config=None", literal=True))
+            .then(pl.lit(0, pl.Int64))
+            .otherwise(C.field_int(spec_part, r"num_spec(?:ulative)?_tokens'?\s*[=:]\s*([0-9]+)")),
             # The run metadata's labels (``run_metadata`` reads the rest of these lines).
             vllm_version=text.str.extract(r"Initializing a V1 LLM engine \(v([^)\s]+)\)", 1),
             graph_mode=pl.when(text.str.contains("enforce_eager=True", literal=True))
@@ -327,7 +434,16 @@ def _attach_config(windows: pl.DataFrame, config: pl.DataFrame) -> pl.DataFrame:
     before = windows.sort("line").join_asof(config, left_on="line", right_on="config_line", strategy="backward")
     after = windows.sort("line").join_asof(config, left_on="line", right_on="config_line", strategy="forward")
     cols = ["model", "method", "draft_model", "config_k", "vllm_version", "graph_mode"]
-    return before.with_columns([pl.coalesce(pl.col(c), after[c]).alias(c) for c in cols]).drop("config_line")
+    # One config, whole: the one before, else the first after (a plain engine's null method must
+    # not be filled in from the next engine's start line).
+    none_before = pl.col("config_line").is_null()
+    return before.with_columns([pl.when(none_before).then(after[c]).otherwise(pl.col(c)).alias(c) for c in cols]).drop(
+        "config_line"
+    )
+
+
+#: What a spec line takes from its engine's stats line (``stats_line``: which one it took).
+_STATS_PICKED = ("stats_engine", "stats_aggregated", "stats_batch", "gen_throughput", "stats_line")
 
 
 def _attach_stats(spec: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
@@ -340,8 +456,9 @@ def _attach_stats(spec: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     round: each spec line takes the stats line just after it.
     """
     stats = lines.filter(pl.col("kind") == "stats").select(
-        "line", "kind", "ts", "process", "stats_engine", "stats_aggregated", "stats_batch"
-    )
+        "line", "kind", "ts", "process", "stats_engine", "stats_aggregated", "stats_batch", "gen_throughput",
+        stats_line="line",
+    )  # fmt: skip
     ordered = pl.concat([stats, spec.select("line", "kind", "ts", "process")], how="diagonal").sort("line")
     several = ordered["process"].n_unique() > 1
 
@@ -368,20 +485,15 @@ def _attach_stats(spec: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
         .then(shifted(name, 1))
         .otherwise(None)
         .alias(name)
-        for name in ("stats_engine", "stats_aggregated", "stats_batch")
+        for name in _STATS_PICKED
     ]
-    attributed = (
-        staged.with_columns(picked)
-        .filter(pl.col("kind") == "spec")
-        .select("line", "stats_engine", "stats_aggregated", "stats_batch")
-        .collect()
-    )
+    attributed = staged.with_columns(picked).filter(pl.col("kind") == "spec").select("line", *_STATS_PICKED).collect()
     return spec.join(attributed, on="line", how="left")
 
 
 def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped: list[Skipped]) -> pl.DataFrame:
     spec = _with_malformed(lines.filter(pl.col("kind") == "spec"), _V1_CHECKS, _V1_VALUES)
-    spec = spec.drop("text", "stats_engine", "stats_aggregated", "stats_batch")
+    spec = spec.drop("text", "stats_engine", "stats_aggregated", "stats_batch", "gen_throughput")
     missing = (
         pl.col("accepted").is_null() | pl.col("drafted").is_null(),
         _with_detail("speculative metrics line without accepted and drafted token counts"),
@@ -450,6 +562,9 @@ def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
         num_drafts_derived="num_drafts_derived",
         counters=pl.lit("interval"),
         process="process",
+        generation_tokens_per_second="gen_throughput",
+        stats_line="stats_line",
+        spec_seconds=pl.when((pl.col("accepted_throughput") > 0) & (pl.col("accepted") > 0)).then(interval),
     )
 
 

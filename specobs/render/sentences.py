@@ -21,6 +21,7 @@ from specobs.results import (
     RequestAcceptance,
     RunMetadata,
     ScheduleTax,
+    SpeedupBand,
     Summary,
     Target,
     Throughput,
@@ -311,13 +312,24 @@ def integrity_findings(issues: Sequence[IntegrityIssue]) -> list[Finding]:
 # --- the recommendation ---------------------------------------------------------------------------
 
 
+#: How to turn a band into a measurement (said wherever something is not measured).
+HOW_TO_MEASURE = (
+    "to measure it: run the server with the capture plugin (SPECOBS_ENABLE=1), run `specobs tune`, "
+    "or add a plain server's log or scrape of the same model beside this one"
+)
+
+
 def headline(rec: Recommendation) -> str:
-    """One sentence naming exactly the config printed beneath it, with that config's own prediction."""
+    """One sentence naming exactly the config printed beneath it, with that config's own number,
+    and whether that number was measured or modelled (never a point where nothing was timed)."""
     r = rec.recommended
+    if r.basis == "not measured" or r.predicted_speedup is None:
+        return _not_measured_headline(rec)
     estimated = "no plain engine in the input: baseline estimated" if r.baseline != "plain engine" else ""
     if not r.num_speculative_tokens:
         note = f"; {estimated}" if estimated else ""
-        return f"Recommendation: run without speculative decoding (no speculative config{note})."
+        basis = "" if r.basis == "measured" else "; modelled in part: see the batch sizes"
+        return f"Recommendation: run without speculative decoding (no speculative config{note}{basis})."
     name = r.method or "speculative decoding"
     if r.schedule:
         ranges = ", ".join(f"{batch_range(low, high)}: {'off' if k == 0 else f'k={k}'}" for low, high, k in r.schedule)
@@ -325,14 +337,85 @@ def headline(rec: Recommendation) -> str:
     else:
         what = f"{name} with k={r.num_speculative_tokens}"
     target = f" for {rec.target.model or 'the unnamed model'}" if rec.other_targets and rec.target else ""
+    verb = "measured" if r.basis == "measured" else "modelled"
     text = (
-        f"Recommendation{target}: {what}, predicted {speedup_with_interval(r.predicted_speedup, r.interval)} "
+        f"Recommendation{target}: {what}, {verb} {speedup_with_interval(r.predicted_speedup, r.interval)} "
         "plain decoding"
     )
     text += " on this traffic" + (f" ({estimated})" if estimated else "") + "."
+    if r.interval and r.interval[0] <= 1.0:
+        text += " Its interval reaches below 1×: a gain not shown beyond noise."
     if not r.method:
         text += " The input has no method label (vLLM's counters carry none): pass --method to get a ready config."
     return text
+
+
+def _not_measured_headline(rec: Recommendation) -> str:
+    """No number: what the input can say instead (the band of the k that ran)."""
+    text = "No recommendation: not measured (no step timing and no plain engine in the input)."
+    for band in rec.bands[:1]:
+        text += " " + band_summary(band)
+    return text
+
+
+def _method_name(method: str | None, draft_model: str | None) -> str:
+    name = method or "speculative decoding"
+    return f"{name} ({draft_model})" if draft_model and draft_model != method else name
+
+
+def band_range(low: float, high: float) -> str:
+    return f"{low:.2f}×–{high:.2f}×"
+
+
+def band_summary(band: SpeedupBand) -> str:
+    """The band of the k that ran, in one sentence."""
+    k = band.ran_k if band.ran_k is not None else band.measured_k
+    row = band.at(k)
+    name = _method_name(band.method, band.draft_model)
+    if row is None:
+        return f"{name}: no acceptance counts to model from."
+    return (
+        f"{name} at k={k} yields {row.tokens_per_draft:.2f} tokens per draft "
+        f"[{row.tokens_per_draft_low:.2f}–{row.tokens_per_draft_high:.2f}]: modelled "
+        f"{band_range(row.speedup_low, row.speedup_high)} plain decoding, between compute-bound and "
+        "memory-bound verification."
+    )
+
+
+def _cost_range(values: tuple[float, float]) -> str:
+    low, high = values
+    return f"{low:g}" if low == high else f"{low:g}–{high:g}"
+
+
+def band_notes(band: SpeedupBand) -> list[str]:
+    """Why the band is what it is and how to narrow it."""
+    name = _method_name(band.method, band.draft_model)
+    best_high, best_low = band.at(band.best_k_memory_bound), band.at(band.best_k_compute_bound)
+    out = []
+    if best_high is not None and best_low is not None:
+        low_k = "no speculation" if band.best_k_compute_bound == 0 else f"k={band.best_k_compute_bound}"
+        out.append(
+            f"{name}: the k that maximises throughput depends on the hardware's regime: k={band.best_k_memory_bound} "
+            f"where verification is flat in tokens scored (memory-bound, up to {best_high.speedup_high:.2f}×), "
+            f"{low_k} where it grows with them (compute-bound, {best_low.speedup_low:.2f}×)."
+        )
+    drafting = []
+    if band.cost_ratio_given:
+        drafting.append(f"{_cost_range(band.per_position_cost)} of a plain step per drafted position (--cost-ratio)")
+    elif band.per_position_cost[1] > 0:
+        drafting.append(f"{_cost_range(band.per_position_cost)} of a plain step per drafted position")
+    if band.per_step_cost[1] > 0:
+        drafting.append(f"{_cost_range(band.per_step_cost)} per drafting step")
+    drafting.append(f"{_cost_range(band.overhead)} per step of the speculative engine besides")
+    q = band.drafts_per_request_step
+    share = (
+        f"{q:.0%} of request-steps draft (measured)"
+        if q is not None
+        else "every request-step is taken to draft (the input does not say how many did)"
+    )
+    out.append(f"{name}: drafter cost class {band.drafter_kind}: {', '.join(drafting)}; {share}.")
+    out.append(f"{_capital(HOW_TO_MEASURE)}.")
+    return out
 
 
 def speedup_with_interval(value: float | None, interval: Sequence[float] | None) -> str:
@@ -395,8 +478,12 @@ def explain_bucket(t: BucketChoice) -> str:
 
 def explanations(rec: Recommendation) -> list[str]:
     out = [explain_bucket(t) for t in rec.by_batch_size]
-    if not rec.recommended.num_speculative_tokens:
+    if not rec.recommended.num_speculative_tokens and rec.recommended.predicted_speedup is not None:
         out.insert(0, RUN_WITHOUT)
+    for band in rec.bands:
+        if rec.recommended.predicted_speedup is not None:  # beside a timed recommendation
+            out.append(f"Not timed: {band_summary(band)}")
+        out += band_notes(band)
     return out
 
 
@@ -406,10 +493,7 @@ def assumptions(rec: Recommendation) -> list[str]:
     for m in rec.methods:
         name = m.method or "unknown method"
         if not m.timed:
-            out.append(
-                f"{name}: no step timing in the input, speedups use the per-position Leviathan formula with "
-                f"{m.cost_ratio_source}"
-            )
+            out.append(f"{name}: no step timing in the input: its speed is a modelled band, not a measurement")
         else:
             out += [f"{name}: {note}" for note in m.model_notes]
             if m.plain_measured:

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from specobs.render.markdown import md_table
 from specobs.render.sentences import (
+    band_range,
     batch_range,
     config_values,
     environment_name,
@@ -16,7 +17,7 @@ from specobs.render.sentences import (
     tune_headline,
     tune_notes,
 )
-from specobs.results import Comparison, Recommendation, TuneResult
+from specobs.results import Comparison, Recommendation, SpeedupBand, TuneResult
 
 
 def _fmt(value: float | int | None, fmt: str = "{:.2f}") -> str:
@@ -37,18 +38,56 @@ def recommendation_rows(rec: Recommendation) -> list[list[str]]:
 
 
 BY_BATCH_HEADERS = ("batch", "k", "speedup [95%]", "basis", "traffic steps")
+BAND_HEADERS = ("k", "tokens per draft [95%]", "speedup (modelled)", "")
+
+
+def band_rows(band: SpeedupBand) -> list[list[str]]:
+    """One row per k: tokens per draft and the modelled band (``compute-bound–memory-bound``)."""
+    rows = []
+    for row in band.by_k:
+        k = row.num_speculative_tokens
+        notes = []
+        if k == band.ran_k:
+            notes.append("as run")
+        if k and k == band.best_k_memory_bound:
+            notes.append("best if memory-bound")
+        if k and k == band.best_k_compute_bound:
+            notes.append("best if compute-bound")
+        if row.extrapolated:
+            notes.append("extrapolated")
+        tokens = (
+            f"{row.tokens_per_draft:.2f} [{row.tokens_per_draft_low:.2f}–{row.tokens_per_draft_high:.2f}]"
+            if k
+            else "1 (no drafting)"
+        )
+        speed = band_range(row.speedup_low, row.speedup_high) if k else "1× (plain)"
+        rows.append([str(k), tokens, speed, ", ".join(notes)])
+    return rows
+
+
+def band_title(band: SpeedupBand) -> str:
+    name = band.method or "unknown method"
+    return f"Not measured: {name}{f' ({band.draft_model})' if band.draft_model else ''}, modelled band per k"
 
 
 def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
     console.print(Text(headline(rec), style="bold"))
     if rec.recommended.speculative_config:
         console.print(Text("--speculative-config '" + rec.recommended.speculative_config + "'"))
-    table = Table(title=f"By batch size ({rec.method or 'unknown method'})", title_justify="left", show_edge=False)
-    for header in BY_BATCH_HEADERS:
-        table.add_column(header, justify="left" if header == "batch" else "right")
-    for cells in recommendation_rows(rec):
-        table.add_row(*cells)
-    console.print(table)
+    if rec.by_batch_size:
+        table = Table(title=f"By batch size ({rec.method or 'unknown method'})", title_justify="left", show_edge=False)
+        for header in BY_BATCH_HEADERS:
+            table.add_column(header, justify="left" if header == "batch" else "right")
+        for cells in recommendation_rows(rec):
+            table.add_row(*cells)
+        console.print(table)
+    for band in rec.bands:
+        band_table = Table(title=band_title(band), title_justify="left", show_edge=False)
+        for header in BAND_HEADERS:
+            band_table.add_column(header, justify="left" if not header else "right")
+        for cells in band_rows(band):
+            band_table.add_row(*cells)
+        console.print(band_table)
     if rec.method_comparison:
         methods = list(rec.method_comparison[0].speedups)
         cmp_table = Table(title="Best speedup per method", title_justify="left", show_edge=False)
@@ -72,7 +111,10 @@ def recommendation_to_markdown(rec: Recommendation) -> str:
     parts = [f"**{headline(rec)}**", ""]
     if rec.recommended.speculative_config:
         parts += ["```", "--speculative-config '" + rec.recommended.speculative_config + "'", "```", ""]
-    parts += md_table(BY_BATCH_HEADERS, recommendation_rows(rec))
+    if rec.by_batch_size:
+        parts += md_table(BY_BATCH_HEADERS, recommendation_rows(rec))
+    for band in rec.bands:
+        parts += ["", f"{band_title(band)}:", "", *md_table(BAND_HEADERS, band_rows(band))]
     parts += [""] + [f"- {line}" for line in rec.explanations]
     if rec.assumptions:
         parts += ["", "Assumptions:", ""] + [f"- {line}" for line in rec.assumptions]

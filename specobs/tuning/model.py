@@ -216,6 +216,8 @@ class Acceptance:
     drafts_per_request_step: float = 1.0  # q over every k
     draft_lengths: tuple[tuple[int, float], ...] = ()  # (k, draft tokens per draft) as measured
     drafts_per_request_step_by_k: tuple[tuple[int, float], ...] = ()  # (k, q) as measured
+    rates_low: tuple[float, ...] = ()  # 95% Wilson bounds of ``rates`` (empty: unknown)
+    rates_high: tuple[float, ...] = ()
 
     @property
     def measured_k(self) -> int:
@@ -238,6 +240,20 @@ class Acceptance:
         last = rates[-1] if rates else 0.0
         extra = sum(last * beta**j for j in range(1, k - len(rates) + 1))
         return float(sum(rates)) + extra
+
+    def accepted_per_draft_bounds(self, k: int) -> tuple[float, float]:
+        """Σ_{i<k} u_i at the low and high ends of each measured rate's interval, continued
+        beyond the measured k with the low and high conditional tail: the sampling and the
+        extrapolation uncertainty of tokens per draft."""
+        low_rates, high_rates = self.rates_low or self.rates, self.rates_high or self.rates
+        low = replace(self, rates=low_rates, conditional_tail=self.conditional_tail_low)
+        high = replace(self, rates=high_rates, conditional_tail=self.conditional_tail_high)
+        return low.accepted_per_draft(k), high.accepted_per_draft(k)
+
+    @property
+    def drafts_measured(self) -> bool:
+        """Whether q (drafts per request-step) was measured; when not, it is taken as 1."""
+        return bool(self.drafts_per_request_step_by_k)
 
     def draft_length(self, k: int) -> float:
         """Draft tokens per draft at k: measured where k was measured, else k × the fill of the
@@ -331,19 +347,37 @@ def _acceptance_from(summary: Mapping[str, Any], q: float, lengths: tuple[tuple[
         beta_high = float(max(b[1] for b in bounds))
     else:
         beta = beta_low = beta_high = 0.0
-    return Acceptance(tuple(rates), beta, beta_low, beta_high, q, lengths)
+    bounds = [wilson_bounds(a or 0, n) if n else (0.0, 1.0) for a, n in zip(accepted, allowed, strict=False)]
+    return Acceptance(
+        tuple(rates), beta, beta_low, beta_high, q, lengths,
+        rates_low=tuple(b[0] for b in bounds), rates_high=tuple(b[1] for b in bounds),
+    )  # fmt: skip
+
+
+def request_steps() -> pl.Expr:
+    """Request-steps a row (a cell of steps, or an interval) stands for: batch size × steps for
+    steps; for an interval of a log or scrape, its generated tokens less its accepted draft
+    tokens (every request-step yields one token besides what it accepts); null when unknown."""
+    of_steps = pl.col("batch_size") * pl.col("num_rows")
+    of_interval = pl.col("num_generated_tokens") - pl.col("num_accepted_tokens")
+    return pl.when(pl.col("counters") == "step").then(of_steps).otherwise(of_interval)
 
 
 def _drafts_per_request_step(steps: pl.DataFrame, by: Sequence[str]) -> dict[GroupKey, float]:
     """q per value of ``by``: drafts per request per decode step (lookup drafters skip requests
-    without a match); groups where it is unknown are left out (the caller's default is 1)."""
-    decode = steps.filter(pl.col("decode") & (pl.col("batch_size") > 0))
-    q = (pl.col("num_drafts").sum() / (pl.col("batch_size") * pl.col("num_rows")).sum()).clip(0.0, 1.0)
-    q = pl.when(pl.col("num_drafts").is_not_null().any()).then(q).alias("q")
-    if decode.is_empty():
+    without a match); groups where it is unknown are left out (the caller's default is 1).
+
+    Steps count their request-steps directly; intervals count them from their generated tokens
+    (:func:`request_steps`), prefill steps included: their share is small on long outputs.
+    """
+    is_step = pl.col("counters") == "step"
+    known = pl.col("num_drafts").is_not_null() & request_steps().is_not_null() & (request_steps() > 0)
+    rows = steps.filter(known & (pl.col("decode") | ~is_step) & (pl.col("batch_size") > 0).fill_null(~is_step))
+    if rows.is_empty():
         return {}
-    rows = decode.group_by(list(by)).agg(q) if by else decode.select(q)
-    return {tuple(row[c] for c in by): float(row["q"]) for row in rows.iter_rows(named=True) if row["q"] is not None}
+    q = (pl.col("num_drafts").sum() / request_steps().sum()).clip(0.0, 1.0).alias("q")
+    out = rows.group_by(list(by)).agg(q) if by else rows.select(q)
+    return {tuple(row[c] for c in by): float(row["q"]) for row in out.iter_rows(named=True) if row["q"] is not None}
 
 
 # --- cost -----------------------------------------------------------------------------------------

@@ -24,9 +24,18 @@ import numpy as np
 import polars as pl
 
 from specobs.analysis.cost import decode_sums, steady_state
-from specobs.results import BucketChoice, MethodFacts, MethodWin, Prediction, Recommendation, Recommended, Target
+from specobs.results import (
+    BucketChoice,
+    MethodFacts,
+    MethodWin,
+    Prediction,
+    Recommendation,
+    Recommended,
+    SpeedupBand,
+    Target,
+)
 from specobs.schema import categorical_labels
-from specobs.tuning import leviathan
+from specobs.tuning.band import speedup_band
 from specobs.tuning.model import (
     BASELINE_PLAIN,
     Acceptance,
@@ -52,7 +61,7 @@ class MethodFit:
     spec_steps: pl.DataFrame  # cells (``model.cells``) of its speculative steps
     base_steps: pl.DataFrame | None  # and of a plain engine's steps (no speculative config)
     batch_counts: dict[int, int]  # steps per observed batch size
-    cost_ratio: tuple[float, str] | None = None
+    cost_ratio: float | None = None  # the user's drafter cost per drafted position (--cost-ratio)
     by_batch: dict[int, Acceptance] = field(default_factory=dict)
     off_steps: pl.DataFrame | None = None  # its own engine's k = 0 steps (drafting off by schedule)
 
@@ -110,10 +119,7 @@ def fit_methods(
         cost = fit_cost(spec, plain, labels["method"], off) if timed else None
         counts = spec.filter(pl.col("batch_size").is_not_null()).group_by("batch_size").agg(pl.col("num_rows").sum())
         batches = dict(counts.iter_rows())
-        fit = MethodFit(labels, acc, cost, spec, plain, batches, by_batch=_by_batch(spec), off_steps=off)
-        if cost is None:
-            fit.cost_ratio = leviathan.cost_ratio_for(labels["method"], cost_ratio)
-        fits.append(fit)
+        fits.append(MethodFit(labels, acc, cost, spec, plain, batches, cost_ratio, _by_batch(spec), off))
     return fits
 
 
@@ -200,21 +206,17 @@ def buckets_for(fits: list[MethodFit]) -> list[Bucket]:
 
 
 def _speedup(fit: MethodFit, k: int, batch: float) -> tuple[float, float | None, bool]:
-    """(speedup, tokens/s or None, extrapolated) at k and batch; k = 0 is plain decoding."""
-    acc = fit.acceptance_for(batch)
-    if fit.cost is not None:
-        p = predict(acc, fit.cost, k, batch, fit.method)
-        return p.speedup, p.tokens_per_second, p.extrapolated
-    ratio = fit.cost_ratio[0] if fit.cost_ratio else leviathan.FALLBACK_COST_RATIO
-    tokens = acc.tokens_per_request_step(k)
-    scored = acc.drafts_at(k) * acc.draft_length(k)
-    return tokens / (scored * ratio + 1), None, k > acc.measured_k
+    """(speedup, tokens/s, extrapolated) at k and batch by the cost model; k = 0 is plain decoding."""
+    assert fit.cost is not None  # untimed fits get bands, never a point (``recommend``)
+    p = predict(fit.acceptance_for(batch), fit.cost, k, batch, fit.method)
+    return p.speedup, p.tokens_per_second, p.extrapolated
 
 
 def _off_speedup(fit: MethodFit, batch: float) -> float:
     """The speculative engine at k = 0 (a schedule's "off" range) against plain decoding: the
-    dynamic-schedule tax. Without timing it cannot be known and is taken as none."""
-    return predict_off(fit.cost, batch).speedup if fit.cost is not None else 1.0
+    dynamic-schedule tax."""
+    assert fit.cost is not None
+    return predict_off(fit.cost, batch).speedup
 
 
 #: Timed decode steps a configuration needs in a bucket before its measured speedup is used.
@@ -439,17 +441,9 @@ class _Evaluation:
 
 
 def traffic_buckets(fits: list[MethodFit]) -> list[Bucket]:
-    """The buckets a recommendation is made for, each weighted by the traffic steps it saw.
-
-    Without step timing there is one bucket over all traffic, evaluated on the acceptance of
-    all of it (the per-batch profiles of the fits are dropped); without batch sizes every
-    bucket counts once.
-    """
+    """The buckets a recommendation is made for (of timed fits: the others get bands), each
+    weighted by the traffic steps it saw; without batch sizes every bucket counts once."""
     buckets = buckets_for(fits)
-    if not all(f.cost is not None for f in fits):
-        buckets = [Bucket(1, max(b.high for b in buckets), buckets[0].batch, sum(b.steps for b in buckets))]
-        for fit in fits:
-            fit.by_batch = {}
     if not sum(b.steps for b in buckets):
         for b in buckets:
             b.steps = 1
@@ -545,12 +539,11 @@ def _choice(
 
 def _facts(fit: MethodFit) -> MethodFacts:
     acc = fit.acceptance
-    ratio, source = fit.cost_ratio or (leviathan.FALLBACK_COST_RATIO, "generic default")
     return MethodFacts(
         method=fit.method,
         timed=fit.cost is not None,
-        cost_ratio=None if fit.cost is not None else ratio,
-        cost_ratio_source=None if fit.cost is not None else source,
+        cost_ratio=None if fit.cost is not None else fit.cost_ratio,
+        cost_ratio_source=None,
         model_notes=tuple(fit.cost.notes) if fit.cost is not None else (),
         plain_measured=fit.cost is not None and fit.cost.baseline == BASELINE_PLAIN,
         drafts_per_request_step=acc.drafts_per_request_step,
@@ -588,13 +581,51 @@ def recommend(
     if not fits:
         return None
     fits, target, others = _one_target(fits, model)
-    buckets = traffic_buckets(fits)
+    timed = [f for f in fits if f.cost is not None]
+    bands = tuple(_band(f, max_k) for f in fits if f.cost is None)
+    if not timed:
+        return Recommendation(
+            recommended=_not_measured(fits),
+            by_batch_size=(),
+            predicted=(),
+            methods=tuple(_facts(f) for f in fits),
+            target=target,
+            other_targets=others,
+            bands=bands,
+        )
+    buckets = traffic_buckets(timed)
     evaluations = [
         evaluate(fit, fi, buckets, max_k=max_k, margin=margin, bootstrap=bootstrap, seed=seed)
-        for fi, fit in enumerate(fits)
+        for fi, fit in enumerate(timed)
     ]
     chosen = _choose([c for ev in evaluations for c in ev.candidates], margin)
-    return replace(_result(evaluations, buckets, chosen), target=target, other_targets=others)
+    result = _result(evaluations, buckets, chosen)
+    untimed_facts = tuple(_facts(f) for f in fits if f.cost is None)
+    return replace(result, target=target, other_targets=others, bands=bands, methods=result.methods + untimed_facts)
+
+
+#: ``Recommended.basis`` values: what the headline's number rests on.
+MEASURED = "measured"
+MODELLED = "modelled"
+NOT_MEASURED = "not measured"
+
+
+def _band(fit: MethodFit, max_k: int | None) -> SpeedupBand:
+    top = max_k if max_k is not None else min(fit.acceptance.measured_k + 2, 16)
+    ran = fit.spec_steps["num_spec_tokens"].max()
+    return speedup_band(
+        fit.acceptance,
+        method=fit.method,
+        draft_model=fit.labels.get("draft_model"),
+        ks=range(0, top + 1),
+        ran_k=int(ran) if isinstance(ran, int) else None,
+        cost_ratio=fit.cost_ratio,
+    )
+
+
+def _not_measured(fits: list[MethodFit]) -> Recommended:
+    """No recommendation: the input has no step timing (see ``bands``)."""
+    return Recommended(None, None, 0, None, None, None, None, LEVIATHAN_BASELINE, basis=NOT_MEASURED)
 
 
 def _target_of(fit: MethodFit) -> tuple[str | None, str | None, str | None]:
@@ -627,7 +658,10 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
             _choice(fit, b, 0, 1.0, None, "plain decoding", method=None, best=top, in_schedule=False)
             for b, top in zip(buckets, best.get(fi, [None] * len(buckets)), strict=True)
         ]
-        recommended = Recommended(None, None, 0, None, 1.0, None, None, _baseline(fits))
+        judged = [c for ev in evaluations for c in ev.candidates]
+        best_tried = max(judged, key=lambda c: c.speedup, default=None)
+        basis = _overall_basis(best_tried.bases, fits) if best_tried else MODELLED
+        recommended = Recommended(None, None, 0, None, 1.0, None, None, _baseline(fits), basis=basis)
     else:
         fit = fits[chosen.fit]
         choices = [
@@ -648,6 +682,7 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
             interval=(chosen.interval[0], chosen.interval[1]) if chosen.interval else None,
             speculative_config=_speculative_config(fit, k, schedule),
             baseline=_baseline([fit]),
+            basis=_overall_basis(chosen.bases, [fit]),
         )
     return Recommendation(
         recommended=recommended,
@@ -657,6 +692,12 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
         methods=tuple(_facts(f) for f in fits),
         unknown_method=chosen is not None and recommended.method is None,
     )
+
+
+def _overall_basis(bases: Sequence[str], fits: Sequence[MethodFit]) -> str:
+    """ "measured" when every bucket was measured against a measured plain engine, else "modelled"."""
+    plain = all(f.cost is not None and f.cost.baseline == BASELINE_PLAIN for f in fits)
+    return MEASURED if plain and all(b == MEASURED for b in bases) else MODELLED
 
 
 def _choose(candidates: list[_Candidate], margin: float) -> _Candidate | None:
@@ -693,8 +734,8 @@ def _baseline(fits: list[MethodFit]) -> str:
     return next(k for k in sorted(kinds) if k != BASELINE_PLAIN)
 
 
-#: The baseline of a method whose input has no step timing.
-LEVIATHAN_BASELINE = "estimated: no step timing in the input (per-position Leviathan formula)"
+#: The baseline of a method whose input has no step timing: none measured, none estimated.
+LEVIATHAN_BASELINE = "not measured: no step timing and no plain engine in the input"
 
 
 def _speculative_config(fit: MethodFit, k: int, schedule: Sequence[Sequence[int]] | None) -> str | None:
