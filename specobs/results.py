@@ -496,6 +496,7 @@ class BucketChoice(Result):
     reference_k: int | None = internal()
     reference_method: str | None = internal()  # the method judged (for "off" overall: the best one tried)
     reference_speedup: float | None = internal()
+    reference_basis: str | None = internal()  # whether the factors below were measured or modelled
     tokens_per_step: float | None = internal()
     step_ratio: float | None = internal()  # the k's step / a plain step (None without timing)
     off_ratio: float | None = internal()  # a k = 0 step / a plain step
@@ -602,6 +603,27 @@ class SpeedupBand(Result):
 
 
 @dataclass(frozen=True)
+class ServedSpeedup(Result):
+    """A speculative server against a plain one, measured from their own throughput lines at
+    matched running requests (``specobs.tuning.served``): one batch bucket, or all of them."""
+
+    method: str | None
+    draft_model: str | None
+    num_speculative_tokens: int
+    batch_size_min: int
+    batch_size_max: int
+    running: tuple[int, ...]  # the running-request counts both engines showed
+    overall: bool  # every matched count, not one bucket
+    speedup: float
+    interval: tuple[float, float]  # 95%, from the spread of the intervals' throughputs
+    tokens_per_second: float  # the speculative engine's, weighted by its intervals at each count
+    plain_tokens_per_second: float
+    intervals: int
+    plain_intervals: int
+    tokens_per_step: float | None  # generated / (generated − accepted): tokens per request-step
+
+
+@dataclass(frozen=True)
 class Recommendation(Result):
     """What ``specobs recommend`` returns."""
 
@@ -616,6 +638,8 @@ class Recommendation(Result):
     other_targets: tuple[Target, ...] = ()
     #: Methods whose input has no step timing: what it can say without measuring (never a point).
     bands: tuple[SpeedupBand, ...] = ()
+    #: Speculative servers measured against a plain one from their throughput lines.
+    served: tuple[ServedSpeedup, ...] = ()
 
     @property
     def explanations(self) -> list[str]:
@@ -645,6 +669,7 @@ class Recommendation(Result):
             "target": jsonable(self.target),
             "other_targets": jsonable(self.other_targets),
             "bands": jsonable(self.bands),
+            "served": jsonable(self.served),
         }
 
 
@@ -1037,6 +1062,7 @@ __all__ = [
     "Result",
     "RunMetadata",
     "ScheduleTax",
+    "ServedSpeedup",
     "SideTiming",
     "SpeedupBand",
     "Summary",

@@ -28,6 +28,30 @@ def is_decode() -> pl.Expr:
     return pl.col("num_scheduled_tokens").is_null() | (pl.col("num_scheduled_tokens") <= expected)
 
 
+def with_draining(windows: pl.LazyFrame) -> pl.LazyFrame:
+    """Add ``draining``: a decode step taken while a batch drains, below the batch size it had
+    since requests last joined (a prompt step, or a batch that grew, starts a new stretch).
+
+    A closed-loop benchmark reaches its in-between batch sizes only this way (16 requests finish
+    one by one: 15, 14, … 1), and the last steps of long requests accept differently from the
+    whole; a batch size seen only while draining measures those ends, not a load of that size.
+    One engine's steps in their order (``source``, ``engine``); false for rows that are not steps.
+    """
+    engine = ["source", "_engine"]
+    batch = pl.col("batch_size")
+    joined = ~is_decode() | (batch > batch.shift(1).over(engine)).fill_null(True)
+    return (
+        windows.with_columns(_engine=pl.col("engine").fill_null(-1))
+        .with_columns(_stretch=joined.fill_null(True).cast(pl.Int64).cum_sum().over(engine))
+        .with_columns(
+            draining=(
+                (pl.col("counters") == "step") & is_decode() & (batch < batch.cum_max().over([*engine, "_stretch"]))
+            ).fill_null(False)
+        )
+        .drop("_engine", "_stretch")
+    )
+
+
 def decode_sums(frame: pl.LazyFrame | pl.DataFrame, keys: Sequence[str | pl.Expr]) -> pl.LazyFrame:
     """Per ``keys``: generated tokens (``num_generated_tokens``), step seconds (``step_seconds``)
     and steps (``steps``) of timed decode steps with a batch size — the one place decode

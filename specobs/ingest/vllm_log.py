@@ -205,7 +205,8 @@ def _finished(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _with_generated(windows: pl.DataFrame, lines: pl.DataFrame, taken: pl.Series) -> pl.DataFrame:
     """``num_generated_tokens`` of each window from its stats line: the printed generation
-    throughput × the interval it covers.
+    throughput × the interval it covers. The throughput itself is kept only for an interval that
+    began with requests running (the previous stats line's ``Running`` above 0).
 
     The interval is the time since the engine's previous stats line. When that line too had a
     SpecDecoding line, both loggers were reset at the same moment, so the spec line's own
@@ -224,6 +225,11 @@ def _with_generated(windows: pl.DataFrame, lines: pl.DataFrame, taken: pl.Series
             .shift(1)
             .over([pl.col("process").fill_null(""), "stats_engine"])
             .is_in(taken.implode()),
+            _from_idle=pl.col("stats_batch")
+            .shift(1)
+            .over([pl.col("process").fill_null(""), "stats_engine"])
+            .fill_null(0)
+            == 0,
         )
     )
     precise = pl.col("_chained") & pl.col("spec_seconds").is_not_null()
@@ -231,8 +237,13 @@ def _with_generated(windows: pl.DataFrame, lines: pl.DataFrame, taken: pl.Series
     generated = (pl.col("generation_tokens_per_second") * seconds).round(0).cast(pl.Int64)
     return (
         windows.join(stats, on="stats_line", how="left")
-        .with_columns(num_generated_tokens=pl.when(seconds > 0).then(generated))
-        .drop("_seconds", "_chained", "stats_line", "spec_seconds")
+        .with_columns(
+            num_generated_tokens=pl.when(seconds > 0).then(generated),
+            # An interval that began with nothing running mixes idle time into its throughput:
+            # not the throughput of the requests running at its end.
+            generation_tokens_per_second=pl.when(~pl.col("_from_idle")).then(pl.col("generation_tokens_per_second")),
+        )
+        .drop("_seconds", "_chained", "_from_idle", "stats_line", "spec_seconds")
     )
 
 

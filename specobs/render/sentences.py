@@ -437,7 +437,8 @@ def explain_bucket(t: BucketChoice) -> str:
         k, speedup = t.reference_k, t.reference_speedup
         if t.step_ratio is None or speedup is None:
             return f"At {where}, {name} does not pay: {tokens:.2f} tokens per step do not cover the drafting cost."
-        model = f"model: {tokens:.2f} tokens per step for a step {t.step_ratio:.2f}× as long as a plain one"
+        source = "measured" if t.reference_basis == "measured" else "model"
+        model = f"{source}: {tokens:.2f} tokens per step for a step {t.step_ratio:.2f}× as long as a plain one"
         if speedup > 1:  # it would pay here, but not enough over all traffic (or not over its k=0 steps)
             text = (
                 f"At {where}, the best {name} k ({k}) reaches {speedup:.2f}× plain decoding ({model}), too "
@@ -461,10 +462,11 @@ def explain_bucket(t: BucketChoice) -> str:
     model = f"{tokens:.2f} tokens per step"
     if t.step_ratio is not None:
         model += f" for a step {t.step_ratio:.2f}× as long as a plain one"
+    source = "measured" if t.reference_basis == "measured" else "model"
     if t.basis == "measured, plain modelled":
-        text += f" (plain decoding at these batch sizes from the model; model: {model})"
+        text += f" (plain decoding at these batch sizes from the model; {source}: {model})"
     else:
-        text += f" (model: {model})" if t.basis == "measured" else f": {model}"
+        text += f" ({source}: {model})" if t.basis == "measured" else f": {model}"
     anchored = t.basis == "model" and t.model_speedup and abs(t.predicted_speedup / t.model_speedup - 1) > 0.005
     if anchored and t.model_speedup:
         text += (

@@ -100,8 +100,11 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
     cannot be summed. A bootstrap over cells is a block bootstrap over steps or intervals.
     """
     lazy = frame.lazy()
-    if "num_rows" in lazy.collect_schema().names():
+    names = lazy.collect_schema().names()
+    if "num_rows" in names:
         return frame if isinstance(frame, pl.DataFrame) else frame.collect()
+    if "generation_tokens_per_second" not in names:
+        lazy = lazy.with_columns(generation_tokens_per_second=pl.lit(None, pl.Float64))
     nulls = pl.sum_horizontal([pl.col(c).is_null().cast(pl.Int64) * (1 << i) for i, c in enumerate(_NULLABLE)])
     scored = pl.coalesce(pl.col("num_scheduled_tokens"), pl.col("batch_size") + pl.col("num_draft_tokens").fill_null(0))
     # Tokens scored per step: for a step, or a timed window (the cost fit's points); an untimed
@@ -150,6 +153,11 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
             Term("end_ts", pl.col("end_ts"), "max"),
             Term("num_drafts_derived", pl.col("num_drafts_derived"), "any"),
             *[Term(c, pl.col(c), "sum") for c in _SUMMED],
+            # A served interval's own throughput: its count, sum and sum of squares, so that the
+            # mean and spread per configuration and batch size come from cells too (``served``).
+            Term("throughput_n", pl.col("generation_tokens_per_second"), "count"),
+            Term("throughput_sum", pl.col("generation_tokens_per_second"), "sum"),
+            Term("throughput_sumsq", pl.col("generation_tokens_per_second") ** 2, "sum"),
             *[Term(f"{c}_len", pl.col(c).list.len(), "max") for c in _LISTS],
             *[Term(f"{c}_{i}", at(c, i), "sum") for c in _LISTS for i in range(positions)],
         ]

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from specobs.analysis.cost import decode_sums, steady_state
+from specobs.analysis.cost import decode_sums, steady_state, with_draining
 from specobs.results import (
     BucketChoice,
     MethodFacts,
@@ -31,6 +31,7 @@ from specobs.results import (
     Prediction,
     Recommendation,
     Recommended,
+    ServedSpeedup,
     SpeedupBand,
     Target,
 )
@@ -47,6 +48,7 @@ from specobs.tuning.model import (
     predict,
     predict_off,
 )
+from specobs.tuning.served import plain_cells, served_speedups
 
 LABELS = ("model", "method", "draft_model", "platform", "device")
 
@@ -135,7 +137,7 @@ def recommendation_cells(windows: pl.LazyFrame | pl.DataFrame, *, method: str | 
     if method is not None:
         lazy = with_method(lazy, method)
     # Trimmed once and held: the merge into cells reads it several times.
-    return cells(steady_state(lazy).collect(), LABELS)
+    return cells(with_draining(steady_state(lazy)).collect(), (*LABELS, "draining"))
 
 
 def with_method(windows: pl.LazyFrame, method: str) -> pl.LazyFrame:
@@ -151,13 +153,16 @@ MIN_DRAFTS_PER_BATCH = 200
 
 
 def _by_batch(spec: pl.DataFrame) -> dict[int, Acceptance]:
-    """Acceptance per batch size that has enough drafts (and only when there are several)."""
+    """Acceptance per batch size that has enough drafts (and only when there are several); steps
+    taken while a batch drained do not count (they measure request ends, not that load)."""
     return _by_batch_groups(spec, ()).get((), {})
 
 
 def _by_batch_groups(spec: pl.DataFrame, by: Sequence[str]) -> dict[tuple, dict[int, Acceptance]]:
     """:func:`_by_batch` per value of the columns ``by``, from one grouped pass."""
     keys = [*by, "batch_size"]
+    if "draining" in spec.columns:
+        spec = spec.filter(~pl.col("draining").fill_null(False))
     enough = (
         spec.filter(pl.col("batch_size").is_not_null() & pl.col("num_drafts").is_not_null())
         .group_by(keys)
@@ -223,12 +228,29 @@ def _off_speedup(fit: MethodFit, batch: float) -> float:
 MIN_MEASURED_STEPS = 20
 
 
-def _decode_sums(frame: pl.DataFrame | None) -> dict[tuple[int, int], tuple[float, float, int]]:
-    """(k, batch size) → (generated tokens, step seconds, steps) over timed decode cells."""
+#: Share of a configuration's measured steps in a bucket taken while batches drained above which
+#: its measurement there does not decide (the model does, and the basis says so).
+DRAIN_ONLY = 0.9
+
+
+def _decode_sums(frame: pl.DataFrame | None) -> dict[tuple[int, int], tuple[float, float, int, int]]:
+    """(k, batch size) → (generated tokens, step seconds, steps, of them draining) over timed
+    decode cells."""
     if frame is None:
         return {}
-    rows = decode_sums(frame, ["num_spec_tokens", "batch_size"]).collect()
-    return {(int(r[0] or 0), int(r[1])): (float(r[2]), float(r[3]), int(r[4])) for r in rows.iter_rows()}
+    draining = "draining" in frame.columns
+    keys = ["num_spec_tokens", "batch_size", *(["draining"] if draining else [])]
+    out: dict[tuple[int, int], tuple[float, float, int, int]] = {}
+    for row in decode_sums(frame, keys).collect().iter_rows(named=True):
+        key = (int(row["num_spec_tokens"] or 0), int(row["batch_size"]))
+        generated, seconds, steps, drained = out.get(key, (0.0, 0.0, 0, 0))
+        out[key] = (
+            generated + float(row["num_generated_tokens"]),
+            seconds + float(row["step_seconds"]),
+            steps + int(row["steps"]),
+            drained + (int(row["steps"]) if draining and row["draining"] else 0),
+        )
+    return out
 
 
 def _measured(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndarray, ...]:
@@ -243,34 +265,41 @@ def _measured(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndar
     grid = np.full((len(ks), len(buckets)), np.nan)
     off = np.full(len(buckets), np.nan)
     grid_modelled, off_modelled = np.zeros_like(grid), np.zeros_like(off)
+    tokens = np.full_like(grid, np.nan)  # generated tokens per request-step, as measured
     cost = fit.cost
     if cost is None:
-        return grid, off, grid_modelled, off_modelled
+        return grid, off, grid_modelled, off_modelled, tokens, np.zeros(grid.shape, dtype=bool)
     plain: dict[int, float] = {}
-    for (_, b), (_, seconds, steps) in _decode_sums(fit.base_steps).items():
+    for (_, b), (_, seconds, steps, _) in _decode_sums(fit.base_steps).items():
         if steps >= MIN_MEASURED_STEPS:
             plain[b] = seconds / steps
+    drained = np.zeros(grid.shape, dtype=bool)
     spec, own_off = _decode_sums(fit.spec_steps), _decode_sums(fit.off_steps)
 
-    def speedup(sums: dict[tuple[int, int], tuple[float, float, int]], k: int, bucket: Bucket) -> tuple[float, float]:
+    def speedup(
+        sums: dict[tuple[int, int], tuple[float, float, int, int]], k: int, bucket: Bucket
+    ) -> tuple[float, float, float, bool]:
         inside = [(b, v) for (kk, b), v in sums.items() if kk == k and bucket.low <= b <= bucket.high]
         steps = sum(v[2] for _, v in inside)
         if steps < MIN_MEASURED_STEPS:
-            return np.nan, 0.0
+            return np.nan, 0.0, np.nan, False
+        draining = sum(v[3] for _, v in inside) >= DRAIN_ONLY * steps
         generated, seconds = sum(v[0] for _, v in inside), sum(v[1] for _, v in inside)
         plain_seconds = sum(v[2] * plain.get(b, cost.base_step_seconds(b)) for b, v in inside)
-        plain_tokens = sum(v[2] * b for b, v in inside)
+        request_steps = sum(v[2] * b for b, v in inside)  # = the plain tokens of as many steps
         modelled = sum(v[2] for b, v in inside if b not in plain) / steps
-        value = (generated / seconds) / (plain_tokens / plain_seconds) if seconds and plain_tokens else np.nan
-        return value, modelled
+        ok = seconds and request_steps
+        # speedup = tokens per request-step / (step seconds / plain step seconds), exactly.
+        value = (generated / seconds) / (request_steps / plain_seconds) if ok else np.nan
+        return value, modelled, generated / request_steps if ok else np.nan, draining
 
     for bi, bucket in enumerate(buckets):
         for k in ks:
             if k:
-                grid[k, bi], grid_modelled[k, bi] = speedup(spec, k, bucket)
-        off[bi], off_modelled[bi] = speedup(own_off, 0, bucket)
+                grid[k, bi], grid_modelled[k, bi], tokens[k, bi], drained[k, bi] = speedup(spec, k, bucket)
+        off[bi], off_modelled[bi], _, _ = speedup(own_off, 0, bucket)
     grid[0, :] = 1.0
-    return grid, off, grid_modelled, off_modelled
+    return grid, off, grid_modelled, off_modelled, tokens, drained
 
 
 def _evaluate(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndarray, np.ndarray]:
@@ -280,10 +309,10 @@ def _evaluate(fit: MethodFit, ks: range, buckets: list[Bucket]) -> tuple[np.ndar
     unmeasured k is compared with measured ones on the same footing."""
     model = np.array([[_speedup(fit, k, b.batch)[0] for b in buckets] for k in ks])
     model_off = np.array([_off_speedup(fit, b.batch) for b in buckets])
-    measured, measured_off, *_ = _measured(fit, ks, buckets)
+    measured, measured_off, _, _, _, drained = _measured(fit, ks, buckets)
     grid = model.copy()
     for bi in range(len(buckets)):
-        known = [k for k in ks if k and not np.isnan(measured[k, bi])]
+        known = [k for k in ks if k and not np.isnan(measured[k, bi]) and not drained[k, bi]]
         for k in ks:
             if not k:
                 continue
@@ -372,6 +401,8 @@ def _basis(measured: tuple[np.ndarray, ...], k: int, bi: int) -> str:
     value, modelled = (measured[0][k, bi], measured[2][k, bi]) if k else (measured[1][bi], measured[3][bi])
     if np.isnan(value):
         return "model"
+    if k and measured[5][k, bi]:
+        return DRAINED
     return "measured, plain modelled" if modelled >= 0.5 else "measured"
 
 
@@ -460,10 +491,83 @@ def evaluate(
     grid, off = _evaluate(fit, ks, buckets)
     measured = _measured(fit, ks, buckets)
     boot = _bootstrap(fit, ks, buckets, bootstrap, seed + index)
+    if boot is not None:
+        boot = _with_model_error(boot, _model_errors(fit, ks, buckets, measured), seed + index)
     weights = np.array([b.steps for b in buckets], dtype=float)
     measured_k = fit.acceptance.measured_k
     mine = _candidates(index, ks, grid, off, measured, boot, weights, margin, measured_k) if top >= 1 else []
     return _Evaluation(fit, ks, grid, off, measured, boot, mine)
+
+
+#: Relative error of a plain step time estimated without a plain engine (from the k = 0 steps
+#: less their drafting, or from verification at one token per request). Measured on the bundled
+#: recordings by leaving their plain engine out: the estimated speedups ran 18% low to 50% high.
+BASELINE_ERROR = 0.5
+#: The model's relative error where the input cannot tell it (fewer than three measured points).
+UNKNOWN_MODEL_ERROR = 0.25
+#: The least model error assumed however well it fits (the fit's own points flatter it).
+MIN_MODEL_ERROR = 0.05
+
+
+def _model_errors(fit: MethodFit, ks: range, buckets: list[Bucket], measured: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The log-scale standard deviation of each estimate's model part, [k, bucket] (k = 0: the
+    schedule's k = 0 steps), so that an interval of a modelled number holds the model's error
+    and not only sampling: 0 where measured against a measured plain engine; the plain step
+    model's leave-one-out error × the share of plain decoding it supplied; the cost model's own
+    error against what was measured (its root-mean-square log ratio over the measured cells)
+    where the estimate is the model's; :data:`BASELINE_ERROR` everywhere without a plain engine."""
+    assert fit.cost is not None
+    value, off_value, plain_share, off_plain_share, _, drained = measured
+    model = np.array([[_speedup(fit, k, b.batch)[0] for b in buckets] for k in ks])
+    usable = ~np.isnan(value) & ~drained & (plain_share < 0.5)
+    usable[0, :] = False
+    ratios = np.log(value[usable] / model[usable]) if usable.any() else np.array([])
+    model_error = max(float(np.exp(np.sqrt(np.mean(ratios**2))) - 1), MIN_MODEL_ERROR) if ratios.size >= 3 else (
+        UNKNOWN_MODEL_ERROR
+    )  # fmt: skip
+    plain_error = _plain_model_error(fit)
+    baseline = 0.0 if fit.cost.baseline == BASELINE_PLAIN else BASELINE_ERROR
+    sigma = np.zeros_like(value)
+    for k in ks:
+        for bi in range(len(buckets)):
+            v, share = (value[k, bi], plain_share[k, bi]) if k else (off_value[bi], off_plain_share[bi])
+            parts = [np.log1p(baseline)]
+            if np.isnan(v) or (k and drained[k, bi]):
+                parts += [np.log1p(model_error), np.log1p(plain_error)]
+            else:
+                parts.append(np.log1p(share * plain_error))
+            sigma[k, bi] = float(np.sqrt(sum(p * p for p in parts))) / 1.959963984540054
+    sigma[0, :] = [sigma[0, bi] if not np.isnan(off_value[bi]) else 0.0 for bi in range(len(buckets))]
+    return sigma
+
+
+def _plain_model_error(fit: MethodFit) -> float:
+    """Leave-one-out relative error of the plain step time at the plain engine's interior
+    measured batch sizes (each predicted from the others); :data:`UNKNOWN_MODEL_ERROR` with
+    fewer than three."""
+    sums = _decode_sums(fit.base_steps)
+    points = sorted((b, v[1] / v[2], v[2]) for (_, b), v in sums.items() if v[2] >= MIN_MEASURED_STEPS)
+    if len(points) < 3:
+        return UNKNOWN_MODEL_ERROR if fit.cost is not None and fit.cost.baseline == BASELINE_PLAIN else 0.0
+    errors = []
+    for i in range(1, len(points) - 1):
+        rest = [p for j, p in enumerate(points) if j != i]
+        x, y, w = (np.array([p[n] for p in rest], dtype=float) for n in range(3))
+        line = np.polyfit(x, y, 1, w=np.sqrt(w))
+        errors.append(abs(float(np.polyval(line, points[i][0])) / points[i][1] - 1))
+    return max(max(errors), MIN_MODEL_ERROR)
+
+
+def _with_model_error(
+    boot: tuple[np.ndarray, np.ndarray], sigma: np.ndarray, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bootstrap draws × exp(z · σ): one standard normal z per draw, shared by every k and bucket
+    (a model's error is systematic: it moves them together), so each interval and the
+    traffic-weighted one hold the model's uncertainty besides the sampling."""
+    grids, offs = boot
+    z = np.asarray(np.random.default_rng(seed + 7919).standard_normal(grids.shape[0]))
+    off_sigma = np.asarray(sigma)[0, :]
+    return grids * np.exp(z[:, None, None] * sigma[None, :, :]), offs * np.exp(z[:, None] * off_sigma[None, :])
 
 
 def _predictions(ev: _Evaluation, buckets: list[Bucket]) -> list[Prediction]:
@@ -499,10 +603,14 @@ def _predictions(ev: _Evaluation, buckets: list[Bucket]) -> list[Prediction]:
 
 
 def _choice(
-    fit: MethodFit, b: Bucket, k: int, speedup: float, interval: list[float] | None, basis: str, *,
+    ev: _Evaluation, bi: int, b: Bucket, k: int, speedup: float, interval: list[float] | None, basis: str, *,
     method: str | None, best: tuple[int, float] | None, in_schedule: bool,
 ) -> BucketChoice:  # fmt: skip
-    """A bucket's k with the numbers its explanation quotes: for "off", the best k ≥ 1 it was judged by."""
+    """A bucket's k with the numbers its explanation quotes: for "off", the best k ≥ 1 it was
+    judged by. Where that k was measured in the bucket, its factors are the measured ones
+    (tokens per request-step, and the step-time ratio they and the measured speedup imply), so
+    that they multiply to the printed number; elsewhere the model's."""
+    fit = ev.fit
     acc = fit.acceptance_for(b.batch)
     reference_speedup: float | None
     if k:
@@ -510,11 +618,16 @@ def _choice(
     else:
         reference_k = best[0] if best else max(min(acc.measured_k, 16), 1)
         reference_speedup = best[1] if best else (_speedup(fit, reference_k, b.batch)[0] if fit.cost else None)
+    reference_basis = _basis(ev.measured, reference_k, bi) if reference_k < len(ev.ks) else "model"
+    tokens: float | None = acc.tokens_per_request_step(reference_k)
     step_ratio = off_ratio = None
     if fit.cost is not None:
         plain = fit.cost.base_step_seconds(b.batch)
         step_ratio = fit.cost.spec_step_seconds(reference_k, b.batch, acc) / plain
         off_ratio = fit.cost.off_step_seconds(b.batch) / plain
+    measured_tokens = ev.measured[4][reference_k, bi] if reference_k < len(ev.ks) else np.nan
+    if reference_basis.startswith(MEASURED) and reference_speedup and not np.isnan(measured_tokens):
+        tokens, step_ratio = float(measured_tokens), float(measured_tokens) / reference_speedup
     return BucketChoice(
         method=method,
         batch_size_min=b.low,
@@ -527,7 +640,8 @@ def _choice(
         reference_k=reference_k,
         reference_speedup=reference_speedup,
         reference_method=fit.method,
-        tokens_per_step=acc.tokens_per_request_step(reference_k),
+        reference_basis=MEASURED if reference_basis.startswith(MEASURED) else "model",
+        tokens_per_step=tokens,
         step_ratio=step_ratio,
         off_ratio=off_ratio,
         off_measured=fit.cost is not None and fit.cost.off is not None,
@@ -577,18 +691,25 @@ def recommend(
     ``model``, else the one with the most speculative traffic; the others are listed in
     ``other_targets``. ``ValueError`` when ``model`` is not in the input.
     """
-    fits = fit_methods(windows, cost_ratio=cost_ratio, method=method)
+    frame = recommendation_cells(windows, method=method)
+    fits = fit_methods(frame, cost_ratio=cost_ratio)
     if not fits:
         return None
     fits, target, others = _one_target(fits, model)
     timed = [f for f in fits if f.cost is not None]
-    bands = tuple(_band(f, max_k) for f in fits if f.cost is None)
+    untimed = [f for f in fits if f.cost is None]
+    bands = tuple(_band(f, max_k) for f in untimed)
+    served = _served(frame, untimed)
     if not timed:
+        facts = tuple(_facts(f) for f in fits)
+        if served:
+            found = _from_served(untimed, served, margin)
+            return replace(found, methods=facts, target=target, other_targets=others, bands=bands, served=served)
         return Recommendation(
             recommended=_not_measured(fits),
             by_batch_size=(),
             predicted=(),
-            methods=tuple(_facts(f) for f in fits),
+            methods=facts,
             target=target,
             other_targets=others,
             bands=bands,
@@ -601,8 +722,81 @@ def recommend(
     chosen = _choose([c for ev in evaluations for c in ev.candidates], margin)
     result = _result(evaluations, buckets, chosen)
     untimed_facts = tuple(_facts(f) for f in fits if f.cost is None)
-    return replace(result, target=target, other_targets=others, bands=bands, methods=result.methods + untimed_facts)
+    return replace(
+        result,
+        target=target,
+        other_targets=others,
+        bands=bands,
+        served=served,
+        methods=result.methods + untimed_facts,
+    )
 
+
+def _served(frame: pl.DataFrame, fits: list[MethodFit]) -> tuple[ServedSpeedup, ...]:
+    """Each untimed fit's servers against a plain server of its target, where both printed
+    their throughput (``served``)."""
+    if not fits:
+        return ()
+    buckets = [(b.low, b.high) for b in buckets_for(fits)]
+    out: list[ServedSpeedup] = []
+    for fit in fits:
+        plain = plain_cells(frame, fit.labels)
+        draft = fit.labels.get("draft_model")
+        out += served_speedups(fit.spec_steps, plain, method=fit.method, draft_model=draft, buckets=buckets)
+    return tuple(out)
+
+
+def _from_served(fits: list[MethodFit], served: tuple[ServedSpeedup, ...], margin: float) -> Recommendation:
+    """The recommendation when only serving throughput was measured: the configuration that ran
+    fastest against plain (as it ran: its k, no schedule), or none when none beat plain by
+    ``margin``; each bucket as measured."""
+    best = max((s for s in served if s.overall), key=lambda s: s.speedup)
+    fit = next(f for f in fits if f.method == best.method and f.labels.get("draft_model") == best.draft_model)
+    k = best.num_speculative_tokens if best.speedup >= 1 + margin else 0
+    same = (best.method, best.draft_model, best.num_speculative_tokens)
+    rows = [s for s in served if not s.overall and (s.method, s.draft_model, s.num_speculative_tokens) == same]
+    speculative = k > 0
+    recommended = Recommended(
+        method=fit.method if speculative else None,
+        draft_model=fit.labels.get("draft_model") if speculative else None,
+        num_speculative_tokens=k,
+        schedule=None,
+        predicted_speedup=best.speedup if speculative else 1.0,
+        interval=best.interval if speculative else None,
+        speculative_config=_speculative_config(fit, k, None) if speculative else None,
+        baseline=BASELINE_PLAIN,
+        basis=MEASURED,
+    )
+    return Recommendation(
+        recommended=recommended, by_batch_size=tuple(_served_choice(s, k) for s in rows), predicted=()
+    )
+
+
+def _served_choice(s: ServedSpeedup, k: int) -> BucketChoice:
+    """A bucket of a served measurement as a :class:`BucketChoice` whose factors (tokens per
+    request-step, and the step-time ratio they imply) multiply to the measured speedup."""
+    tokens = s.tokens_per_step
+    return BucketChoice(
+        method=s.method if k else None,
+        batch_size_min=s.batch_size_min,
+        batch_size_max=s.batch_size_max,
+        num_speculative_tokens=k,
+        predicted_speedup=s.speedup if k else 1.0,
+        interval=s.interval if k else None,
+        basis=MEASURED if k else "plain decoding",
+        measured_steps=s.intervals,
+        reference_k=s.num_speculative_tokens,
+        reference_method=s.method,
+        reference_speedup=s.speedup,
+        reference_basis=MEASURED,
+        tokens_per_step=tokens,
+        step_ratio=tokens / s.speedup if tokens else None,
+        measured_k=s.num_speculative_tokens,
+    )
+
+
+#: A bucket's basis where a k was measured only while larger batches drained: the model decides.
+DRAINED = "model, measured only while draining"
 
 #: ``Recommended.basis`` values: what the headline's number rests on.
 MEASURED = "measured"
@@ -653,10 +847,9 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
     best = {fi: ev.candidates[0].best for fi, ev in enumerate(evaluations) if ev.candidates}
     if chosen is None:  # off overall: each bucket explained by the best method's best k there
         fi = max(best, key=lambda i: max(v for _, v in best[i]), default=0)
-        fit = fits[fi]
         choices = [
-            _choice(fit, b, 0, 1.0, None, "plain decoding", method=None, best=top, in_schedule=False)
-            for b, top in zip(buckets, best.get(fi, [None] * len(buckets)), strict=True)
+            _choice(evaluations[fi], bi, b, 0, 1.0, None, "plain decoding", method=None, best=top, in_schedule=False)
+            for bi, (b, top) in enumerate(zip(buckets, best.get(fi, [None] * len(buckets)), strict=True))
         ]
         judged = [c for ev in evaluations for c in ev.candidates]
         best_tried = max(judged, key=lambda c: c.speedup, default=None)
@@ -665,12 +858,12 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
     else:
         fit = fits[chosen.fit]
         choices = [
-            _choice(fit, b, k, v, iv, basis, method=fit.method, best=top, in_schedule=True)
-            for b, k, v, iv, basis, top in zip(
-                buckets, chosen.ks, chosen.speedups, chosen.intervals, chosen.bases, chosen.best, strict=True
+            _choice(evaluations[chosen.fit], bi, b, k, v, iv, basis, method=fit.method, best=top, in_schedule=True)
+            for bi, (b, k, v, iv, basis, top) in enumerate(
+                zip(buckets, chosen.ks, chosen.speedups, chosen.intervals, chosen.bases, chosen.best, strict=True)
             )
         ]
-        per_bucket = tuple((b.low, b.high, k) for b, k in zip(buckets, chosen.ks, strict=True))
+        per_bucket = merged_schedule((b.low, b.high, k) for b, k in zip(buckets, chosen.ks, strict=True))
         schedule = per_bucket if chosen.is_schedule else None
         k = max(chosen.ks)
         recommended = Recommended(
@@ -692,6 +885,18 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
         methods=tuple(_facts(f) for f in fits),
         unknown_method=chosen is not None and recommended.method is None,
     )
+
+
+def merged_schedule(rows: Iterable[tuple[int, int, int]]) -> tuple[tuple[int, int, int], ...]:
+    """``(low, high, k)`` ranges with equal neighbours merged: ``[[1,1,5],[2,3,5],[4,7,3]]`` →
+    ``[[1,3,5],[4,7,3]]`` (the same table for vLLM, said once)."""
+    out: list[tuple[int, int, int]] = []
+    for low, high, k in rows:
+        if out and out[-1][2] == k and out[-1][1] + 1 == low:
+            out[-1] = (out[-1][0], high, k)
+        else:
+            out.append((low, high, k))
+    return tuple(out)
 
 
 def _overall_basis(bases: Sequence[str], fits: Sequence[MethodFit]) -> str:
