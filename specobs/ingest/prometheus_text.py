@@ -33,7 +33,16 @@ from specobs.ingest import columns as C
 from specobs.ingest.scan import FoundLines
 
 FORMAT = "prometheus-text"
-NEEDLES = (b"vllm:spec_decode",)
+#: Serving series read beside the speculative ones: sample name → column (counters are
+#: differenced like the speculative counters; ``running`` is a gauge, read at each scrape).
+_SERVING = {
+    "vllm:generation_tokens_total": "generated",
+    "vllm:inter_token_latency_seconds_sum": "itl_sum",
+    "vllm:inter_token_latency_seconds_count": "itl_count",
+    "vllm:num_requests_running": "running",
+}
+_SERVING_COUNTERS = ("generated", "itl_sum", "itl_count")
+NEEDLES = (b"vllm:spec_decode", *(name.encode() for name in _SERVING))
 
 _PREFIX = "vllm:spec_decode_"
 #: Sample name (without ``_total``) → windows column.
@@ -64,10 +73,11 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
             continue
         for sample in samples:
             name = sample.name.removeprefix(_PREFIX)
-            if name.endswith("_created") or not sample.name.startswith(_PREFIX):
+            if sample.name in _SERVING:
+                column = _SERVING[sample.name]
+            elif name.endswith("_created") or not sample.name.startswith(_PREFIX):
                 continue
-            name = name.removesuffix("_total")
-            if name == "num_accepted_tokens_per_pos":
+            elif (name := name.removesuffix("_total")) == "num_accepted_tokens_per_pos":
                 position = sample.labels.get("position", "")
                 if not position.isdigit():
                     skipped.append(Skipped(source, line_no, "per-position sample without a numeric 'position' label"))
@@ -80,7 +90,7 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
             else:
                 continue
             value = float(sample.value)
-            if not math.isfinite(value) or (value < 0 and column not in _GAUGES.values()):
+            if not math.isfinite(value) or (value < 0 and column not in (*_GAUGES.values(), "running")):
                 why = "not a finite number" if not math.isfinite(value) else "a negative counter"
                 skipped.append(Skipped(source, line_no, f"{sample.name} is {sample.value} ({why}): sample skipped"))
                 continue
@@ -116,14 +126,19 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
         .with_columns(source_line=pl.col("scrape").replace_strict(scrape_line, return_dtype=pl.Int64))
     )
     is_v0 = "v0_emitted" in wide.columns or "v0_rate" in wide.columns
+    speculative = any(c in wide.columns for c in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "v0_rate"))
     counters = [c for c in wide.columns if c in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")]
     counters += [c for c in wide.columns if c.startswith("pos_")]
     if is_v0:
         # V0's counters are sums of lifetime totals (see module docstring): keep only the gauge.
         wide = wide.drop([c for c in counters if c in wide.columns])
         counters = []
+    counters += [c for c in _SERVING_COUNTERS if c in wide.columns]
     wide, notices = _per_series_windows(wide, ["model", "engine"], counters, source)
     skipped += notices
+    wide = wide.with_columns(
+        [pl.lit(None, pl.Float64).alias(c) for c in (*_SERVING.values(),) if c not in wide.columns]
+    )
     windows = wide.with_columns(
         C.per_pos_list(wide),
         source=pl.lit(source),
@@ -131,8 +146,32 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
         source_format=pl.lit(FORMAT),
         counters=pl.lit("cumulative"),
         reported_draft_acceptance_rate=pl.col("v0_rate") if "v0_rate" in wide.columns else pl.lit(None),
-    ).with_columns(num_spec_tokens=pl.col("num_accepted_tokens_per_pos").list.len().cast(pl.Int64))
+        num_generated_tokens=pl.col("generated").round(0).cast(pl.Int64),
+        batch_size=pl.when(pl.col("running") > 0).then(pl.col("running").round(0).cast(pl.Int64)),
+        generation_tokens_per_second=_served_throughput(),
+    ).with_columns(
+        # A server that exports no speculative series at all is a plain engine: k = 0.
+        num_spec_tokens=pl.col("num_accepted_tokens_per_pos").list.len().cast(pl.Int64)
+        if speculative
+        else pl.lit(0, pl.Int64)
+    )
     return C.finish(windows), skipped
+
+
+def _served_throughput() -> pl.Expr:
+    """Generated tokens per second between two scrapes: over their time where the samples carry
+    timestamps; else from the inter-token latency (each running request adds its own latency to
+    ``_sum``, so the time with N running is about ``Δ_sum / N``: ``Δgenerated · N / Δ_sum``), with
+    N the requests running at the scrape. Null when neither is known or nothing ran."""
+    seconds = pl.col("end_ts") - pl.col("start_ts")
+    by_clock = pl.col("generated") / seconds
+    by_latency = pl.col("generated") * pl.col("running") / pl.col("itl_sum")
+    return (
+        pl.when((seconds > 0) & pl.col("generated").is_not_null())
+        .then(by_clock)
+        .when((pl.col("itl_sum") > 0) & (pl.col("running") > 0) & (pl.col("generated") > 0))
+        .then(by_latency)
+    )
 
 
 def _drop_repeated_scrapes(
