@@ -142,7 +142,9 @@ def _summary_cols(report: Report, rows: list[list[str]]) -> list[Col]:
     columns = _shown_columns(report)
     labels = _label_cols(columns, rows) if columns else [Col("group", 0, "text")]
     return labels + [
-        Col(h, p) for h, p in zip(MEASURE_HEADERS, MEASURE_PRIORITY, strict=True) if h != "k" or not _grouped_by_k(report)
+        Col(h, p)
+        for h, p in zip(MEASURE_HEADERS, MEASURE_PRIORITY, strict=True)
+        if h != "k" or not _grouped_by_k(report)
     ]
 
 
@@ -195,9 +197,8 @@ REQUEST_HEADERS = (
     "by", "group", "requests", "no drafts", "request-weighted", "token-weighted", "p10", "p50", "p90", "p99",
     "prompt tokens", "output tokens",
 )  # fmt: skip
-REQUEST_COLS = cols(
-    REQUEST_HEADERS, (0, 0, 1, 5, 0, 0, 3, 2, 3, 4, 6, 6), ("text", "text", *(["number"] * 10))  # type: ignore[list-item]
-)
+REQUEST_KINDS: tuple[Kind, ...] = ("text", "text", *(("number",) * 10))
+REQUEST_COLS = cols(REQUEST_HEADERS, (0, 0, 1, 5, 0, 0, 3, 2, 3, 4, 6, 6), REQUEST_KINDS)
 HISTOGRAM_COLS = (Col("acceptance length", justify="left"), Col("", 1, "bar", style="cyan"), Col("requests"))
 #: How each grouping of the per-request summary is named in its rows.
 REQUEST_GROUPS = (
@@ -258,7 +259,8 @@ def _requests_to_rich(r: RequestAcceptance, console: Console) -> None:
     console.print()
     print_table(console, REQUEST_COLS, _request_rows(r), REQUEST_TITLE)
     if r.histogram:
-        print_table(console, HISTOGRAM_COLS, [list(row) for row in _request_histogram(r)], "Requests by acceptance length")
+        bins = [list(row) for row in _request_histogram(r)]
+        print_table(console, HISTOGRAM_COLS, bins, "Requests by acceptance length")
     for finding in sentences.request_findings(r):
         console.print(Text(f"• {finding.text}"))
 
@@ -357,7 +359,8 @@ def _after_acceptance_to_rich(report: Report, console: Console) -> None:
             console.print(Text(f"  {notice}", style="yellow"))
     if report.tuner_decisions:
         console.print()
-        print_table(console, TUNER_COLS, sentences.tuner_rows(report.tuner_decisions), "Online tuner (latest decisions)")
+        rows = sentences.tuner_rows(report.tuner_decisions)
+        print_table(console, TUNER_COLS, rows, "Online tuner (latest decisions)")
         for line in sentences.tuner_state(report.tuner_decisions):
             console.print(Text(f"• {line}"))
 

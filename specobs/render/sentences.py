@@ -794,9 +794,10 @@ def acceptance_line(report: Report) -> str:
         o = r.overall
         rw, tw = o.request_weighted_mean_acceptance_length, o.token_weighted_mean_acceptance_length
         if rw is not None and tw is not None:
+            requests = _plural(o.num_requests, "finished request")
             return (
-                f"Acceptance length {tw:.2f} weighted by verify steps over {_plural(o.num_requests, 'finished request')}"
-                f" ({rw:.2f} per request on average)."
+                f"Acceptance length {tw:.2f} weighted by verify steps over {requests} ({rw:.2f} per request on "
+                "average)."
             )
     return "Acceptance length unknown: the input counts no drafts."
 
@@ -859,7 +860,7 @@ def acceptance_by_group(report: Report) -> tuple[list[str], str]:
         lines = [(f"{name}: " if name else "") + " · ".join(ks) for name, ks in zip(names, rows.values(), strict=True)]
         more = len(lines) - SUMMARY_GROUPS // 2
         if more > 0:
-            lines = lines[: SUMMARY_GROUPS // 2] + [f"and {more:,} more in the Acceptance table below"]
+            lines = [*lines[: SUMMARY_GROUPS // 2], f"and {more:,} more in the Acceptance table below"]
         return lines, _names([*used, "num_spec_tokens"])
     names, used = _short_labels([g.labels for g in drafted], columns)
     entries = [f"{name} {_length(g.summary)}" for name, g in zip(names, drafted, strict=True)]
