@@ -10,6 +10,7 @@ well drafts are accepted, what to run (the recommendation's own sentence and its
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specobs.analysis.acceptance import MATERIAL_IID_GAP
@@ -41,28 +42,28 @@ UNNAMED_RANK = 7
 SUMMARY_FINDINGS = 3
 
 
-def _in_summary(finding: Finding, report: Report) -> bool:
-    if finding.kind in NOT_IN_SUMMARY:
-        return False
-    if finding.kind == "conditional_trend":  # only when it says the iid formula misleads, not that it is fair
-        s = report.summary
-        return s.conditional_trend in ("falling", "rising") and (s.iid_max_gap or 0.0) >= MATERIAL_IID_GAP
-    return True
-
-
-def key_findings(report: Report, most: int = SUMMARY_FINDINGS) -> list[Finding]:
-    """The findings the summary shows: by :data:`FINDING_RANK`, the first finding of each kind
-    before a second of any kind (three findings are not one kind three times while another
-    matters), in the report's own order among equals."""
-    chosen = [f for f in report.findings() if _in_summary(f, report)]
+def rank(findings: Sequence[Finding], *, iid_misleads: bool = False, most: int = SUMMARY_FINDINGS) -> list[Finding]:
+    """The ``most`` findings that matter most, by :data:`FINDING_RANK`: the first finding of each
+    kind before a second of any kind (three findings are not one kind three times while another
+    matters), in the given order among equals. A ``conditional_trend`` finding counts only when
+    ``iid_misleads`` (it then says to use the per-position rates, not α; else that α is fair)."""
+    chosen = [
+        f for f in findings if f.kind not in NOT_IN_SUMMARY and (f.kind != "conditional_trend" or iid_misleads)
+    ]
     seen: dict[str, int] = {}
     keys = []
     for order, f in enumerate(chosen):
         repeat = seen.get(f.kind, 0)
         seen[f.kind] = repeat + 1
         keys.append((repeat > 0, FINDING_RANK.get(f.kind, UNNAMED_RANK), order))
-    ranked = [f for _, f in sorted(zip(keys, chosen, strict=True), key=lambda pair: pair[0])]
-    return ranked[:most]
+    return [f for _, f in sorted(zip(keys, chosen, strict=True), key=lambda pair: pair[0])][:most]
+
+
+def key_findings(report: Report, most: int = SUMMARY_FINDINGS) -> list[Finding]:
+    """The report's findings that its summary shows (:func:`rank`)."""
+    s = report.summary
+    misleads = s.conditional_trend in ("falling", "rising") and (s.iid_max_gap or 0.0) >= MATERIAL_IID_GAP
+    return rank(report.findings(), iid_misleads=misleads, most=most)
 
 
 @dataclass(frozen=True)
@@ -93,4 +94,4 @@ def first_screen(report: Report) -> FirstScreen:
     )
 
 
-__all__ = ["FINDING_RANK", "NOT_IN_SUMMARY", "SUMMARY_FINDINGS", "FirstScreen", "first_screen", "key_findings"]
+__all__ = ["FINDING_RANK", "NOT_IN_SUMMARY", "SUMMARY_FINDINGS", "FirstScreen", "first_screen", "key_findings", "rank"]
