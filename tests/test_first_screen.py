@@ -222,10 +222,22 @@ def results(tmp_path_factory) -> list[tuple[str, object, tuple[str, str]]]:
         sa, sb = load([str(a)]), load([str(b)])
         out.append((f"compare {a.name}", compare(sa.windows, sb.windows, sa.metadata, sb.metadata), (str(a), str(b))))
     out.append(("tune", TuneResult.from_dict(json.loads((DATA / "tune-ngram" / "tune.json").read_text())), ("A", "B")))
+    switches = [(1, 3, "apply", 2), (4, 15, "confirm", 3), (16, 63, "rollback", 4)]
     decisions = tuple(
-        TunerDecision(1.8e9 + 60 * i, lo, hi, action, k, k + 2, 0.123, 0.081, 0.154, -0.02 if action != "apply" else None,
-                      f"{action}: measured over {120 * (i + 1):,} steps")  # fmt: skip
-        for i, (lo, hi, action, k) in enumerate([(1, 3, "apply", 2), (4, 15, "confirm", 3), (16, 63, "rollback", 4)])
+        TunerDecision(
+            1.8e9 + 60 * i,
+            lo,
+            hi,
+            action,
+            k,
+            k + 2,
+            0.123,
+            0.081,
+            0.154,
+            None if action == "apply" else -0.02,
+            f"{action}: measured over {120 * (i + 1):,} steps",
+        )
+        for i, (lo, hi, action, k) in enumerate(switches)
     )
     tuner = Report((), (), Summary(), (), (), (), tuner_decisions=decisions)
     out.append(("report tuner decisions", tuner, ("A", "B")))

@@ -47,9 +47,7 @@ def rank(findings: Sequence[Finding], *, iid_misleads: bool = False, most: int =
     kind before a second of any kind (three findings are not one kind three times while another
     matters), in the given order among equals. A ``conditional_trend`` finding counts only when
     ``iid_misleads`` (it then says to use the per-position rates, not α; else that α is fair)."""
-    chosen = [
-        f for f in findings if f.kind not in NOT_IN_SUMMARY and (f.kind != "conditional_trend" or iid_misleads)
-    ]
+    chosen = [f for f in findings if f.kind not in NOT_IN_SUMMARY and (f.kind != "conditional_trend" or iid_misleads)]
     seen: dict[str, int] = {}
     keys = []
     for order, f in enumerate(chosen):
