@@ -110,10 +110,10 @@ def _check_paths(paths: list[str]) -> None:
             raise InputError(path, "no such file")
 
 
-def _emit(result, output_format: OutputFormat, names: tuple[str, str] = ("A", "B")) -> None:
+def _emit(result, output_format: OutputFormat, names: tuple[str, str] = ("A", "B"), *, brief: bool = False) -> None:
     from specobs.render import emit
 
-    emit(result, output_format.value, names=names)
+    emit(result, output_format.value, names=names, brief=brief)
 
 
 def user_errors(command):
@@ -200,11 +200,25 @@ def report(
     match: MatchOption = "",
     step: StepOption = None,
     method: MethodOption = None,
+    brief: Annotated[
+        bool,
+        typer.Option(
+            "--brief",
+            help="Print only the summary (inputs, acceptance, the recommendation, the findings that matter most); "
+            "rich and Markdown.",
+        ),
+    ] = False,
 ) -> None:
     """Acceptance report: acceptance length, per-position and conditional rates with 95% intervals,
-    timing by batch size, what it means, where acceptance changed, and a recommendation."""
+    timing by batch size, what it means, where acceptance changed, and a recommendation.
+
+    It opens with a summary that fits one screen (what was read, the acceptance length, the
+    recommendation with its --speculative-config, the findings that matter most); the details
+    follow, unless --brief."""
     from specobs.reporting import analyze
 
+    if brief and output_format is OutputFormat.json:
+        raise SpecobsError("--brief shortens rich and Markdown output; --format json always holds the whole report")
     groups = _by(by)
     _check_prometheus_options(since, step)
     method = _method(method)
@@ -224,7 +238,7 @@ def report(
             say(f"skipped {len(ingested.skipped):,} line(s) in all")
         for notice in ingested.notices:
             say(f"note: {notice}")
-    _emit(result, output_format)
+    _emit(result, output_format, brief=brief)
 
 
 def _by(by: str) -> list[str]:

@@ -64,14 +64,14 @@ def _renderers() -> dict[tuple[type, str], Callable[..., str | None]]:
     from specobs.render import report, tuning
 
     return {
-        (Report, "rich"): lambda r, console, names: report.to_rich(r, console),
-        (Report, "markdown"): lambda r, console, names: report.to_markdown(r),
-        (Recommendation, "rich"): lambda r, console, names: tuning.recommendation_to_rich(r, console),
-        (Recommendation, "markdown"): lambda r, console, names: tuning.recommendation_to_markdown(r),
-        (Comparison, "rich"): lambda r, console, names: tuning.comparison_to_rich(r, console, names),
-        (Comparison, "markdown"): lambda r, console, names: tuning.comparison_to_markdown(r, names),
-        (TuneResult, "rich"): lambda r, console, names: tuning.tune_to_rich(r, console),
-        (TuneResult, "markdown"): lambda r, console, names: tuning.tune_to_markdown(r),
+        (Report, "rich"): lambda r, console, names, brief: report.to_rich(r, console, brief=brief),
+        (Report, "markdown"): lambda r, console, names, brief: report.to_markdown(r, brief=brief),
+        (Recommendation, "rich"): lambda r, console, names, brief: tuning.recommendation_to_rich(r, console),
+        (Recommendation, "markdown"): lambda r, console, names, brief: tuning.recommendation_to_markdown(r),
+        (Comparison, "rich"): lambda r, console, names, brief: tuning.comparison_to_rich(r, console, names),
+        (Comparison, "markdown"): lambda r, console, names, brief: tuning.comparison_to_markdown(r, names),
+        (TuneResult, "rich"): lambda r, console, names, brief: tuning.tune_to_rich(r, console),
+        (TuneResult, "markdown"): lambda r, console, names, brief: tuning.tune_to_markdown(r),
     }
 
 
@@ -79,15 +79,23 @@ def can_render(kind: type, fmt: str) -> bool:
     return fmt == "json" or (kind, fmt) in _renderers()
 
 
-def emit(result: Result, fmt: str, *, console: Console | None = None, names: tuple[str, str] = ("A", "B")) -> None:
-    """Write ``result`` in ``fmt`` to stdout (``names``: what a comparison's two sides are called)."""
+def emit(
+    result: Result,
+    fmt: str,
+    *,
+    console: Console | None = None,
+    names: tuple[str, str] = ("A", "B"),
+    brief: bool = False,
+) -> None:
+    """Write ``result`` in ``fmt`` to stdout (``names``: what a comparison's two sides are called;
+    ``brief``: a report's summary only, in rich and Markdown; JSON is always whole)."""
     if fmt == "json":
         sys.stdout.write(to_json(result) + "\n")
         return
     renderer = _renderers().get((type(result), fmt))
     if renderer is None:
         raise SpecobsError(f"--format {fmt} is not available for this command (use one of: {_available(result)})")
-    text = renderer(result, console or stdout_console(), names)
+    text = renderer(result, console or stdout_console(), names, brief)
     if text is not None:
         sys.stdout.write(text)
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from specobs.render import sentences, tuning
+from specobs.render.fit import Col, Kind, cols, print_table, shorten_path
 from specobs.render.markdown import md_table
+from specobs.render.summary import first_screen
 from specobs.results import GroupSummary, Report, RequestAcceptance, RequestGroup, Summary
 
 BAR_WIDTH = 20
@@ -55,9 +56,14 @@ def _empty_groups_line(report: Report) -> str | None:
         return None
     cols = _shown_columns(report)
     windows = sum(g.summary.num_windows or 0 for g in empty)
-    names = ", ".join(" · ".join(_num(g.labels.get(c), "{}") for c in cols) for g in empty[:8])
+    names = ", ".join(" · ".join(_label_value(c, g.labels.get(c)) for c in cols) for g in empty[:8])
     names += ", …" if len(empty) > 8 else ""
     return f"Not shown: {len(empty):,} group(s) without drafts ({windows:,} windows): {names}"
+
+
+def _label_value(column: str, value: object) -> str:
+    """A group label in a sentence: a source by its file name (the Inputs table has the path)."""
+    return shorten_path(_num(value, "{}"), 1) if column == "source" else _num(value, "{}")
 
 
 def _shown_columns(report: Report) -> list[str]:
@@ -90,6 +96,56 @@ def _grouped_by_k(report: Report) -> bool:
 
 
 MEASURE_HEADERS = ("windows", "k", "drafts", "drafted", "accepted", "acceptance length [95%]", "accept rate")
+#: Which measure a narrow console leaves out first (the largest number; 0: never).
+MEASURE_PRIORITY = (6, 2, 4, 5, 3, 0, 1)
+#: How group label columns are laid out on a narrow console (text wraps; a path keeps its end).
+LABEL_KINDS: dict[str, Kind] = {"source": "path", "run_id": "path", "num_spec_tokens": "number",
+                                "batch_bucket": "number", "batch_size": "number", "engine": "number"}  # fmt: skip
+
+
+#: Label columns a narrow console leaves out first, when the others still tell the rows apart.
+LABEL_DROP_ORDER = ("source", "run_id", "engine", "hour")
+
+
+def _label_cols(columns: list[str], rows: list[list[str]], also: Sequence[int] = ()) -> list[Col]:
+    """The group label columns (the first cells of ``rows``). A label the same in every row
+    (the overall row aside) is left out first on a narrow console; then, while the remaining
+    labels (and the cells at ``also``) still tell every row apart, the source, run, engine,
+    hour and the others from the last; a label that tells rows apart stays."""
+    groups = rows[:-1] if len(rows) > 1 and rows[-1][:1] == ["all"] else rows
+    kept = list(range(len(columns)))
+
+    def distinct(indices: list[int]) -> bool:
+        keys = {tuple(row[i] for i in [*indices, *also]) for row in groups}
+        return len(keys) == len(groups)
+
+    order = sorted(range(len(columns)), key=lambda i: (
+        columns[i] not in LABEL_DROP_ORDER, LABEL_DROP_ORDER.index(columns[i]) if columns[i] in LABEL_DROP_ORDER else -i
+    ))  # fmt: skip
+    priority = dict.fromkeys(range(len(columns)), 0)
+    for i in range(len(columns)):
+        if len({row[i] for row in groups}) <= 1:
+            priority[i] = 9
+            kept.remove(i)
+    rank = 8
+    for i in order:
+        if i in kept and len(kept) > 1 and distinct([j for j in kept if j != i]):
+            priority[i] = rank
+            kept.remove(i)
+            rank = max(rank - 1, 7)
+    return [
+        Col(DISPLAY.get(c, c), priority[i], LABEL_KINDS.get(c, "text"), justify="left") for i, c in enumerate(columns)
+    ]
+
+
+def _summary_cols(report: Report, rows: list[list[str]]) -> list[Col]:
+    columns = _shown_columns(report)
+    labels = _label_cols(columns, rows) if columns else [Col("group", 0, "text")]
+    return labels + [
+        Col(h, p)
+        for h, p in zip(MEASURE_HEADERS, MEASURE_PRIORITY, strict=True)
+        if h != "k" or not _grouped_by_k(report)
+    ]
 
 
 def _summary_cells(label: list[str], s: Summary, *, with_k: bool = True) -> list[str]:
@@ -119,6 +175,10 @@ def _position_rows(s: Summary) -> list[list[str]]:
 
 
 POSITION_HEADERS = ("position", "accepted share r_i [95%]", "conditional β_i [95%]", "r_i")
+POSITION_COLS = (
+    Col("position"), Col("accepted share r_i [95%]"), Col("conditional β_i [95%]", 2),
+    Col("r_i", 3, "bar", style="cyan"),
+)  # fmt: skip
 
 
 def _sections(report: Report) -> list[tuple[str, Summary, list[str]]]:
@@ -137,6 +197,9 @@ REQUEST_HEADERS = (
     "by", "group", "requests", "no drafts", "request-weighted", "token-weighted", "p10", "p50", "p90", "p99",
     "prompt tokens", "output tokens",
 )  # fmt: skip
+REQUEST_KINDS: tuple[Kind, ...] = ("text", "text", *(("number",) * 10))
+REQUEST_COLS = cols(REQUEST_HEADERS, (0, 0, 1, 5, 0, 0, 3, 2, 3, 4, 6, 6), REQUEST_KINDS)
+HISTOGRAM_COLS = (Col("acceptance length", justify="left"), Col("", 1, "bar", style="cyan"), Col("requests"))
 #: How each grouping of the per-request summary is named in its rows.
 REQUEST_GROUPS = (
     ("by_prompt_length", "prompt tokens"),
@@ -194,19 +257,10 @@ REQUEST_TITLE = "Acceptance per request (mean acceptance length of each finished
 
 def _requests_to_rich(r: RequestAcceptance, console: Console) -> None:
     console.print()
-    table = Table(title=REQUEST_TITLE, title_justify="left", show_edge=False)
-    for i, header in enumerate(REQUEST_HEADERS):
-        table.add_column(header, justify="left" if i < 2 else "right")
-    for cells in _request_rows(r):
-        table.add_row(*(Text(c) for c in cells))
-    console.print(table)
+    print_table(console, REQUEST_COLS, _request_rows(r), REQUEST_TITLE)
     if r.histogram:
-        bins = Table(title="Requests by acceptance length", title_justify="left", show_edge=False)
-        for header in ("acceptance length", "", "requests"):
-            bins.add_column(header, justify="right" if header == "requests" else "left")
-        for label, bar, count in _request_histogram(r):
-            bins.add_row(label, Text(bar, style="cyan"), count)
-        console.print(bins)
+        bins = [list(row) for row in _request_histogram(r)]
+        print_table(console, HISTOGRAM_COLS, bins, "Requests by acceptance length")
     for finding in sentences.request_findings(r):
         console.print(Text(f"• {finding.text}"))
 
@@ -222,22 +276,39 @@ def _requests_to_markdown(r: RequestAcceptance) -> list[str]:
     return parts
 
 
-def to_rich(report: Report, console: Console) -> None:
-    """Print the report as rich tables and findings."""
-    sources = Table(title="Inputs", title_justify="left", show_edge=False)
-    for header in ("source", "format", "lines", "windows", "skipped"):
-        sources.add_column(header, justify="right" if header in ("lines", "windows", "skipped") else "left")
-    for s in report.sources:
-        sources.add_row(Text(s.name), s.format, _num(s.lines), _num(s.windows), _num(s.skipped))
-    console.print(sources)
+INPUT_COLS = (Col("source", 0, "path"), Col("format", 1, "text"), Col("lines", 3), Col("windows"), Col("skipped", 2))
+#: The run-metadata table: what tells engines apart stays longest.
+METADATA_PRIORITY = (0, 1, 2, 3, 5, 7, 6, 0, 4)
+METADATA_KINDS: tuple[Kind, ...] = ("path", "text", "text", "text", "text", "text", "text", "text", "text")
+
+
+def summary_to_rich(report: Report, console: Console) -> None:
+    """The first screen: inputs, acceptance, the recommendation and the findings that matter most."""
+    screen = first_screen(report)
+    console.print(Text(screen.inputs))
+    console.print(Text(screen.acceptance + (f" By {screen.grouped_by}:" if screen.by_group else "")))
+    for line in screen.by_group:
+        console.print(Text(f"  {line}"))
+    console.print(Text(screen.recommendation, style="bold"))
+    if screen.speculative_config:
+        console.print(Text(screen.speculative_config), soft_wrap=True)  # one line, to copy whole
+    for finding in screen.findings:
+        console.print(Text(f"• {finding}"))
+
+
+def to_rich(report: Report, console: Console, *, brief: bool = False) -> None:
+    """Print the summary, then (unless ``brief``) the report as tables and findings."""
+    summary_to_rich(report, console)
+    if brief:
+        return
+    console.print()
+    console.rule("Details", style="dim")
+    rows = [[s.name, s.format, _num(s.lines), _num(s.windows), _num(s.skipped)] for s in report.sources]
+    print_table(console, INPUT_COLS, rows, "Inputs")
     console.print()
     if report.metadata:
-        engines = Table(title="Engines (run metadata)", title_justify="left", show_edge=False)
-        for header in sentences.METADATA_HEADERS:
-            engines.add_column(header)
-        for cells in sentences.metadata_rows(report.metadata):
-            engines.add_row(*(Text(cell) for cell in cells))
-        console.print(engines)
+        columns = cols(sentences.METADATA_HEADERS, METADATA_PRIORITY, METADATA_KINDS)
+        print_table(console, columns, sentences.metadata_rows(report.metadata), "Engines (run metadata)")
         console.print()
 
     if report.summary.num_windows:
@@ -248,13 +319,9 @@ def to_rich(report: Report, console: Console) -> None:
 
 
 def _acceptance_to_rich(report: Report, console: Console) -> None:
-    summary = Table(title="Acceptance", title_justify="left", show_edge=False)
-    headers = _summary_headers(report)
-    for i, header in enumerate(headers):
-        summary.add_column(header, justify="left" if i < len(headers) - len(MEASURE_HEADERS) else "right")
-    for label, row in _summary_rows(report):
-        summary.add_row(*(Text(cell) for cell in _summary_cells(label, row, with_k=not _grouped_by_k(report))))
-    console.print(summary)
+    with_k = not _grouped_by_k(report)
+    rows = [_summary_cells(label, row, with_k=with_k) for label, row in _summary_rows(report)]
+    print_table(console, _summary_cols(report, rows), rows, "Acceptance")
     if empty := _empty_groups_line(report):
         console.print(Text(empty, style="dim"))
     if any(row.num_drafts_derived for _, row in _summary_rows(report)):
@@ -265,12 +332,7 @@ def _acceptance_to_rich(report: Report, console: Console) -> None:
         console.print(Text(title, style="bold"))
         positions = _position_rows(row)
         if positions:
-            table = Table(show_edge=False)
-            for header in POSITION_HEADERS:
-                table.add_column(header, justify="left" if header == "r_i" else "right")
-            for cells in positions:
-                table.add_row(*cells[:3], Text(cells[3], style="cyan"))
-            console.print(table)
+            print_table(console, POSITION_COLS, positions)
         for line in findings:
             console.print(Text(f"• {line}"))
 
@@ -278,13 +340,10 @@ def _acceptance_to_rich(report: Report, console: Console) -> None:
 def _after_acceptance_to_rich(report: Report, console: Console) -> None:
     if report.timing:
         console.print()
-        table = Table(title="Timing by batch size (per step)", title_justify="left", show_edge=False)
-        headers = _timing_headers(report)
-        for i, header in enumerate(headers):
-            table.add_column(header, justify="left" if i < len(headers) - len(TIMING_HEADERS) else "right")
-        for cells in _timing_rows(report):
-            table.add_row(*(Text(c) for c in cells))
-        console.print(table)
+        rows = _timing_rows(report)
+        columns = _timing_columns(report)
+        labels = _label_cols(columns, rows, also=[len(columns)])  # the batch tells rows apart too
+        print_table(console, labels + list(TIMING_COLS), rows, "Timing by batch size (per step)")
     if report.recommendation is not None:
         console.print()
         tuning.recommendation_to_rich(report.recommendation, console)
@@ -300,17 +359,18 @@ def _after_acceptance_to_rich(report: Report, console: Console) -> None:
             console.print(Text(f"  {notice}", style="yellow"))
     if report.tuner_decisions:
         console.print()
-        table = Table(title="Online tuner (latest decisions)", title_justify="left", show_edge=False)
-        for header in sentences.TUNER_HEADERS:
-            table.add_column(header)
-        for cells in sentences.tuner_rows(report.tuner_decisions):
-            table.add_row(*cells)
-        console.print(table)
+        rows = sentences.tuner_rows(report.tuner_decisions)
+        print_table(console, TUNER_COLS, rows, "Online tuner (latest decisions)")
         for line in sentences.tuner_state(report.tuner_decisions):
             console.print(Text(f"• {line}"))
 
 
+TUNER_COLS = cols(sentences.TUNER_HEADERS, (3, 0, 0, 0, 1, 2, 0), ("number", "number", "text", "number", "number",
+                                                                 "number", "text"))  # fmt: skip
+
+
 TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "tokens/s")
+TIMING_COLS = (Col("batch", justify="left"), *cols(TIMING_HEADERS[1:], (4, 3, 3, 1, 2, 0)))
 
 
 def _timing_columns(report: Report) -> list[str]:
@@ -340,9 +400,27 @@ def _timing_rows(report: Report) -> list[list[str]]:
     ]
 
 
-def to_markdown(report: Report) -> str:
-    """The report as GitHub-flavoured Markdown, for pasting into a PR or an issue."""
-    parts = ["## Speculative decoding acceptance (specobs)", ""]
+def summary_to_markdown(report: Report) -> list[str]:
+    """The summary as Markdown lines: the same as the rich one, the config in a code block."""
+    screen = first_screen(report)
+    parts = [screen.inputs, "", screen.acceptance + (f" By {screen.grouped_by}:" if screen.by_group else "")]
+    if screen.by_group:
+        parts += ["", *(f"- {line}" for line in screen.by_group)]
+    parts += ["", f"**{screen.recommendation}**"]
+    if screen.speculative_config:
+        parts += ["", "```", screen.speculative_config, "```"]
+    if screen.findings:
+        parts += ["", *(f"- {finding}" for finding in screen.findings)]
+    return parts
+
+
+def to_markdown(report: Report, *, brief: bool = False) -> str:
+    """The report as GitHub-flavoured Markdown, for pasting into a PR or an issue: the summary,
+    then (unless ``brief``) the details."""
+    parts = ["## Speculative decoding acceptance (specobs)", "", *summary_to_markdown(report)]
+    if brief:
+        return "\n".join(parts) + "\n"
+    parts += ["", "### Details", ""]
     parts += md_table(
         ("source", "format", "lines", "windows", "skipped"),
         [[s.name, s.format, _num(s.lines), _num(s.windows), _num(s.skipped)] for s in report.sources],

@@ -15,6 +15,7 @@ from specobs.results import (
     Comparison,
     Difference,
     Finding,
+    GroupSummary,
     IntegrityIssue,
     Recommendation,
     Report,
@@ -786,3 +787,195 @@ def tuner_rows(decisions: Sequence[TunerDecision], most: int = 20) -> list[list[
         rows.append([_clock(d.ts), batch_range(d.batch_size_min, d.batch_size_max), d.action,
                      f"{d.from_k} → {d.to_k}", predicted, measured, d.reason])  # fmt: skip
     return rows
+
+
+# --- the report's summary (its first screen) ------------------------------------------------------
+
+#: How each input format's windows are called in the summary's inputs line.
+WINDOW_UNITS = {
+    "events-jsonl": "steps", "events-parquet": "steps", "vllm-log": "log intervals", "sglang-log": "log intervals",
+    "prometheus-text": "scrape intervals", "prometheus-api": "scrape intervals",
+}  # fmt: skip
+#: Group columns in the order the summary names groups by (the rest, then these last: long or opaque).
+SUMMARY_LABEL_ORDER = ("method", "num_spec_tokens", "draft_model", "model", "workload", "platform", "device",
+                       "batch_bucket", "batch_size", "hour")  # fmt: skip
+SUMMARY_LABEL_LAST = ("run_id", "engine", "source")
+#: At most this many groups are named in the summary's acceptance line (the table below has every one).
+SUMMARY_GROUPS = 12
+
+
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+def _methods_read(report: Report) -> tuple[list[str], bool]:
+    """The methods in the input (run metadata, group labels, the recommendation's fits) and
+    whether a plain engine (no speculative config) is among them."""
+    methods: list[str] = []
+    plain = any(m.method is None for m in report.metadata)
+    methods += [m.method for m in report.metadata if m.method]
+    for g in report.groups:
+        if "method" not in g.labels:
+            continue
+        drafted = bool(g.summary.num_drafts or g.summary.num_draft_tokens)
+        if g.labels["method"] is not None and drafted:
+            methods.append(str(g.labels["method"]))
+        elif g.labels["method"] is None and not drafted and not g.summary.num_spec_tokens:
+            plain = True
+    if report.recommendation is not None:
+        methods += [m.method for m in report.recommendation.methods if m.method]
+        plain = plain or any(m.plain_measured for m in report.recommendation.methods)
+    return sorted(set(methods)), plain
+
+
+def inputs_line(report: Report) -> str:
+    """``Inputs: 3 files (events-jsonl) · 9,332 steps · methods draft_model, ngram and a plain
+    engine · no line skipped.``: what was read, in one line."""
+    sources = report.sources
+    files = all(s.name != "<stdin>" and "://" not in s.name for s in sources)
+    formats: dict[str, int] = {}
+    for s in sources:
+        formats[s.format] = formats.get(s.format, 0) + 1
+    kinds = ", ".join(f if len(formats) == 1 else f"{n:,} {f}" for f, n in formats.items())
+    parts = [_plural(len(sources), "file" if files else "input") + (f" ({kinds})" if kinds else "")]
+    if report.summary.num_windows:
+        units = {WINDOW_UNITS.get(s.format, "windows") for s in sources if s.windows > 0}
+        unit = units.pop() if len(units) == 1 else "windows"
+        parts.append(_plural(report.summary.num_windows, unit[:-1], unit))
+    if report.requests is not None:
+        parts.append(_plural(report.requests.overall.num_requests, "finished request"))
+    methods, plain = _methods_read(report)
+    if report.metadata:  # engines named by their method ("plain": no speculative config)
+        named = ", ".join(methods + (["plain"] if plain else []))
+        parts.append(_plural(len(report.metadata), "engine") + (f": {named}" if named else ""))
+    elif methods:
+        parts.append(("method " if len(methods) == 1 else "methods ") + ", ".join(methods)
+                     + (" and a plain engine" if plain else ""))  # fmt: skip
+    elif plain:
+        parts.append("a plain engine only")
+    skipped = len(report.skipped)
+    parts.append(f"{_plural(skipped, 'line')} skipped" if skipped else "no line skipped")
+    return "Inputs: " + " · ".join(parts) + "."
+
+
+def _length(s: Summary) -> str:
+    return "–" if s.mean_acceptance_length is None else f"{s.mean_acceptance_length:.2f}"
+
+
+def acceptance_line(report: Report) -> str:
+    """The acceptance headline: the overall acceptance length with its 95% interval and the
+    share of drafted tokens accepted (per-request means when the input holds only requests)."""
+    s = report.summary
+    rate = "" if s.draft_acceptance_rate is None else f"{s.draft_acceptance_rate:.1%} of drafted tokens accepted"
+    if s.mean_acceptance_length is not None:
+        low, high = s.mean_acceptance_length_low, s.mean_acceptance_length_high
+        interval = f" [95% {low:.2f}–{high:.2f}]" if low is not None and high is not None else ""
+        printed = " as printed by the engine" if s.mean_acceptance_length_basis == "reported" else ""
+        text = f"Acceptance length {s.mean_acceptance_length:.2f}{interval} tokens per verification{printed}"
+        return text + (f", {rate}." if rate else ".")
+    if rate:
+        return f"Acceptance length unknown (the input does not count drafts); {rate}."
+    r = report.requests
+    if r is not None:
+        o = r.overall
+        rw, tw = o.request_weighted_mean_acceptance_length, o.token_weighted_mean_acceptance_length
+        if rw is not None and tw is not None:
+            requests = _plural(o.num_requests, "finished request")
+            return (
+                f"Acceptance length {tw:.2f} weighted by verify steps over {requests} ({rw:.2f} per request on "
+                "average)."
+            )
+    return "Acceptance length unknown: the input counts no drafts."
+
+
+def _summary_value(column: str, value: object) -> str:
+    if column == "num_spec_tokens":
+        return f"k={value}"
+    if column == "source":
+        return str(value).rstrip("/").rsplit("/", 1)[-1]
+    if column in ("engine", "batch_bucket", "batch_size", "run_id"):
+        return f"{CONFIG_NAMES.get(column, column.removesuffix('_id'))} {value}"
+    return str(value)
+
+
+def _summary_columns(columns: Sequence[str]) -> list[str]:
+    order = {c: i for i, c in enumerate(SUMMARY_LABEL_ORDER)}
+    last = {c: i for i, c in enumerate(SUMMARY_LABEL_LAST)}
+    return sorted(columns, key=lambda c: (c in last, last.get(c, order.get(c, len(order)))))
+
+
+def _short_labels(labels: Sequence[Mapping[str, object]], columns: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Each group named by its first column, and by as many more as it takes to tell it from
+    the others (``mtp (tiny-mimo)``); and the columns that named any group."""
+    out, used = [], 1
+    for own in labels:
+        n = 1
+        while n < len(columns) and sum(
+            all(other.get(c) == own.get(c) for c in columns[:n]) for other in labels
+        ) > 1:  # fmt: skip
+            n += 1
+        used = max(used, n)
+        values = [_summary_value(c, own.get(c)) for c in columns[:n] if own.get(c) is not None]
+        out.append(values[0] + (f" ({' · '.join(values[1:])})" if len(values) > 1 else "") if values else "–")
+    return out, list(columns[:used])
+
+
+def _drafted_groups(report: Report) -> list[GroupSummary]:
+    return [g for g in report.groups if g.summary.num_drafts or g.summary.num_draft_tokens]
+
+
+def acceptance_by_group(report: Report) -> tuple[list[str], str]:
+    """The acceptance length of each group that drafted, briefly (no intervals: the Acceptance
+    table has them), and what they are per (``method and k``): one line per method with its k
+    side by side when grouped by k (``ngram: k=1 1.84 · k=2 2.55``), else one line of groups
+    (``dflash 1.52 · eagle 2.12``); nothing when there is only one group."""
+    drafted = _drafted_groups(report)
+    varying = [c for c in report.group_columns if len({str(g.labels.get(c)) for g in drafted}) > 1]
+    columns = _summary_columns(varying)
+    if len(drafted) < 2 or not columns:
+        return [], ""
+    if "num_spec_tokens" in columns:
+        rest = [c for c in columns if c != "num_spec_tokens"]
+        rows: dict[tuple[object, ...], list[str]] = {}
+        firsts: dict[tuple[object, ...], Mapping[str, object]] = {}
+        for g in drafted:
+            key = tuple(g.labels.get(c) for c in rest)
+            firsts.setdefault(key, g.labels)
+            rows.setdefault(key, []).append(f"k={g.labels.get('num_spec_tokens')} {_length(g.summary)}")
+        names, used = _short_labels(list(firsts.values()), rest) if rest else ([""] * len(rows), [])
+        lines = [(f"{name}: " if name else "") + " · ".join(ks) for name, ks in zip(names, rows.values(), strict=True)]
+        more = len(lines) - SUMMARY_GROUPS // 2
+        if more > 0:
+            lines = [*lines[: SUMMARY_GROUPS // 2], f"and {more:,} more in the Acceptance table below"]
+        return lines, _names([*used, "num_spec_tokens"])
+    names, used = _short_labels([g.labels for g in drafted], columns)
+    entries = [f"{name} {_length(g.summary)}" for name, g in zip(names, drafted, strict=True)]
+    more = len(entries) - SUMMARY_GROUPS
+    tail = f" · and {more:,} more in the Acceptance table below" if more > 0 else ""
+    return [" · ".join(entries[:SUMMARY_GROUPS]) + tail], _names(used)
+
+
+def _names(columns: Sequence[str]) -> str:
+    """``method, model and k``."""
+    names = [CONFIG_NAMES.get(c, c.removesuffix("_id")) for c in columns]
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def no_recommendation(report: Report) -> str:
+    """Why a report carries no recommendation."""
+    if not report.summary.num_windows:
+        return (
+            "No recommendation: finished requests alone do not say what drafting costs per step (read the engine's "
+            "steps, log or scrapes too)."
+        )
+    if not report.summary.num_drafts:
+        return (
+            "No recommendation: the input does not count drafts, so neither the acceptance length nor a speedup can "
+            "be computed from it."
+        )
+    return "No recommendation: nothing in the input drafted."
+
+
+def speculative_config_line(config: str) -> str:
+    """The flag as vLLM takes it, ready to paste."""
+    return f"--speculative-config '{config}'"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
+from specobs.render.fit import PADDING, TEXT_FLOOR, Col, cols, print_table, shorten_path
 from specobs.render.markdown import md_table
 from specobs.render.sentences import (
     band_range,
@@ -13,6 +14,7 @@ from specobs.render.sentences import (
     config_values,
     environment_name,
     headline,
+    speculative_config_line,
     speedup_with_interval,
     tune_headline,
     tune_notes,
@@ -39,6 +41,7 @@ def recommendation_rows(rec: Recommendation) -> list[list[str]]:
 
 BY_BATCH_HEADERS = ("batch", "k", "speedup [95%]", "basis", "traffic steps")
 BAND_HEADERS = ("k", "tokens per draft [95%]", "speedup (modelled)", "")
+BAND_COLS = (Col("k"), Col("tokens per draft [95%]"), Col("speedup (modelled)"), Col("", 1, "text"))
 
 
 def band_rows(band: SpeedupBand) -> list[list[str]]:
@@ -70,35 +73,35 @@ def band_title(band: SpeedupBand) -> str:
     return f"Not measured: {name}{f' ({band.draft_model})' if band.draft_model else ''}, modelled band per k"
 
 
+BY_BATCH_COLS = (Col("batch", justify="left"), Col("k"), Col("speedup [95%]"), Col("basis", 1, "text", "right"),
+                 Col("traffic steps", 2))  # fmt: skip
+
+
+def _config_to_rich(config: str | None, console: Console) -> None:
+    if config:
+        console.print(Text(speculative_config_line(config)), soft_wrap=True)  # one line, to copy whole
+
+
 def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
     console.print(Text(headline(rec), style="bold"))
-    if rec.recommended.speculative_config:
-        console.print(Text("--speculative-config '" + rec.recommended.speculative_config + "'"))
+    _config_to_rich(rec.recommended.speculative_config, console)
     if rec.by_batch_size:
-        table = Table(title=f"By batch size ({rec.method or 'unknown method'})", title_justify="left", show_edge=False)
-        for header in BY_BATCH_HEADERS:
-            table.add_column(header, justify="left" if header == "batch" else "right")
-        for cells in recommendation_rows(rec):
-            table.add_row(*cells)
-        console.print(table)
+        print_table(
+            console, BY_BATCH_COLS, recommendation_rows(rec), f"By batch size ({rec.method or 'unknown method'})"
+        )
     for band in rec.bands:
-        band_table = Table(title=band_title(band), title_justify="left", show_edge=False)
-        for header in BAND_HEADERS:
-            band_table.add_column(header, justify="left" if not header else "right")
-        for cells in band_rows(band):
-            band_table.add_row(*cells)
-        console.print(band_table)
+        print_table(console, BAND_COLS, band_rows(band), band_title(band))
     if rec.method_comparison:
         methods = list(rec.method_comparison[0].speedups)
-        cmp_table = Table(title="Best speedup per method", title_justify="left", show_edge=False)
-        cmp_table.add_column("batch")
-        for m in methods:
-            cmp_table.add_column(m, justify="right")
-        cmp_table.add_column("winner")
-        for row in rec.method_comparison:
-            cells = [_fmt(row.speedups.get(m), "{:.2f}×") for m in methods]
-            cmp_table.add_row(batch_range(row.batch_size_min, row.batch_size_max), *cells, str(row.winner))
-        console.print(cmp_table)
+        # A narrow console leaves out the methods listed last first; the winner column stays.
+        columns = [Col("batch", justify="left"), *(Col(m, 1 + i) for i, m in enumerate(methods)),
+                   Col("winner", 0, "text")]  # fmt: skip
+        rows = [
+            [batch_range(row.batch_size_min, row.batch_size_max),
+             *(_fmt(row.speedups.get(m), "{:.2f}×") for m in methods), str(row.winner)]
+            for row in rec.method_comparison
+        ]  # fmt: skip
+        print_table(console, columns, rows, "Best speedup per method")
     for line in rec.explanations:
         console.print(Text(f"• {line}"))
     if rec.assumptions:
@@ -110,7 +113,7 @@ def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
 def recommendation_to_markdown(rec: Recommendation) -> str:
     parts = [f"**{headline(rec)}**", ""]
     if rec.recommended.speculative_config:
-        parts += ["```", "--speculative-config '" + rec.recommended.speculative_config + "'", "```", ""]
+        parts += ["```", speculative_config_line(rec.recommended.speculative_config), "```", ""]
     if rec.by_batch_size:
         parts += md_table(BY_BATCH_HEADERS, recommendation_rows(rec))
     for band in rec.bands:
@@ -167,6 +170,8 @@ def _comparison_notes(cmp: Comparison) -> list[str]:
 
 
 THROUGHPUT_HEADERS = ("batch", "A tokens/s", "B tokens/s", "B/A", "steps A/B", "runs A/B")
+THROUGHPUT_COLS = (Col("batch", justify="left"), *cols(THROUGHPUT_HEADERS[1:5], (0, 0, 0, 2)),
+                   Col("runs A/B", 3, "text", "right"))  # fmt: skip
 
 
 def _throughput_rows(cmp: Comparison) -> list[list[str]]:
@@ -196,24 +201,23 @@ def _combined(cmp: Comparison) -> str:
 def comparison_to_rich(cmp: Comparison, console: Console, names: tuple[str, str]) -> None:
     style = {"regression": "bold red", "improvement": "bold green", "configuration_changed": "bold yellow"}
     console.print(Text(cmp.verdict, style=style.get(cmp.kind, "bold")))
-    table = Table(show_edge=False)
-    table.add_column("")
-    table.add_column(f"A: {names[0]}", justify="right")
-    table.add_column(f"B: {names[1]}", justify="right")
-    for row in _comparison_rows(cmp):
-        table.add_row(*row)
-    console.print(table)
+    # Each side is headed by its name, shortened from the left; where even its file name would not
+    # fit a narrow console beside the labels, the headers say A and B and a line above names them.
+    room = (console.width - 3 * PADDING - 2 - TEXT_FLOOR) // 2
+    shown = [shorten_path(name, room - 3) for name in names]
+    if any(cell_len(name) + 3 > room for name in shown):
+        for side, name in zip("AB", names, strict=True):
+            console.print(Text(f"{side}: {shorten_path(name, console.width - 3)}", style="dim"))
+        headers = ["A", "B"]
+    else:
+        headers = [f"{side}: {name}" for side, name in zip("AB", shown, strict=True)]
+    columns = [Col("", 0, "text"), *(Col(h, 0, "text", "right") for h in headers)]
+    print_table(console, columns, _comparison_rows(cmp))
     for note in _comparison_notes(cmp):
         console.print(Text(note, style="dim"))
     rows = _throughput_rows(cmp)
     if rows:
-        by_bucket = Table(title="Throughput at matched batch sizes (steady-state steps)", title_justify="left",
-                          show_edge=False)  # fmt: skip
-        for header in THROUGHPUT_HEADERS:
-            by_bucket.add_column(header, justify="left" if header == "batch" else "right")
-        for cells in rows:
-            by_bucket.add_row(*cells)
-        console.print(by_bucket)
+        print_table(console, THROUGHPUT_COLS, rows, "Throughput at matched batch sizes (steady-state steps)")
         console.print(Text(_combined(cmp), style="dim"))
 
 
@@ -235,6 +239,11 @@ def comparison_to_markdown(cmp: Comparison, names: tuple[str, str]) -> str:
 TUNE_BUCKET_HEADERS = ("batch", "k", "basis", "measured at", "tokens/s")
 TUNE_MEASUREMENT_HEADERS = ("batch", "engine", "k", "tokens/s", "95%", "rounds", "race")
 TUNE_VERIFY_HEADERS = ("configuration", "tokens/s", "gain of the chosen config [95%]")
+TUNE_BUCKET_COLS = (Col("batch", justify="left"), Col("k"), Col("basis", 1, "text", "right"), Col("measured at", 2),
+                    Col("tokens/s"))  # fmt: skip
+TUNE_MEASUREMENT_COLS = (Col("batch", justify="left"), Col("engine", 0, "text", "right"), Col("k"), Col("tokens/s"),
+                         Col("95%", 1), Col("rounds", 3), Col("race", 2, "text", "right"))  # fmt: skip
+TUNE_VERIFY_COLS = (Col("configuration", 0, "text"), Col("tokens/s"), Col("gain of the chosen config [95%]"))
 
 
 def _k(k: int) -> str:
@@ -283,26 +292,16 @@ def tune_verification_rows(result: TuneResult) -> list[list[str]]:
     return rows  # fmt: skip
 
 
-def _table(title: str, headers: tuple[str, ...], rows: list[list[str]]) -> Table:
-    table = Table(title=title, title_justify="left", show_edge=False)
-    for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i == 0 else "right")
-    for cells in rows:
-        table.add_row(*cells)
-    return table
-
-
 def tune_to_rich(result: TuneResult, console: Console) -> None:
     console.print(Text(tune_headline(result), style="bold"))
-    if result.speculative_config:
-        console.print(Text("--speculative-config '" + result.speculative_config + "'"))
-    console.print(_table("Schedule by batch size", TUNE_BUCKET_HEADERS, tune_bucket_rows(result)))
-    console.print(_table("Measured (generated tokens/s per round, 95% t interval)", TUNE_MEASUREMENT_HEADERS,
-                         tune_measurement_rows(result)))  # fmt: skip
+    _config_to_rich(result.speculative_config, console)
+    print_table(console, TUNE_BUCKET_COLS, tune_bucket_rows(result), "Schedule by batch size")
+    print_table(console, TUNE_MEASUREMENT_COLS, tune_measurement_rows(result),
+                "Measured (generated tokens/s per round, 95% t interval)")  # fmt: skip
     v = result.verification
     if v is not None:
-        console.print(_table(f"Verification: {v.workload}, {v.rounds} interleaved round(s)", TUNE_VERIFY_HEADERS,
-                             tune_verification_rows(result)))  # fmt: skip
+        print_table(console, TUNE_VERIFY_COLS, tune_verification_rows(result),
+                    f"Verification: {v.workload}, {v.rounds} interleaved round(s)")  # fmt: skip
     for line in tune_notes(result):
         console.print(Text(f"• {line}"))
 
@@ -310,7 +309,7 @@ def tune_to_rich(result: TuneResult, console: Console) -> None:
 def tune_to_markdown(result: TuneResult) -> str:
     parts = [f"**{tune_headline(result)}**", ""]
     if result.speculative_config:
-        parts += ["```", "--speculative-config '" + result.speculative_config + "'", "```", ""]
+        parts += ["```", speculative_config_line(result.speculative_config), "```", ""]
     parts += ["Schedule by batch size:", "", *md_table(TUNE_BUCKET_HEADERS, tune_bucket_rows(result))]
     parts += ["", "Measured (generated tokens/s per round, 95% t interval):", ""]
     parts += md_table(TUNE_MEASUREMENT_HEADERS, tune_measurement_rows(result))
