@@ -205,11 +205,14 @@ def test_a_scrape_without_method_label_says_so_and_method_names_it():
     assert result.returncode == 0, result.stderr.decode()
     data = json.loads(result.stdout)
     assert data["recommended"]["method"] is None and data["recommended"]["speculative_config"] is None
-    assert any("--method" in a for a in data["assumptions"])
+    # A scrape has no timing: a band, whose drafter cost class needs the method.
+    assert data["bands"][0]["method"] is None and data["bands"][0]["drafter_kind"] == "autoregressive"
+    assert any("--method" in a for a in data["explanations"])
     text = run_cli("recommend", str(scrape), "--bootstrap", "0").stdout.decode()
     assert "pass --method" in text and '"method": null' not in text and "None" not in text.split("\n")[0]
     named = json.loads(run_cli("recommend", str(scrape), "-f", "json", "--bootstrap", "0", "--method", "ngram").stdout)
-    assert json.loads(named["recommended"]["speculative_config"])["method"] == "ngram"
+    assert named["bands"][0]["method"] == "ngram" and named["bands"][0]["drafter_kind"] == "lookup"
+    assert named["recommended"]["speculative_config"] is None  # not measured: nothing to paste
     bad = run_cli("recommend", str(scrape), "--method", "nonsense")
     assert bad.returncode == 2 and b"unknown --method nonsense" in bad.stderr and b"Traceback" not in bad.stderr
 

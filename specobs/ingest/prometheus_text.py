@@ -95,12 +95,13 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
                 skipped.append(Skipped(source, line_no, f"{sample.name} is {sample.value} ({why}): sample skipped"))
                 continue
             # Only a sample that counts can start a new scrape: a skipped one must not split
-            # the scrape it sits in.
+            # the scrape it sits in, nor a gauge (the running requests: read, never a boundary).
             key = (sample.name, tuple(sorted(sample.labels.items())))
-            if key in seen:
-                scrape += 1
-                seen.clear()
-            seen.add(key)
+            if column != "running":
+                if key in seen:
+                    scrape += 1
+                    seen.clear()
+                seen.add(key)
             scrape_line.setdefault(scrape, line_no)
             engine = sample.labels.get("engine")
             rows.append(

@@ -415,6 +415,8 @@ def band_notes(band: SpeedupBand) -> list[str]:
         else "every request-step is taken to draft (the input does not say how many did)"
     )
     out.append(f"{name}: drafter cost class {band.drafter_kind}: {', '.join(drafting)}; {share}.")
+    if band.method is None:
+        out.append(f"{_capital(UNKNOWN_METHOD)} (its drafter's cost class: the band assumes the widest).")
     out.append(f"{_capital(HOW_TO_MEASURE)}.")
     return out
 

@@ -66,6 +66,7 @@ class MethodFit:
     cost_ratio: float | None = None  # the user's drafter cost per drafted position (--cost-ratio)
     by_batch: dict[int, Acceptance] = field(default_factory=dict)
     off_steps: pl.DataFrame | None = None  # its own engine's k = 0 steps (drafting off by schedule)
+    steady_counts: dict[int, int] = field(default_factory=dict)  # of them, steps not taken while draining
 
     @property
     def method(self) -> str | None:
@@ -119,9 +120,12 @@ def fit_methods(
         off = _same_platform(off_all, labels, ("method",)) if labels["method"] is not None else None
         timed = spec["num_timed_steps"].drop_nulls().len()
         cost = fit_cost(spec, plain, labels["method"], off) if timed else None
-        counts = spec.filter(pl.col("batch_size").is_not_null()).group_by("batch_size").agg(pl.col("num_rows").sum())
-        batches = dict(counts.iter_rows())
-        fits.append(MethodFit(labels, acc, cost, spec, plain, batches, cost_ratio, _by_batch(spec), off))
+        known = spec.filter(pl.col("batch_size").is_not_null())
+        batches = dict(known.group_by("batch_size").agg(pl.col("num_rows").sum()).iter_rows())
+        if "draining" in known.columns:
+            known = known.filter(~pl.col("draining").fill_null(False))
+        steady = dict(known.group_by("batch_size").agg(pl.col("num_rows").sum()).iter_rows())
+        fits.append(MethodFit(labels, acc, cost, spec, plain, batches, cost_ratio, _by_batch(spec), off, steady))
     return fits
 
 
@@ -186,23 +190,29 @@ def _same_platform(frame: pl.DataFrame, labels: dict[str, Any], also: Sequence[s
 
 
 def buckets_for(fits: list[MethodFit]) -> list[Bucket]:
-    """Power-of-two batch buckets from 1 to the largest batch observed (contiguous, as vLLM's table needs)."""
+    """Power-of-two batch buckets from 1 to the largest batch observed (contiguous, as vLLM's
+    table needs), weighted by every step there. Each is evaluated at the median batch size of
+    its steps not taken while draining (a load of that size; draining steps only pass through),
+    else at its geometric centre."""
     counts: dict[int, int] = {}
+    steady: dict[int, int] = {}
     for fit in fits:
         for b, n in fit.batch_counts.items():
             counts[b] = counts.get(b, 0) + n
+        for b, n in (fit.steady_counts or fit.batch_counts).items():
+            steady[b] = steady.get(b, 0) + n
     largest = max(counts, default=1)
     out = []
     low = 1
     while low <= largest:
         high = low * 2 - 1
-        inside = {b: n for b, n in counts.items() if low <= b <= high}
+        inside = {b: n for b, n in steady.items() if low <= b <= high and n}
         if inside:
             values = np.repeat(np.array(list(inside.keys()), dtype=float), list(inside.values()))
             batch = float(np.median(values))
         else:
             batch = math.sqrt(low * high)
-        out.append(Bucket(low, high, batch, sum(inside.values())))
+        out.append(Bucket(low, high, batch, sum(n for b, n in counts.items() if low <= b <= high)))
         low *= 2
     return out
 
@@ -369,6 +379,7 @@ def _bootstrap(
             fit.cost_ratio,
             by_batch.get((r,), {}) if fit.by_batch else {},
             off,
+            fit.steady_counts,
         )
         grid, off_speed = _evaluate(trial, ks, buckets)
         grids.append(grid)
