@@ -29,6 +29,7 @@ from typing import Any
 
 import polars as pl
 
+from specobs import schema
 from specobs.analysis.acceptance import batch_bucket
 
 #: Width of the acceptance-length histogram's bins (tokens per step).
@@ -120,12 +121,54 @@ def histogram(requests: pl.DataFrame, width: float = BIN_WIDTH) -> list[dict[str
     ]
 
 
+def as_windows(requests: pl.DataFrame) -> pl.DataFrame:
+    """One ``windows`` row per finished request, holding its totals: the acceptance summary of
+    an input that holds finished requests alone (``reporting.analyze``).
+
+    A request's verify steps are its drafts (``num_drafts = num_spec_steps``). Its histogram
+    gives the per-position counts exactly: ``a_i = Σ_{j>i} histogram[j]`` (steps that accepted
+    more than i tokens). Which drafts reached a position is known only from ``detailed``
+    per-step lists (``n_i``: steps that drafted more than i tokens; the trials of ``β_i``:
+    those with the first i accepted); without them it is left null, as for a log's intervals
+    (every draft is taken to have reached every position up to k, and the report says when
+    that biases the rates). Worked example: histogram ``[2, 1, 0, 2]`` (5 steps) gives
+    ``a = [3, 2, 2]`` and 1·1 + 3·2 = 7 accepted tokens.
+    """
+    rows = []
+    for row in requests.iter_rows(named=True):
+        histogram = row["acceptance_histogram"] or []
+        tail = [sum(histogram[i + 1 :]) for i in range(len(histogram) - 1)]
+        drafted, accepted = row["per_step_drafted"], row["per_step_accepted"]
+        reached = before = None
+        if drafted is not None and accepted is not None:
+            width = max(len(tail), max(drafted, default=0))
+            tail += [0] * (width - len(tail))
+            reached = [sum(1 for d in drafted if d > i) for i in range(width)]
+            before = [sum(1 for d, a in zip(drafted, accepted, strict=True) if d > i and a >= i) for i in range(width)]
+        rows.append({
+            **{name: row[name] for name in schema.LABELS},
+            "end_ts": row["ts"],
+            "num_spec_tokens": row["num_spec_tokens"],
+            "num_drafts": row["num_spec_steps"],
+            "num_draft_tokens": row["num_draft_tokens"],
+            "num_accepted_tokens": row["num_accepted_tokens"],
+            "num_accepted_tokens_per_pos": tail or None,
+            "num_drafts_per_pos": reached,
+            "num_drafts_accepted_before_pos": before,
+            "counters": "request",
+        })  # fmt: skip
+    if not rows:
+        return schema.empty(schema.WINDOWS)
+    return schema.conform(pl.DataFrame(rows, schema={**schema.WINDOWS}, strict=False), schema.WINDOWS)
+
+
 __all__ = [
     "BIN_WIDTH",
     "GROUPINGS",
     "MATERIAL_MEAN_GAP",
     "PERCENTILES",
     "acceptance_length",
+    "as_windows",
     "histogram",
     "per_request",
     "summarize",
