@@ -73,9 +73,9 @@ def looks_like_requests(head: bytes) -> str | None:
 
 
 def _document_starts(line: bytes) -> bool:
-    """Whether a first line opens a JSON document that runs over several lines (``{`` or ``[``
-    alone, as ``json.dump(..., indent=2)`` writes them), not one record per line."""
-    return line in (b"{", b"[") or line.startswith(b"[") and not line.endswith(b"]")
+    """Whether a first line opens JSON documents rather than one record per line: ``{`` alone
+    (as ``json.dump(..., indent=2)`` writes an object) or a list (records are objects)."""
+    return line == b"{" or line.startswith(b"[")
 
 
 def _records(data: bytes) -> tuple[list[tuple[int, Any]], list[tuple[int, str]]]:
