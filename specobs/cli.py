@@ -313,7 +313,8 @@ def _load(paths: list[str], input_format: str | None, *, part_rows: int | None =
     try:
         check_format(input_format)
     except SpecobsError:
-        raise SpecobsError(f"--input-format {input_format}: unknown format (choose from {', '.join(FORMATS)})") from None
+        known = ", ".join(FORMATS)
+        raise SpecobsError(f"--input-format {input_format}: unknown format (choose from {known})") from None
     progress = Progress(
         "[progress.description]{task.description}",
         BarColumn(),

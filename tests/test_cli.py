@@ -410,9 +410,23 @@ def test_every_format_the_docs_name_is_an_input_format():
 
 def test_input_format_reads_saved_offline_outputs(tmp_path):
     path = tmp_path / "outputs.txt"  # no name hint: the format is forced
-    record = {"request_id": "7", "num_prompt_tokens": 12, "outputs": [{"index": 0, "num_output_tokens": 48,
-              "spec_decode_metrics": {"acceptance_histogram": [3, 5, 9, 12], "num_spec_steps": 29,
-                                      "num_accepted_draft_tokens": 59, "num_draft_tokens": 87, "num_spec_tokens": 3}}]}
+    record = {
+        "request_id": "7",
+        "num_prompt_tokens": 12,
+        "outputs": [
+            {
+                "index": 0,
+                "num_output_tokens": 48,
+                "spec_decode_metrics": {
+                    "acceptance_histogram": [3, 5, 9, 12],
+                    "num_spec_steps": 29,
+                    "num_accepted_draft_tokens": 59,
+                    "num_draft_tokens": 87,
+                    "num_spec_tokens": 3,
+                },
+            }
+        ],
+    }
     path.write_text(json.dumps(record) + "\n")  # fmt: skip
     data = report_json(str(path), "--input-format", "vllm-outputs")
     assert data["sources"][0]["format"] == "vllm-outputs"

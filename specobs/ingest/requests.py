@@ -102,25 +102,24 @@ def _records(data: bytes) -> tuple[list[tuple[int, Any]], list[tuple[int, str]]]
         return records, bad
     text = data.decode("utf-8", "replace")
     decoder = json.JSONDecoder()
-    at, line = 0, 1
+    at, number = 0, 1
     while True:
         start = len(text) - len(text[at:].lstrip())
-        line += text.count("\n", at, start)
+        number += text.count("\n", at, start)
         at = start
         if at >= len(text):
             return records, bad
         try:
             value, end = decoder.raw_decode(text, at)
         except (ValueError, RecursionError) as exc:
-            where = getattr(exc, "lineno", None)
-            detail = f" ({exc.msg} at line {where})" if isinstance(exc, json.JSONDecodeError) else ""
-            bad.append((line, f"not valid JSON{detail}: the rest of the document is not read"))
+            detail = f" ({exc.msg} at line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
+            bad.append((number, f"not valid JSON{detail}: the rest of the document is not read"))
             return records, bad
         if isinstance(value, list):  # a list of responses: each element is a record
-            records += [(line, item) for item in value]
+            records += [(number, item) for item in value]
         else:
-            records.append((line, value))
-        line += text.count("\n", at, end)
+            records.append((number, value))
+        number += text.count("\n", at, end)
         at = end
 
 

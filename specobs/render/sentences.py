@@ -222,9 +222,9 @@ def input_findings(report: Report) -> list[Finding]:
         o = report.requests.overall
         return [Finding("requests_only", (
             f"The input holds only finished requests ({o.num_requests:,} of them, with per-request speculative "
-            f"decoding metrics): the acceptance above is summed from their own counts ({s.num_drafts or 0:,} verify steps, one "
-            "window per request). Without engine steps or logging intervals there is no timing and nothing for "
-            "specobs recommend to fit."
+            "decoding metrics): the acceptance above is summed from their own counts "
+            f"({s.num_drafts or 0:,} verify steps, one window per request). Without engine steps or logging "
+            "intervals there is no timing and nothing for specobs recommend to fit."
         ))]  # fmt: skip
     drafted = s.num_drafts or s.num_draft_tokens or s.mean_acceptance_length is not None
     if not s.num_windows or drafted or s.draft_acceptance_rate is not None or report.requests is not None:
@@ -237,7 +237,8 @@ def input_findings(report: Report) -> list[Finding]:
     )  # fmt: skip
     k = s.num_spec_tokens
     what = (
-        f"a plain engine's {s.num_windows:,} {unit} (k = 0, nothing drafted)" if not k
+        f"a plain engine's {s.num_windows:,} {unit} (k = 0, nothing drafted)"
+        if not k
         else f"{s.num_windows:,} {unit} of an engine configured with k up to {k} that drafted nothing"
     )
     return [Finding("no_speculative_decoding", (
