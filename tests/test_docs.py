@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
