@@ -134,32 +134,46 @@ def as_windows(requests: pl.DataFrame) -> pl.DataFrame:
     that biases the rates). Worked example: histogram ``[2, 1, 0, 2]`` (5 steps) gives
     ``a = [3, 2, 2]`` and 1·1 + 3·2 = 7 accepted tokens.
     """
-    rows = []
-    for row in requests.iter_rows(named=True):
-        histogram = row["acceptance_histogram"] or []
-        tail = [sum(histogram[i + 1 :]) for i in range(len(histogram) - 1)]
-        drafted, accepted = row["per_step_drafted"], row["per_step_accepted"]
-        reached = before = None
-        if drafted is not None and accepted is not None:
-            width = max(len(tail), max(drafted, default=0))
-            tail += [0] * (width - len(tail))
-            reached = [sum(1 for d in drafted if d > i) for i in range(width)]
-            before = [sum(1 for d, a in zip(drafted, accepted, strict=True) if d > i and a >= i) for i in range(width)]
-        rows.append({
-            **{name: row[name] for name in schema.LABELS},
-            "end_ts": row["ts"],
-            "num_spec_tokens": row["num_spec_tokens"],
-            "num_drafts": row["num_spec_steps"],
-            "num_draft_tokens": row["num_draft_tokens"],
-            "num_accepted_tokens": row["num_accepted_tokens"],
-            "num_accepted_tokens_per_pos": tail or None,
-            "num_drafts_per_pos": reached,
-            "num_drafts_accepted_before_pos": before,
-            "counters": "request",
-        })  # fmt: skip
-    if not rows:
+    if requests.height == 0:
         return schema.empty(schema.WINDOWS)
-    return schema.conform(pl.DataFrame(rows, schema={**schema.WINDOWS}, strict=False), schema.WINDOWS)
+    histogram = pl.col("acceptance_histogram")
+    drafted, accepted = pl.col("per_step_drafted"), pl.col("per_step_accepted")
+    frame = requests.with_row_index("_row").with_columns(
+        _detailed=drafted.is_not_null() & accepted.is_not_null(),
+        _longest=(histogram.list.len().cast(pl.Int64) - 1).clip(lower_bound=0).fill_null(0),
+    )
+    # Per detailed request: n_i and the trials of β_i, position by position, from its steps.
+    steps = frame.filter(pl.col("_detailed")).select("_row", drafted, accepted)
+    steps = steps.explode("per_step_drafted", "per_step_accepted")
+    longest = [frame["_longest"].max(), steps["per_step_drafted"].max(), 1]
+    width = max(int(n) for n in longest if isinstance(n, int))
+    per_step = steps.group_by("_row").agg(
+        *[(drafted > i).sum().alias(f"_n{i}") for i in range(width)],
+        *[((drafted > i) & (accepted >= i)).sum().alias(f"_m{i}") for i in range(width)],
+        _drafted_most=drafted.max().fill_null(0),
+    )
+    frame = frame.join(per_step, on="_row", how="left").sort("_row")
+    positions = (
+        pl.when(pl.col("_detailed"))
+        .then(pl.max_horizontal("_longest", pl.col("_drafted_most").fill_null(0)))
+        .otherwise(pl.col("_longest"))
+    )
+    tail = pl.concat_list([histogram.list.slice(i + 1).list.sum() for i in range(width)]).list.head(positions)
+    reached = pl.concat_list([pl.col(f"_n{i}") for i in range(width)]).list.head(positions)
+    before = pl.concat_list([pl.col(f"_m{i}") for i in range(width)]).list.head(positions)
+    windows = frame.select(
+        *schema.LABELS,
+        end_ts="ts",
+        num_spec_tokens="num_spec_tokens",
+        num_drafts="num_spec_steps",
+        num_draft_tokens="num_draft_tokens",
+        num_accepted_tokens="num_accepted_tokens",
+        num_accepted_tokens_per_pos=pl.when(positions > 0).then(tail),
+        num_drafts_per_pos=pl.when(pl.col("_detailed") & (positions > 0)).then(reached),
+        num_drafts_accepted_before_pos=pl.when(pl.col("_detailed") & (positions > 0)).then(before),
+        counters=pl.lit("request"),
+    )
+    return schema.conform(windows, schema.WINDOWS)
 
 
 __all__ = [
