@@ -3,7 +3,7 @@
 The JSON form (``Report.to_dict``) is a public contract: ``summary`` and each entry of
 ``groups`` carry exactly the keys in :data:`specobs.results.SUMMARY_KEYS` (plus, for groups,
 their labels); intervals, diagnoses and plain-language findings live under ``details``,
-``findings`` and ``change_points``. See docs/report.md.
+``findings``, ``group_findings`` and ``change_points``. See docs/report.md.
 
 Each part of the input (:meth:`specobs.ingest.Ingested.parts`: the whole input, or the parts
 of a partitioned folder too large to hold at once) is reduced to :class:`ReportSums` (cells
