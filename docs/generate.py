@@ -308,7 +308,7 @@ SAME_AS = {
     "compare": {"b": "a", "timing.b": "timing.a", "configuration.b": "configuration.a"},
 }
 #: Lists whose objects start with the group's labels (which ``--by`` chooses).
-LABELLED = {"groups[]", "details.groups[]", "timing[]", "change_points[]"}
+LABELLED = {"groups[]", "details.groups[]", "group_findings[]", "timing[]", "change_points[]"}
 _LABELS = (
     "starting with the group's labels (with the default `--by`: {labels}; "
     "`--by batch` adds `batch_bucket`, `run` adds `run_id`, `k` adds `num_spec_tokens`)"
@@ -346,7 +346,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "groups[]": "one object per group, " + _LABELS + ", then every `summary` key for the group",
         "details": "intervals and diagnoses, kept apart so `summary` stays exactly its keys",
         "details.summary": "over all inputs",
-        "details.summary.num_windows": "windows (steps, log intervals, scrape pairs) read",
+        "details.summary.num_windows": "windows (steps, log intervals, scrape pairs) read; finished requests when "
+        "the input holds only those",
         "details.summary.num_spec_tokens": "largest k seen",
         "details.summary.mean_acceptance_length_se": "standard error of the mean acceptance length",
         "details.summary.mean_acceptance_length_low": "95% interval, lower end (clipped at 1)",
@@ -367,7 +368,13 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "details.groups[]": "one object per group (same order as `groups`), "
         + _LABELS
         + ", then every `details.summary` key for the group",
-        "findings": "the plain-language sentences of the rich report",
+        "findings": "the report-wide sentences of the rich report (under `all inputs`, or under the only group): "
+        "what the input holds when it is a plain engine's alone or finished requests alone, config integrity, "
+        "acceptance over all inputs, changes over time, costs, per-request acceptance",
+        "group_findings[]": "one object per group (same order as `groups`), " + _LABELS + ", then `findings`",
+        "group_findings[].findings": "the group's own sentences, as the rich report prints them under the group's "
+        "per-position table (acceptance length, rate, wasted positions, the iid diagnosis, interval bias); empty for "
+        "a group without drafts",
         "timing[]": "inputs with step timing (capture event files, V0 stage times): one object per group and "
         "batch bucket, " + _LABELS,
         "timing[].batch_bucket": "power-of-two batch bucket (`1`, `2-3`, `4-7`, …)",

@@ -186,6 +186,7 @@ def _method(method: str | None) -> str | None:
 )
 @user_errors
 def report(
+    ctx: typer.Context,
     paths: Annotated[
         list[str] | None, typer.Argument(help="Log files, scrapes, event files or folders; '-' reads stdin.")
     ] = None,
@@ -221,6 +222,7 @@ def report(
         raise SpecobsError("--brief shortens rich and Markdown output; --format json always holds the whole report")
     groups = _by(by)
     _check_prometheus_options(since, step)
+    _prometheus_only(ctx, prometheus)
     method = _method(method)
     paths = _require_inputs("report", paths, prometheus)
     ingested = _inputs(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
@@ -229,6 +231,8 @@ def report(
         names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths or [])
         for skipped in ingested.skipped[:5]:
             say(f"skipped {skipped}")
+        for notice in ingested.notices:  # what was passed over, and how to get it (a server flag)
+            say(f"note: {notice}")
         say(f"{names}: no speculative decoding metrics found")
         raise typer.Exit(EXIT_NOTHING_FOUND)
     if output_format is not OutputFormat.rich:  # the rich report lists them itself
@@ -272,6 +276,21 @@ def _check_prometheus_options(since: str, step: str | None) -> None:
             raise SpecobsError(f"{name} {value}: not a duration (use e.g. 30m, 6h, 2d)")
 
 
+def _prometheus_only(ctx: typer.Context, prometheus: str | None) -> None:
+    """``--since``, ``--match`` and ``--step`` choose what is read from a Prometheus server:
+    given without ``--prometheus`` they would change nothing, so they are a usage error."""
+    if prometheus:
+        return
+    for name in ("since", "match", "step"):
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            value = ctx.params.get(name)
+            raise SpecobsError(
+                f"--{name} {value}: only with --prometheus URL (it chooses what is read from a Prometheus server; "
+                "files are read whole)"
+            )
+
+
 def _at_least(name: str, value: float | None, low: float, *, strict: bool = False) -> None:
     """A numeric option outside its range (or NaN) is a usage error naming the option."""
     if value is None:
@@ -303,6 +322,13 @@ def _inputs(
 
 
 def _load(paths: list[str], input_format: str | None, *, part_rows: int | None = None):
+    from specobs.ingest import check_format
+
+    try:
+        check_format(input_format)
+    except SpecobsError:
+        known = ", ".join(FORMATS)
+        raise SpecobsError(f"--input-format {input_format}: unknown format (choose from {known})") from None
     progress = Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -327,6 +353,7 @@ def _load(paths: list[str], input_format: str | None, *, part_rows: int | None =
 )
 @user_errors
 def recommend(
+    ctx: typer.Context,
     paths: Annotated[
         list[str] | None, typer.Argument(help="Event files, logs, scrapes or folders; '-' reads stdin.")
     ] = None,
@@ -358,6 +385,7 @@ def recommend(
     from specobs.tuning.recommend import recommend as run
 
     _check_prometheus_options(since, step)
+    _prometheus_only(ctx, prometheus)
     _at_least("--max-k", max_k, 1)
     _at_least("--margin", margin, 0)
     _at_least("--cost-ratio", cost_ratio, 0)
@@ -373,7 +401,11 @@ def recommend(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--model") from None
     if result is None:
-        say(f"{', '.join(paths or [prometheus or ''])}: no speculative decoding to tune (no drafts in the input)")
+        from specobs.ingest import counted_sources
+        from specobs.render.sentences import nothing_to_tune
+
+        windows = sum(max(s.windows, 0) for s in counted_sources(ingested))
+        say(nothing_to_tune(", ".join(paths or [prometheus or ""]), windows, ingested.requests.height))
         raise typer.Exit(EXIT_NOTHING_FOUND)
     _emit(result, output_format)
 
@@ -413,22 +445,46 @@ def compare(
         raise typer.Exit(EXIT_REGRESSION)  # scripts (CI after an upgrade) can gate on a regression
 
 
+#: The most positions an ``--acceptance`` profile may have (k beyond it is refused anyway).
+MAX_POSITIONS = 256
+#: The ``--acceptance`` forms: profile → how many numbers before the optional positions.
+ACCEPTANCE_FORMS = {"iid": ("A", 1), "falling": ("B0:D", 2), "rising": ("B0:D", 2)}
+
+
 def _acceptance_profile(spec: str) -> list[float]:
-    """``--acceptance KIND:START[:SLOPE[:LENGTH]]`` → conditional acceptance per position (the
-    length is a number of positions, an integer); ``KeyError`` or ``ValueError`` when malformed."""
+    """``--acceptance iid:A[:N]``, ``falling:B0:D[:N]`` or ``rising:B0:D[:N]`` → conditional
+    acceptance per position. A rate (``A``, ``B0``) and a step (``D``) lie in [0, 1]; ``N`` is a
+    number of positions (a whole number, 1 or more). Anything else is a :class:`SpecobsError`
+    naming the bad value."""
     from specobs.tuning import simulate as sim
 
-    kind, *numbers = spec.split(":")
-    if not 1 <= len(numbers) <= 3:
-        raise ValueError(spec)
-    start = float(numbers[0])
-    slope = float(numbers[1]) if len(numbers) > 1 else 0.0
-    if len(numbers) < 3:
+    forms = ", ".join(f"{kind}:{form}" for kind, (form, _) in ACCEPTANCE_FORMS.items())
+    kind, *parts = spec.split(":")
+    if kind not in ACCEPTANCE_FORMS:
+        raise SpecobsError(f"--acceptance {spec}: unknown profile {kind!r} (expected {forms}, optionally :N positions)")
+    form, count = ACCEPTANCE_FORMS[kind]
+    if len(parts) not in (count, count + 1):
+        raise SpecobsError(f"--acceptance {spec}: expected {kind}:{form}, optionally :N positions")
+
+    def share(text: str, what: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not 0.0 <= value <= 1.0:  # NaN fails too
+            raise SpecobsError(f"--acceptance {spec}: {what} {text!r} is not a number in [0, 1]")
+        return value
+
+    start = share(parts[0], "acceptance rate")
+    slope = share(parts[1], "step per position") if count == 2 else 0.0
+    if len(parts) == count:
         return sim.profile(kind, start, slope)
-    length = int(numbers[2])
-    if length < 1:
-        raise ValueError(spec)
-    return sim.profile(kind, start, slope, length)
+    positions = parts[count]
+    if not positions.isdigit() or not 1 <= int(positions) <= MAX_POSITIONS:
+        raise SpecobsError(
+            f"--acceptance {spec}: positions {positions!r} is not a whole number from 1 to {MAX_POSITIONS}"
+        )
+    return sim.profile(kind, start, slope, int(positions))
 
 
 @app.command(
@@ -449,8 +505,8 @@ def simulate(
     acceptance: Annotated[
         str | None,
         typer.Option(
-            help="Override the acceptance profile: iid:0.8, falling:0.9:0.05 or rising:0.6:0.05, "
-            "optionally with the number of positions last (falling:0.9:0.05:8; default 16)."
+            help="Override the acceptance profile: iid:0.8, falling:0.9:0.05 or rising:0.6:0.05 (rates and steps "
+            "in [0, 1]), optionally with the number of positions last (iid:0.8:8, falling:0.9:0.05:8; default 16)."
         ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
@@ -463,12 +519,7 @@ def simulate(
         raise SpecobsError(f"unknown --method {method} (choose from {', '.join(sim.PROFILES)})")
     betas = None
     if acceptance:
-        try:
-            betas = _acceptance_profile(acceptance)
-        except (KeyError, ValueError):
-            raise SpecobsError(
-                f"--acceptance {acceptance}: expected iid:A, falling:B0:D or rising:B0:D, optionally :N positions"
-            ) from None
+        betas = _acceptance_profile(acceptance)
     try:
         ks = [int(x) for x in k.split(",")]
         batches = [int(x) for x in batch.split(",")]
@@ -677,6 +728,7 @@ def exporter(
 )
 @user_errors
 def dashboard(
+    ctx: typer.Context,
     paths: Annotated[list[str] | None, typer.Argument(help="Logs, scrapes, event files or folders to open.")] = None,
     prometheus: PrometheusOption = None,
     since: SinceOption = "6h",
@@ -691,6 +743,8 @@ def dashboard(
 
     from specobs.dashboard.data import ARGS_ENV
 
+    _check_prometheus_options(since, None)
+    _prometheus_only(ctx, prometheus)
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("altair") is None:
         raise SpecobsError("the dashboard needs Streamlit and Altair: pip install 'specobs[dashboard]'")
     _check_paths(paths or [])  # no inputs: the bundled sweep

@@ -17,7 +17,10 @@ EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "done (compare: improvement, no significant change, configuration changed or no verdict possible)",
-    EXIT_NOTHING_FOUND: "the inputs were read but hold no speculative decoding (nothing to report or tune)",
+    EXIT_NOTHING_FOUND: "nothing to report or tune: the inputs were read but hold no steps, intervals or finished "
+    "requests (a log without metrics lines); recommend also when nothing was drafted (a plain engine's input alone) "
+    "or the input holds finished requests alone. A report of a plain engine's input alone exits 0 and says that it "
+    "holds no speculative decoding",
     EXIT_USAGE: "bad usage or an input that cannot be read at all (one line on stderr names it)",
     EXIT_REGRESSION: "compare only: B is slower than A beyond noise (or, without timing and with the same "
     "configuration, has a lower acceptance length)",

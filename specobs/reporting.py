@@ -3,7 +3,7 @@
 The JSON form (``Report.to_dict``) is a public contract: ``summary`` and each entry of
 ``groups`` carry exactly the keys in :data:`specobs.results.SUMMARY_KEYS` (plus, for groups,
 their labels); intervals, diagnoses and plain-language findings live under ``details``,
-``findings`` and ``change_points``. See docs/report.md.
+``findings``, ``group_findings`` and ``change_points``. See docs/report.md.
 
 Each part of the input (:meth:`specobs.ingest.Ingested.parts`: the whole input, or the parts
 of a partitioned folder too large to hold at once) is reduced to :class:`ReportSums` (cells
@@ -28,6 +28,7 @@ from specobs.analysis.cost import (
     unsteady_counts,
 )
 from specobs.analysis.integrity import IntegritySums, integrity
+from specobs.analysis.requests import as_windows
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.ingest import Ingested, counted_sources
 from specobs.results import BatchTiming, GroupSummary, Report, RequestAcceptance, Summary
@@ -161,6 +162,10 @@ def analyze(
     recommendation = None
     if sums.recommendation_cells is not None and summary.num_drafts:
         recommendation = recommend(sums.recommendation_cells, bootstrap=0)
+    from_requests = not summary.num_windows and ingested.requests.height > 0
+    if from_requests:  # finished requests alone: their own counts are the acceptance (one window each)
+        overall, groups = acceptance.summarize_with_total(as_windows(ingested.requests), by=by)
+        summary = Summary.from_row(overall.row(0, named=True))
     return Report(
         by=tuple(by),
         group_columns=tuple(keys),
@@ -180,6 +185,7 @@ def analyze(
         requests=RequestAcceptance.from_frame(ingested.requests),
         metadata=tuple(ingested.metadata),
         integrity=tuple(integrity(sums.integrity, ingested.metadata, ingested.decisions)),
+        summary_from_requests=from_requests,
     )
 
 

@@ -413,6 +413,9 @@ class Report(Result):
     requests: RequestAcceptance | None = None  # finished requests (capture, server responses, offline outputs)
     metadata: tuple[RunMetadata, ...] = ()  # one record per engine, read beside the event files
     integrity: tuple[IntegrityIssue, ...] = ()  # config-integrity issues (worded among the findings)
+    #: True when the input holds finished requests alone: ``summary`` and ``groups`` are then
+    #: summed from the requests' own counts (one window per request; ``analysis.requests.as_windows``).
+    summary_from_requests: bool = False
 
     @property
     def empty(self) -> bool:
@@ -436,6 +439,11 @@ class Report(Result):
                 "groups": [rounded(g.details()) for g in self.groups],
             },
             "findings": [f.text for f in self.findings()],
+            # Each group's own sentences (printed under its per-position table), beside `groups`
+            # so that each of those keeps exactly the summary keys.
+            "group_findings": [
+                {**jsonable(g.labels), "findings": [f.text for f in self.findings(g.summary)]} for g in self.groups
+            ],
             "timing": [rounded(t.to_dict()) for t in self.timing],
             "recommendation": rounded(self.recommendation.to_dict()) if self.recommendation else None,
             "change_points": [rounded(c.to_dict()) for c in self.changes],

@@ -42,6 +42,49 @@ def test_every_public_name_resolves_and_import_is_cheap():
     assert run_cli_python(code) == 0
 
 
+def _documented_signatures() -> dict[str, str]:
+    """``name → parameters`` of every ``name(...)`` in the first column of docs/api.md's table."""
+    rows = re.findall(r"^\| `(\w+)\((.*?)\)` \|", (ROOT / "docs" / "api.md").read_text(), re.M)
+    return dict(rows)
+
+
+def _parameters(text: str) -> list[tuple[str, str, object]]:
+    """``(name, kind, default)`` of a documented parameter list (``...``: no default)."""
+    import ast
+
+    from specobs.analysis.acceptance import DEFAULT_BY
+
+    args = ast.parse(f"def f({text}): pass").body[0].args  # type: ignore[attr-defined]
+
+    def value(node: ast.expr | None) -> object:
+        if node is None:
+            return ...
+        if isinstance(node, ast.Name) and node.id == "DEFAULT_BY":
+            return DEFAULT_BY
+        return ast.literal_eval(node)
+
+    positional = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults)
+    return [(a.arg, "POSITIONAL_OR_KEYWORD", value(d)) for a, d in zip(args.args, positional, strict=True)] + [
+        (a.arg, "KEYWORD_ONLY", value(d)) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    ]
+
+
+def test_docs_api_signatures_are_the_functions_own():
+    """Every public function is in docs/api.md's table with every parameter, in order, of the
+    right kind (after ``*``: keyword-only) and with its real default."""
+    import inspect
+
+    documented = _documented_signatures()
+    functions = {n for n in specobs.__all__ if inspect.isfunction(getattr(specobs, n))}
+    assert set(documented) == functions
+    for name, text in documented.items():
+        real = [
+            (p.name, p.kind.name, ... if p.default is inspect.Parameter.empty else p.default)
+            for p in inspect.signature(getattr(specobs, name)).parameters.values()
+        ]
+        assert _parameters(text) == real, name
+
+
 def run_cli_python(code: str) -> int:
     import subprocess
     import sys

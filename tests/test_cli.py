@@ -233,6 +233,24 @@ def _one_usage_line(result, *words: str) -> str:
         (("recommend", SWEEP, "--max-k", "x"), ("'--max-k'", "recommend --help")),
         (("report", NGRAM_LOG, "--format", "yaml"), ("'--format'", "yaml")),
         (("report", NGRAM_LOG, "--no-such-option"), ("--no-such-option",)),
+        # Prometheus-only options without --prometheus would change nothing: refused, not ignored.
+        (("report", NGRAM_LOG, "--since", "2h"), ("--since 2h", "only with --prometheus")),
+        (("report", NGRAM_LOG, "--step", "30s"), ("--step 30s", "only with --prometheus")),
+        (("recommend", SWEEP, "--match", '{{model_name="m"}}'), ('--match {model_name="m"}', "only with --prometheus")),
+        (("recommend", SWEEP, "--since", "6h"), ("--since 6h", "only with --prometheus")),  # the default, named
+        (("dashboard", "--since", "24h"), ("--since 24h", "only with --prometheus")),
+        (("dashboard", "--since", "soon"), ("--since soon", "not a duration")),
+        (("report", NGRAM_LOG, "--input-format", "nope"), ("--input-format nope", "vllm-outputs")),
+        # --acceptance: every malformed profile names its bad part.
+        (("simulate", "{tmp}/sim", "--acceptance", "iid:1.5"), ("--acceptance iid:1.5", "'1.5'", "[0, 1]")),
+        (("simulate", "{tmp}/sim", "--acceptance", "iid:-0.2"), ("'-0.2'", "[0, 1]")),
+        (("simulate", "{tmp}/sim", "--acceptance", "iid:nan"), ("'nan'",)),
+        (("simulate", "{tmp}/sim", "--acceptance", "rising:0.6:1.5"), ("'1.5'", "step per position")),
+        (("simulate", "{tmp}/sim", "--acceptance", "falling:0.9:-0.05"), ("'-0.05'",)),
+        (("simulate", "{tmp}/sim", "--acceptance", "falling:0.9"), ("expected falling:B0:D",)),
+        (("simulate", "{tmp}/sim", "--acceptance", "iid:0.8:0.05"), ("positions '0.05'",)),
+        (("simulate", "{tmp}/sim", "--acceptance", "iid:0.8:99999999"), ("positions '99999999'",)),
+        (("simulate", "{tmp}/sim", "--acceptance", "uniform:0.5"), ("unknown profile 'uniform'",)),
     ],
 )
 def test_bad_options_are_one_line_and_exit_2(tmp_path, args, words):
@@ -375,3 +393,89 @@ def test_groups_without_drafts_are_named_once_not_printed(fmt):
     end = next(i for i in range(at, len(lines)) if re.match(r"\|? ?all\b", lines[i]))
     rows = [line for line in lines[at:end] if re.match(r"\|? ?(draft_model|ngram|–) +[│|] +\d", line)]
     assert len(rows) == 12, rows  # 6 k each for two methods; the three empty groups left out
+
+
+# --- the docs and the program agree (formats, exit codes, per-group findings) ---------------------
+
+
+def test_every_format_the_docs_name_is_an_input_format():
+    """docs/formats.md names each format in its headings (``## Title (`name`, …)``): each is an
+    ``--input-format`` the command takes, and the command takes no other."""
+    from specobs.ingest import FORMATS
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "formats.md").read_text()
+    named = {n for heading in re.findall(r"^## .*\((.*)\)$", text, re.M) for n in re.findall(r"`([\w-]+)`", heading)}
+    assert named - {"prometheus-api"} == set(FORMATS)  # --prometheus URL, not a file
+
+
+def test_input_format_reads_saved_offline_outputs(tmp_path):
+    path = tmp_path / "outputs.txt"  # no name hint: the format is forced
+    record = {
+        "request_id": "7",
+        "num_prompt_tokens": 12,
+        "outputs": [
+            {
+                "index": 0,
+                "num_output_tokens": 48,
+                "spec_decode_metrics": {
+                    "acceptance_histogram": [3, 5, 9, 12],
+                    "num_spec_steps": 29,
+                    "num_accepted_draft_tokens": 59,
+                    "num_draft_tokens": 87,
+                    "num_spec_tokens": 3,
+                },
+            }
+        ],
+    }
+    path.write_text(json.dumps(record) + "\n")  # fmt: skip
+    data = report_json(str(path), "--input-format", "vllm-outputs")
+    assert data["sources"][0]["format"] == "vllm-outputs"
+    assert data["requests"]["overall"]["num_spec_steps"] == 29  # 3 + 5 + 9 + 12
+    assert data["summary"]["num_accepted_tokens"] == 59  # 5 + 2·9 + 3·12
+
+
+def _plain_capture(tmp_path: Path) -> Path:
+    out = tmp_path / "plain"
+    result = run_cli("simulate", str(out), "--k", "0", "--batch", "1,4", "--steps", "30")
+    assert result.returncode == 0, result.stderr.decode()
+    return out
+
+
+def test_a_plain_engines_capture_alone_is_a_report_that_says_so(tmp_path):
+    """A plain engine's steps are a valid input (the plain baseline): exit 0, and the report's
+    first finding says the input holds no speculative decoding and what it holds."""
+    out = _plain_capture(tmp_path)
+    data = report_json(str(out))
+    assert data["summary"]["num_drafts"] == 0 and data["details"]["summary"]["num_windows"] == 60  # 2 batches × 30
+    expected = "The input holds no speculative decoding: a plain engine's 60 steps (k = 0, nothing drafted)"
+    assert data["findings"][0].startswith(expected)
+    rich = run_cli("report", str(out))
+    assert rich.returncode == 0 and expected in " ".join(rich.stdout.decode().split())
+
+
+def test_recommend_on_a_plain_capture_says_nothing_was_drafted(tmp_path):
+    out = _plain_capture(tmp_path)
+    result = run_cli("recommend", str(out), "--bootstrap", "0")
+    err = result.stderr.decode()
+    assert result.returncode == 1 and err.count("\n") == 1, err
+    assert "no speculative decoding to tune (60 step(s) or interval(s) read, none with drafts)" in err
+
+
+def test_group_findings_in_json_are_the_bullets_under_each_group(tmp_path):
+    """JSON ``group_findings`` holds, per group, the sentences the Markdown report prints under
+    that group's per-position table (``groups`` keep exactly the summary keys)."""
+    data = report_json(SWEEP, "--by", "method")
+    assert [{k: v for k, v in g.items() if k != "findings"} for g in data["group_findings"]] == [
+        {"method": g["method"]} for g in data["groups"]
+    ]
+    for group in data["groups"]:
+        assert set(group) == {"method", *SUMMARY_KEYS}
+    markdown = run_cli("report", SWEEP, "--by", "method", "--format", "markdown").stdout.decode()
+    sections = dict(re.findall(r"^### (.+?)\n(.*?)(?=^### |\Z)", markdown, re.M | re.S))
+    drafted = [g for g in data["group_findings"] if g["findings"]]
+    assert {g["method"] for g in drafted} == {"ngram", "draft_model"}
+    for group in drafted:
+        bullets = re.findall(r"^- (.+)$", sections[group["method"]], re.M)
+        assert bullets == group["findings"]
+    plain = next(g for g in data["group_findings"] if g["method"] is None)
+    assert plain["findings"] == []  # the plain engine drafted nothing

@@ -273,6 +273,59 @@ def test_a_malformed_v0_line_is_skipped_whole(write, k: str, acc: str) -> None:
     assert [s.line for s in result.skipped] == [2]
 
 
+#: The V0 line of a public vLLM issue, verbatim, as its reporter pasted it (markdown bold).
+V0_BOLD = (
+    "INFO 10-16 19:05:47 metrics.py:367] **Speculative metrics: Draft acceptance rate: 0.642, System efficiency: "
+    "0.598, Number of speculative tokens: 3, Number of accepted tokens: 8547, Number of draft tokens: 13311, "
+    "Number of emitted tokens: 10616.**"
+)
+
+
+@pytest.mark.parametrize("wrap", ["**{}**", "`{}`", "{}**", "_{}_", "**{}**  "])
+def test_metrics_lines_wrapped_in_markdown_are_read(write, wrap: str) -> None:
+    """Markup after a line's last number ends the line, not the number: the counts are read as
+    from the bare line (V1 lines ending in a count, in a per-position list; V0 with its period)."""
+    bare_v1 = [_v1(7), _v1(8, pos="0.600, 0.385, 0.215").split(", Avg Draft")[0], _v1(9).split(", Per-position")[0]]
+    bare_v0 = [V0_BOLD.replace("**", ""), V0_LINE.format(s=57, k=3, acc=9000).replace("13311", "26622")]
+    for name, bare in (("v1", bare_v1), ("v0", bare_v0)):
+        plain = load([str(write(f"{name}.log", "\n".join(bare) + "\n"))], None)
+        wrapped = load([str(write(f"{name}-md.log", "\n".join(wrap.format(line) for line in bare) + "\n"))], None)
+        assert wrapped.skipped == [] and plain.skipped == []
+        got, expected = wrapped.windows.collect(), plain.windows.collect()
+        assert got.height == len(bare)
+        for column in ("num_accepted_tokens", "num_draft_tokens", "num_drafts", "num_accepted_tokens_per_pos"):
+            assert got[column].to_list() == expected[column].to_list(), (name, column)
+
+
+def test_the_issue_v0_line_in_bold_is_read(write) -> None:
+    result = load([str(write("v0.log", V0_BOLD + "\n"))], None)
+    windows = result.windows.collect()
+    assert result.skipped == []
+    # V0 stores the accepted prefix: drafts = 13311 / 3, accepted = emitted − drafts.
+    assert windows["num_drafts"].to_list() == [13311 // 3]
+    assert windows["num_accepted_tokens"].to_list() == [10616 - 13311 // 3]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        _v1(17, dra="1320abc**").split(", Per-position")[0],
+        _v1(17, acc="11x4**"),
+        _v1(17, pos="0.877, 0.8x07**"),
+        _v1(17, pos="0.877, ,**"),
+        V0_BOLD.replace("10616.**", "106x16.**"),
+        V0_BOLD.replace("10616.**", "10616.5**"),
+        V0_BOLD.replace("10616.**", "10616.** and more"),
+    ],
+)
+def test_markup_does_not_make_a_malformed_number_complete(write, line: str) -> None:
+    path = write("bad.log", "\n".join([_v1(7), line]) + "\n")
+    result = load([str(path)], None)
+    assert result.windows.collect()["source_line"].to_list() == [1]
+    assert [s.line for s in result.skipped] == [2]
+    assert "complete number" in result.skipped[0].why or "without" in result.skipped[0].why
+
+
 SGLANG = (
     "[2026-07-21 15:00:{s:02d} TP0] Decode batch, #running-req: {run}, #token: 233600, token usage: 0.66, "
     "accept len: {alen}, accept rate: {rate}, cuda graph: True, gen throughput (token/s): 239.06, #queue-req: 2"

@@ -360,3 +360,125 @@ def test_request_rows_never_count_as_steps_in_the_prometheus_exporter():
     labels = {"model_name": "m", "engine": "0", "method": "ngram"}
     assert registry.get_sample_value("specobs_steps_total", labels) == 1  # the step alone
     assert registry.get_sample_value("specobs_drafts_total", labels) == 2
+
+
+# --- finished requests alone, and responses saved indented -------------------------------------
+
+
+def response(request_id: str, metrics: dict | None, created: int = 1764472000) -> dict:
+    """A vLLM completion response as the server returns it (``--per-request-spec-decode-metrics``)."""
+    record = {
+        "id": request_id, "object": "text_completion", "created": created, "model": "m",
+        "choices": [{"index": 0, "text": "words", "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 16},
+    }  # fmt: skip
+    if metrics is not None:
+        record["metrics"] = {"speculative_decoding": metrics}
+    return record
+
+
+RESPONSES = [
+    response("cmpl-a", spec([2, 1, 0, 2], 15)),
+    response("cmpl-b", spec([1, 1, 0, 0], 6)),
+    # Detailed: 11 steps drafted 3 tokens (accepting 2, 2, 2, 2, 3, 3, 3, 3, 3, 1, 1), the last drafted 1 (accepted 1).
+    response("cmpl-c", spec([0, 3, 4, 5], 34, per_step_drafted=[3] * 11 + [1],
+                            per_step_accepted=[2] * 4 + [3] * 5 + [1] * 3)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        pytest.param(lambda rs: "".join(json.dumps(r, indent=2) + "\n" for r in rs), id="documents"),
+        pytest.param(lambda rs: json.dumps(rs, indent=2) + "\n", id="list"),
+        pytest.param(lambda rs: json.dumps(rs) + "\n", id="list-on-one-line"),
+    ],
+)
+def test_responses_saved_indented_are_read_like_json_lines(tmp_path, layout):
+    lines = write_lines(tmp_path / "responses.jsonl", RESPONSES)
+    pretty = tmp_path / "responses.json"
+    pretty.write_text(layout(RESPONSES))
+    expected, got = load([str(lines)]), load([str(pretty)])
+    assert got.sources[0].format == "openai-responses" and got.skipped == []
+    assert got.requests.to_dicts() == expected.requests.to_dicts()
+    assert got.requests["num_spec_steps"].to_list() == [5, 2, 12]
+
+
+def test_one_indented_response_is_read_and_a_bad_document_named_by_its_line(tmp_path):
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(RESPONSES[0], indent=2) + "\n")
+    assert load([str(one)]).requests["num_accepted_tokens"].to_list() == [7]  # 1·1 + 3·2
+    broken = tmp_path / "broken.json"
+    first = json.dumps(RESPONSES[0], indent=2)
+    broken.write_text(first + "\n" + json.dumps(RESPONSES[1], indent=2)[:-3] + "\n")
+    ingested = load([str(broken)])
+    assert ingested.requests["request_key"].to_list() == [schema.request_key("cmpl-a")]  # the one before is kept
+    start = first.count("\n") + 2  # the second document's first line
+    assert [(s.line, s.why.split(" (")[0]) for s in ingested.skipped] == [(start, "not valid JSON")]
+
+
+def test_json_that_is_no_format_says_what_would_be_read(tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"hello": [1, 2]}, indent=2))
+    result = run_cli("report", str(path))
+    err = result.stderr.decode()
+    assert result.returncode == 2 and err.count("\n") == 1, err
+    assert f"{path}: JSON, but not a format specobs reads" in err and "--per-request-spec-decode-metrics" in err
+
+
+def test_an_indented_response_without_the_metrics_says_which_server_flag_fills_them(tmp_path):
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps(response("cmpl-x", None), indent=2))
+    result = run_cli("report", str(path))
+    err = result.stderr.decode()
+    assert result.returncode == 1, err
+    assert "1 record(s) without metrics.speculative_decoding" in err and "--per-request-spec-decode-metrics" in err
+
+
+def test_finished_requests_alone_fill_the_summary_from_their_counts(tmp_path):
+    path = write_lines(tmp_path / "responses.jsonl", RESPONSES)
+    data = report_json(str(path))
+    s = data["summary"]
+    # Steps 5 + 2 + 12, drafted 15 + 6 + 34, accepted 7 + 1 + (3 + 8 + 15).
+    assert (s["num_drafts"], s["num_draft_tokens"], s["num_accepted_tokens"]) == (19, 55, 34)
+    assert s["mean_acceptance_length"] == pytest.approx(1 + 34 / 19, abs=1e-6)
+    assert s["mean_acceptance_length"] == pytest.approx(
+        data["requests"]["overall"]["token_weighted_mean_acceptance_length"], abs=1e-6
+    )
+    assert s["draft_acceptance_rate"] == pytest.approx(34 / 55, abs=1e-6)
+    # a_i: steps accepting more than i tokens, request by request: [3, 2, 2] + [1, 0, 0] + [12, 9, 5].
+    assert s["num_accepted_tokens_per_pos"] == [16, 11, 7]
+    # Which drafts reached a position: every draft of the first two (no per-step lists), and of
+    # the third, the 11 steps that drafted 3 tokens past position 1 (its last step drafted 1).
+    assert s["num_drafts_per_pos"] == [19, 5 + 2 + 11, 5 + 2 + 11]
+    # β's trials at position 3: drafts that reached it with the first two accepted. The third
+    # request knows them (9 of its 11 three-token steps accepted 2 or more); the others are
+    # estimated per row as a_1 · n_2 / n_1 (= a_1: every draft of theirs reached position 3).
+    cond = s["conditional_acceptance_rate_per_position"]
+    assert cond[2] == pytest.approx(7 / (2 + 0 + 9), abs=1e-6)
+    assert data["details"]["summary"]["num_windows"] == 3  # one window per request
+    assert data["findings"][0].startswith("The input holds only finished requests (3 of them")
+    assert "19 verify steps" in data["findings"][0]
+
+
+def test_recommend_on_finished_requests_alone_says_what_it_needs(tmp_path):
+    path = write_lines(tmp_path / "responses.jsonl", RESPONSES)
+    result = run_cli("recommend", str(path))
+    err = result.stderr.decode()
+    assert result.returncode == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"specobs: {path}: per-request acceptance only (3 finished request(s)): no step or interval")
+    assert "engine steps" in err and "no drafts" not in err
+
+
+def test_requests_beside_steps_leave_the_summary_to_the_steps(tmp_path):
+    from specobs import simulate
+    from specobs.capture import JsonlSink
+
+    sink = JsonlSink(str(tmp_path), "sim")
+    sink.write(simulate("ngram", [3], [1], 20, seed=1).to_dicts())
+    sink.close()
+    write_lines(tmp_path / "responses.jsonl", RESPONSES)
+    data = report_json(str(tmp_path))
+    steps = report_json(str(next(tmp_path.glob("specobs-sim*"))))
+    assert data["summary"] == steps["summary"]  # the requests are shown apart, not added
+    assert data["requests"]["overall"]["num_requests"] == 3

@@ -29,6 +29,7 @@ from typing import Any
 
 import polars as pl
 
+from specobs import schema
 from specobs.analysis.acceptance import batch_bucket
 
 #: Width of the acceptance-length histogram's bins (tokens per step).
@@ -120,12 +121,68 @@ def histogram(requests: pl.DataFrame, width: float = BIN_WIDTH) -> list[dict[str
     ]
 
 
+def as_windows(requests: pl.DataFrame) -> pl.DataFrame:
+    """One ``windows`` row per finished request, holding its totals: the acceptance summary of
+    an input that holds finished requests alone (``reporting.analyze``).
+
+    A request's verify steps are its drafts (``num_drafts = num_spec_steps``). Its histogram
+    gives the per-position counts exactly: ``a_i = Σ_{j>i} histogram[j]`` (steps that accepted
+    more than i tokens). Which drafts reached a position is known only from ``detailed``
+    per-step lists (``n_i``: steps that drafted more than i tokens; the trials of ``β_i``:
+    those with the first i accepted); without them it is left null, as for a log's intervals
+    (every draft is taken to have reached every position up to k, and the report says when
+    that biases the rates). Worked example: histogram ``[2, 1, 0, 2]`` (5 steps) gives
+    ``a = [3, 2, 2]`` and 1·1 + 3·2 = 7 accepted tokens.
+    """
+    if requests.height == 0:
+        return schema.empty(schema.WINDOWS)
+    histogram = pl.col("acceptance_histogram")
+    drafted, accepted = pl.col("per_step_drafted"), pl.col("per_step_accepted")
+    frame = requests.with_row_index("_row").with_columns(
+        _detailed=drafted.is_not_null() & accepted.is_not_null(),
+        _longest=(histogram.list.len().cast(pl.Int64) - 1).clip(lower_bound=0).fill_null(0),
+    )
+    # Per detailed request: n_i and the trials of β_i, position by position, from its steps.
+    steps = frame.filter(pl.col("_detailed")).select("_row", drafted, accepted)
+    steps = steps.explode("per_step_drafted", "per_step_accepted")
+    longest = [frame["_longest"].max(), steps["per_step_drafted"].max(), 1]
+    width = max(int(n) for n in longest if isinstance(n, int))
+    per_step = steps.group_by("_row").agg(
+        *[(drafted > i).sum().alias(f"_n{i}") for i in range(width)],
+        *[((drafted > i) & (accepted >= i)).sum().alias(f"_m{i}") for i in range(width)],
+        _drafted_most=drafted.max().fill_null(0),
+    )
+    frame = frame.join(per_step, on="_row", how="left").sort("_row")
+    positions = (
+        pl.when(pl.col("_detailed"))
+        .then(pl.max_horizontal("_longest", pl.col("_drafted_most").fill_null(0)))
+        .otherwise(pl.col("_longest"))
+    )
+    tail = pl.concat_list([histogram.list.slice(i + 1).list.sum() for i in range(width)]).list.head(positions)
+    reached = pl.concat_list([pl.col(f"_n{i}") for i in range(width)]).list.head(positions)
+    before = pl.concat_list([pl.col(f"_m{i}") for i in range(width)]).list.head(positions)
+    windows = frame.select(
+        *schema.LABELS,
+        end_ts="ts",
+        num_spec_tokens="num_spec_tokens",
+        num_drafts="num_spec_steps",
+        num_draft_tokens="num_draft_tokens",
+        num_accepted_tokens="num_accepted_tokens",
+        num_accepted_tokens_per_pos=pl.when(positions > 0).then(tail),
+        num_drafts_per_pos=pl.when(pl.col("_detailed") & (positions > 0)).then(reached),
+        num_drafts_accepted_before_pos=pl.when(pl.col("_detailed") & (positions > 0)).then(before),
+        counters=pl.lit("request"),
+    )
+    return schema.conform(windows, schema.WINDOWS)
+
+
 __all__ = [
     "BIN_WIDTH",
     "GROUPINGS",
     "MATERIAL_MEAN_GAP",
     "PERCENTILES",
     "acceptance_length",
+    "as_windows",
     "histogram",
     "per_request",
     "summarize",

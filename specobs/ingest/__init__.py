@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from specobs import schema
-from specobs.errors import InputError, Notice, Skipped
+from specobs.errors import InputError, Notice, Skipped, SpecobsError
 from specobs.ingest import decisions, events, metadata, prometheus_text, requests, sglang_log, tune_result, vllm_log
 from specobs.ingest.columns import reference_year
 from specobs.ingest.scan import find_lines
@@ -34,9 +34,20 @@ PART_ROWS = 4_000_000
 
 T = TypeVar("T")
 
-#: Names accepted by ``--format``.
-FORMATS = ("vllm-log", "sglang-log", "prometheus-text", "events")
+#: Names accepted by ``--input-format`` (``load(fmt=)``): every file format detection finds
+#: (docs/formats.md), ``events`` standing for both event-file encodings.
+FORMATS = (
+    vllm_log.FORMAT, sglang_log.FORMAT, prometheus_text.FORMAT, "events", *requests.FORMATS, decisions.FORMAT,
+    metadata.FORMAT, tune_result.FORMAT,
+)  # fmt: skip
+#: Also accepted: the two encodings ``events`` stands for, as ``sources[].format`` names them.
+_EVENT_FORMATS = (events.FORMAT_JSONL, events.FORMAT_PARQUET)
 
+#: Why JSON that is none of the formats is refused, and what to do (docs/formats.md).
+JSON_HINT = (
+    "JSON, but not a format specobs reads: a vLLM response needs metrics.speculative_decoding (start the server "
+    "with --per-request-spec-decode-metrics summary), an event file the steps columns (docs/formats.md)"
+)
 _VLLM_PREFIX = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d")
 _SGLANG_PREFIX = re.compile(rb"(?m)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z_]+\d+)*\] ")
 _PROM_LINE = re.compile(rb"^(?:# (?:HELP|TYPE|EOF|UNIT)\b.*|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?\s+\S+(?:\s+\d+)?)$")
@@ -209,6 +220,8 @@ def detect(src: Source) -> str:
         return vllm_log.FORMAT
     if b"Decode batch" in head or _SGLANG_PREFIX.search(head):
         return sglang_log.FORMAT
+    if head.lstrip().startswith((b"{", b"[")):
+        raise InputError(src.name, JSON_HINT)
     raise InputError(src.name, "not a recognised log, scrape or event file")
 
 
@@ -252,12 +265,19 @@ def read_source(
     return frame.lazy(), report, skipped
 
 
+def check_format(fmt: str | None) -> None:
+    """A format name ``load`` does not know is a :class:`SpecobsError` naming the known ones."""
+    if fmt is not None and fmt not in FORMATS and fmt not in _EVENT_FORMATS:
+        raise SpecobsError(f"unknown input format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+
 def _resolve_format(src: Source, fmt: str) -> str:
+    """The format ``src`` is read as when ``fmt`` is forced (``events``: its encoding)."""
     if fmt == "events":
         if src.head.startswith(events.PARQUET_MAGIC):
             return events.FORMAT_PARQUET
         return events.FORMAT_JSONL
-    if fmt not in FORMATS:
+    if fmt not in FORMATS and fmt not in _EVENT_FORMATS:
         raise InputError(src.name, f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     return fmt
 
@@ -282,6 +302,7 @@ def load(
     read here but checked in a first pass over a few columns (damage, repeated windows) and
     left to :meth:`Ingested.parts`, which reads them in parts of about ``part_rows`` rows.
     """
+    check_format(fmt)
     result = Ingested()
     inputs: list[tuple[str, bool, bytes | None]] = [(n, e, None) for n, e in expand_paths(list(paths))]
     inputs += [(name, True, data) for name, data in uploads]
@@ -308,7 +329,7 @@ def load(
             continue
         try:
             src = open_source(name) if data is None else open_bytes(name, data)
-            kind = detect(src) if fmt is None else None
+            kind = detect(src) if fmt is None else _resolve_format(src, fmt)
             if name in large and kind == events.FORMAT_PARQUET and not src.compressed:
                 hashes.add(first_pass(src, narrow_repeat_hashes))
                 held(held_names)
@@ -329,7 +350,7 @@ def load(
                 result.sources.append(SourceReport(name, tune_result.FORMAT, None, 0, 0))
                 continue
             progress = progress_factory(src) if progress_factory else None
-            frame, report, skipped = read_source(src, fmt, progress=progress)
+            frame, report, skipped = read_source(src, kind, progress=progress)
         except InputError as exc:
             result.unreadable(exc, explicit=explicit, keep_going=keep_going)
             continue

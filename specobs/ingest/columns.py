@@ -27,8 +27,12 @@ FULL_DATE = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
 LEADING_FULL_DATE = r"^(?:[A-Za-z][\w.-]*\s+\|\s)?\[?(" + FULL_DATE + ")"
 
 
-#: A field ends at the next comma or at the end of the line (V0 ends its lines with a period).
-END = r"(?:,|\.?\s*$)"
+#: Markdown that wraps a line pasted into an issue or a chat (``**...**``, `` `...` ``, ``_..._``):
+#: allowed after the line's last field, where it ends nothing but the markup.
+MARKUP = r"[*_`]*"
+#: A field ends at the next comma or at the end of the line (V0 ends its lines with a period),
+#: where pasted markup may close the line.
+END = r"(?:,|\.?" + MARKUP + r"\s*$)"
 #: A number as engines print it with %d / %.Nf, or ``nan``; nothing else (no sign, exponent, ``inf``).
 DECIMAL = r"(?:nan|[0-9]+(?:\.[0-9]+)?)"
 

@@ -1,7 +1,8 @@
 """Finished-request rows (``requests``) from the capture, a vLLM server's responses, or saved offline outputs.
 
-Three JSON Lines inputs, each one record per line (gzip allowed), all giving the ``requests``
-columns of :data:`specobs.schema.REQUESTS` (docs/formats.md):
+Three JSON inputs, each one record per line or saved indented (JSON documents one after
+another, or a list; gzip allowed), all giving the ``requests`` columns of
+:data:`specobs.schema.REQUESTS` (docs/formats.md):
 
 - ``requests-jsonl``: the capture's own files (``SPECOBS_REQUESTS``;
   ``specobs-<run>-requests-p<pid>-<n>.jsonl``), already in those columns;
@@ -48,15 +49,19 @@ _LABELS = tuple(schema.LABELS)
 
 
 def looks_like_requests(head: bytes) -> str | None:
-    """The request format of a file from its first non-empty line (which may be cut off), else None."""
+    """The request format of a file from its first non-empty line (which may be cut off), or
+    from its first bytes when it is one JSON document over several lines (a response saved
+    pretty-printed, a list of them), else None."""
     for raw in head.split(b"\n"):
         line = raw.strip()
         if not line:
             continue
         if line.startswith(b"data:"):
             line = line[5:].lstrip()
-        if not line.startswith(b"{"):
+        if not line.startswith((b"{", b"[")):
             return None
+        if _document_starts(line):
+            line = head
         if b'"request_key"' in line and b'"num_spec_steps"' in line:
             return FORMAT_CAPTURE
         if b'"request_id"' in line and b'"outputs"' in line:
@@ -65,6 +70,57 @@ def looks_like_requests(head: bytes) -> str | None:
             return FORMAT_OPENAI
         return None
     return None
+
+
+def _document_starts(line: bytes) -> bool:
+    """Whether a first line opens JSON documents rather than one record per line: ``{`` alone
+    (as ``json.dump(..., indent=2)`` writes an object) or a list (records are objects)."""
+    return line == b"{" or line.startswith(b"[")
+
+
+def _records(data: bytes) -> tuple[list[tuple[int, Any]], list[tuple[int, str]]]:
+    """``(line, value)`` of every record of ``data`` — one JSON value per line (JSON Lines, a
+    saved stream's ``data: `` lines), or, when the first line opens a document over several
+    lines, each value of the concatenated documents (a list's elements each) — and ``(line,
+    why)`` for what does not parse. Records of a document are numbered by their first line."""
+    records: list[tuple[int, Any]] = []
+    bad: list[tuple[int, str]] = []
+    first = next((raw.strip() for raw in data.split(b"\n") if raw.strip()), b"")
+    if not _document_starts(first):
+        for number, raw in enumerate(data.split(b"\n"), start=1):
+            line = raw.strip()
+            if not line:
+                continue
+            if line.startswith(b"data:"):
+                line = line[5:].strip()
+                if line == b"[DONE]":
+                    continue
+            try:
+                records.append((number, json.loads(line)))
+            except (ValueError, RecursionError):
+                bad.append((number, "not valid JSON"))
+        return records, bad
+    text = data.decode("utf-8", "replace")
+    decoder = json.JSONDecoder()
+    at, number = 0, 1
+    while True:
+        start = len(text) - len(text[at:].lstrip())
+        number += text.count("\n", at, start)
+        at = start
+        if at >= len(text):
+            return records, bad
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except (ValueError, RecursionError) as exc:
+            detail = f" ({exc.msg} at line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
+            bad.append((number, f"not valid JSON{detail}: the rest of the document is not read"))
+            return records, bad
+        if isinstance(value, list):  # a list of responses: each element is a record
+            records += [(number, item) for item in value]
+        else:
+            records.append((number, value))
+        number += text.count("\n", at, end)
+        at = end
 
 
 def offline_record(output: Any, **labels: Any) -> dict[str, Any]:
@@ -289,21 +345,10 @@ def read(src: Source, fmt: str) -> tuple[pl.DataFrame, list[Skipped], int]:
     rows: list[dict[str, Any]] = []
     state: dict[str, Any] = {}
     reader = _READERS[fmt]
-    lines = 0
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        lines = number
-        if line.startswith(b"data:"):
-            line = line[5:].strip()
-            if line == b"[DONE]":
-                continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            skipped.append(Skipped(src.name, number, "not valid JSON"))
-            continue
+    lines = max((n for n, raw in enumerate(data.split(b"\n"), start=1) if raw.strip()), default=0)
+    records, bad = _records(data)
+    skipped += [Skipped(src.name, number, why) for number, why in bad]
+    for number, record in records:
         if not isinstance(record, dict):
             skipped.append(Skipped(src.name, number, "not a JSON object"))
             continue

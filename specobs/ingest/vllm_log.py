@@ -64,7 +64,7 @@ _CONFIG_LINE = r"speculative_config\s*[=:]\s*(?:SpeculativeConfig\(|\{|None\b)"
 _N = C.DECIMAL
 _ACCEPTED = r"(?:Accepted|Number of accepted tokens): ([0-9]+)(?: tokens)?" + C.END
 _DRAFTED = r"(?:Drafted|Number of draft tokens(?: tokens)?): ([0-9]+)(?: tokens)?" + C.END
-_PER_POS = r"Per-position acceptance rate: (" + _N + r"(?:, *" + _N + r")*)(?:,?\s*$|, *[A-Z])"
+_PER_POS = r"Per-position acceptance rate: (" + _N + r"(?:, *" + _N + r")*)(?:,?" + C.MARKUP + r"\s*$|, *[A-Z])"
 _MAL = r"Mean acceptance length: (" + _N + ")" + C.END
 _THROUGHPUT = r"Accepted throughput: (" + _N + ") tokens/s" + C.END
 _DRAFT_RATE = r"Draft acceptance rate: (" + _N + "%?)" + C.END

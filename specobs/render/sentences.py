@@ -211,11 +211,69 @@ def cost_findings(tax: Sequence[ScheduleTax], unsteady: Mapping[str, int]) -> li
     return out
 
 
+#: Input formats whose windows are engine steps (the others print logging or scrape intervals).
+STEP_FORMATS = ("events-jsonl", "events-parquet")
+
+
+def input_findings(report: Report) -> list[Finding]:
+    """What the input holds when it is not engine steps or intervals with drafts: a plain
+    engine's alone (no speculative decoding; a valid input, not an error), or finished
+    requests alone (their own counts are the acceptance)."""
+    s = report.summary
+    if report.summary_from_requests and report.requests is not None:
+        o = report.requests.overall
+        return [Finding("requests_only", (
+            f"The input holds only finished requests ({o.num_requests:,} of them, with per-request speculative "
+            "decoding metrics): the acceptance above is summed from their own counts "
+            f"({s.num_drafts or 0:,} verify steps, one window per request). Without engine steps or logging "
+            "intervals there is no timing and nothing for specobs recommend to fit."
+        ))]  # fmt: skip
+    drafted = s.num_drafts or s.num_draft_tokens or s.mean_acceptance_length is not None
+    if not s.num_windows or drafted or s.draft_acceptance_rate is not None or report.requests is not None:
+        return []
+    formats = {src.format for src in report.sources if src.windows}
+    unit = (
+        "steps" if formats and formats <= set(STEP_FORMATS)
+        else "logging intervals" if not formats & set(STEP_FORMATS)
+        else "steps and intervals"
+    )  # fmt: skip
+    k = s.num_spec_tokens
+    what = (
+        f"a plain engine's {s.num_windows:,} {unit} (k = 0, nothing drafted)"
+        if not k
+        else f"{s.num_windows:,} {unit} of an engine configured with k up to {k} that drafted nothing"
+    )
+    return [Finding("no_speculative_decoding", (
+        f"The input holds no speculative decoding: {what}, so there is no acceptance to report"
+        + ("; its timing is in the table below." if report.timing else ".")
+    ))]  # fmt: skip
+
+
+def nothing_to_tune(names: str, windows: int, requests: int) -> str:
+    """Why ``specobs recommend`` has no recommendation: what the input holds instead of drafted
+    steps or intervals, and what a recommendation needs."""
+    if requests:
+        return (
+            f"{names}: per-request acceptance only ({requests:,} finished request(s)): no step or interval counts to "
+            "recommend from; recommend fits acceptance per k and the cost of a step from engine steps (specobs event "
+            "files), a vLLM log's SpecDecoding lines or Prometheus counters (specobs report shows the requests' "
+            "acceptance)"
+        )
+    if windows:
+        return (
+            f"{names}: no speculative decoding to tune ({windows:,} step(s) or interval(s) read, none with drafts); "
+            "recommend needs the steps or intervals of an engine that drafted"
+        )
+    return f"{names}: no speculative decoding to tune (no drafts in the input)"
+
+
 def report_findings(report: Report) -> list[Finding]:
-    """The overall findings of a report: config integrity first (it says what the numbers
-    mean), then acceptance, changes over time, then costs."""
+    """The overall findings of a report: what the input holds when it is not what the report
+    is about, config integrity (it says what the numbers mean), then acceptance, changes over
+    time, then costs."""
     return (
-        integrity_findings(report.integrity)
+        input_findings(report)
+        + integrity_findings(report.integrity)
         + acceptance_findings(report.summary)
         + change_findings(report.changes)
         + cost_findings(report.tax, report.unsteady)
