@@ -478,6 +478,12 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "target.steps": "steps of its speculative engines in the input (the traffic it was chosen by)",
         "other_targets": "the input's other targets (`[{model, platform, device, steps}]`, busiest first): each needs "
         "its own `recommend --model`; empty with one target",
+        "served": "speculative servers measured against a plain server from their own throughput lines (a log's "
+        "stats lines, a scrape's generation counter) at matched running requests, per batch bucket and `overall`: "
+        "objects with `method`, `draft_model`, `num_speculative_tokens`, `batch_size_min`/`max`, `running` (the "
+        "running-request counts matched), `speedup` and its 95% `interval`, `tokens_per_second` and "
+        "`plain_tokens_per_second`, `intervals`/`plain_intervals`, `tokens_per_step` (docs/model.md, \"Measured from "
+        "serving throughput\"); empty without a plain server's lines",
         "bands[]": "per method whose input has no step timing: not measured, a modelled band per k (docs/model.md, "
         "Inputs without timing); empty when every method was timed",
         "bands[].method": "method",

@@ -8,6 +8,7 @@ lines by regex), not by specobs's tuning code.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -86,7 +87,7 @@ def _by_running(path: Path) -> dict[int, list[float]]:
     """Throughputs per running count, leaving out intervals that began idle (Running 0 before)."""
     lines = _stats_lines(path)
     out: dict[int, list[float]] = {}
-    for (_, before), (rate, running) in zip(lines, lines[1:], strict=False):
+    for (_, before), (rate, running) in itertools.pairwise(lines):
         if before > 0 and running > 0:
             out.setdefault(running, []).append(rate)
     return out
