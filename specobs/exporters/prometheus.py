@@ -526,8 +526,9 @@ class PrometheusMetrics:
             verify = verify if _seconds(verify) else None
             seconds = (draft if draft_ok else None, verify, step if _seconds(step) else None)
             timing = (batch_size_bucket(batch), seconds)
-            if draft_ok and draft_tokens and _count(batch) is not None and batch >= 1:  # a step with draft time
-                positions = draft_positions(draft_tokens, batch)
+            requests = _count(batch)
+            if draft_ok and draft_tokens and requests is not None and requests >= 1:  # a step with draft time
+                positions = draft_positions(draft_tokens, requests)
         counts = (timed or 0, drafts, draft_tokens, _count(get("num_accepted_tokens")) or 0,
                   _count(get("num_generated_tokens")) or 0, positions)  # fmt: skip
         self.series.add(

@@ -310,7 +310,7 @@ def _after_acceptance_to_rich(report: Report, console: Console) -> None:
             console.print(Text(f"• {line}"))
 
 
-TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "tokens/s")
+TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "cost ratio", "tokens/s")
 
 
 def _timing_columns(report: Report) -> list[str]:
@@ -334,6 +334,7 @@ def _timing_rows(report: Report) -> list[list[str]]:
             ms(t.mean_verify_seconds),
             ms(t.mean_step_seconds),
             _num(t.draft_share, "{:.0%}"),
+            _num(t.cost_ratio, "{:.3f}"),
             _num(t.generated_tokens_per_second, "{:,.0f}"),
         ]
         for t in report.timing
