@@ -325,7 +325,12 @@ def tuning(ctx: Context) -> None:
         max_k = inputs[0].number_input("largest k (0: measured k + 2)", 0, 16, 0, key="max_k")
         margin = inputs[1].number_input("margin over plain decoding", 0.0, 1.0, 0.02, 0.01, key="margin")
         ratio = inputs[2].number_input(
-            "cost ratio, inputs without timing (0: per-method default)", 0.0, 2.0, 0.0, 0.01, key="cost_ratio",
+            "cost ratio, inputs without timing (0: per-method default)",
+            0.0,
+            2.0,
+            0.0,
+            0.01,
+            key="cost_ratio",
             help="Draft seconds per drafted position per request over verify seconds per step: one drafter pass "
             "against one target forward, the cost ratio the Cost page measures.",
         )
