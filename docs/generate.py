@@ -383,8 +383,9 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "timing[].mean_verify_seconds": "mean target forward + rejection sampling per step",
         "timing[].mean_step_seconds": "mean whole-step time",
         "timing[].mean_other_seconds": "step − draft − verify (scheduling, bookkeeping)",
-        "timing[].draft_share": "draft / step time",
-        "timing[].cost_ratio": "draft seconds per drafted token ÷ verify seconds per step (the `c` of Leviathan)",
+        "timing[].draft_share": "share of step time spent drafting: mean draft seconds ÷ mean step seconds",
+        "timing[].cost_ratio": "the `c` of Leviathan, one drafter pass against one target forward: draft seconds per "
+        "drafted position per request (draft tokens ÷ batch size) ÷ verify seconds per step",
         "timing[].rejected_draft_share": "draft time × rejected share of drafted tokens, over step time",
         "timing[].generated_tokens_per_second": "generated tokens per second of step time",
         "recommendation": "the `specobs recommend` object (keys below) with point estimates only (no bootstrap: "

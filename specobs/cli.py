@@ -367,7 +367,11 @@ def recommend(
     margin: Annotated[float, typer.Option(help="Speedup a k must beat plain decoding by.")] = 0.02,
     cost_ratio: Annotated[
         float | None,
-        typer.Option(help="Draft cost per drafted token as a share of a target forward, for inputs without timing."),
+        typer.Option(
+            help="Cost ratio c for inputs without timing: draft seconds per drafted position per request over "
+            "verify seconds per step (one drafter pass against one target forward), the number specobs report "
+            "measures as the cost ratio."
+        ),
     ] = None,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the intervals (0: none).")] = 30,
     method: MethodOption = None,

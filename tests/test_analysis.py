@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -11,6 +12,8 @@ from specobs import schema
 from specobs.analysis import acceptance
 from specobs.analysis.intervals import wilson
 from specobs.analysis.timeseries import acceptance_over_time, change_points
+
+SWEEP = Path(__file__).resolve().parents[1] / "examples" / "data" / "vllm-cpu-sweep"
 
 
 def windows(rows: list[dict]) -> pl.DataFrame:
@@ -260,9 +263,24 @@ def test_timing_by_batch_means_are_sums_over_steps():
         {"batch_size": 8, "num_timed_steps": 1, "draft_seconds": None, "verify_seconds": 0.030,
          "step_seconds": 0.032, "num_generated_tokens": 8, "num_drafts": 0},
         {"batch_size": 8, "num_drafts": 8},  # an untimed window is left out
+        # Batch 4: k = 3 and k = 2 drafting steps, and a prompt step whose drafter pass verifies nothing yet.
+        {"batch_size": 4, "num_timed_steps": 1, "draft_seconds": 0.006, "verify_seconds": 0.020,
+         "step_seconds": 0.028, "num_generated_tokens": 8, "num_drafts": 4, "num_draft_tokens": 12,
+         "num_accepted_tokens": 4},
+        {"batch_size": 4, "num_timed_steps": 1, "draft_seconds": 0.010, "verify_seconds": 0.016,
+         "step_seconds": 0.030, "num_generated_tokens": 6, "num_drafts": 4, "num_draft_tokens": 8,
+         "num_accepted_tokens": 2},
+        {"batch_size": 4, "num_timed_steps": 1, "draft_seconds": 0.005, "verify_seconds": 0.030,
+         "step_seconds": 0.037, "num_generated_tokens": 4, "num_drafts": 0, "num_draft_tokens": 0,
+         "num_accepted_tokens": 0},
     ]  # fmt: skip
     out = timing_by_batch(windows(rows), keys=["method"]).to_dicts()
-    assert [(r["batch_bucket"], r["timed_steps"]) for r in out] == [("1", 2), ("8-15", 1)]
+    assert [(r["batch_bucket"], r["timed_steps"]) for r in out] == [("1", 2), ("4-7", 3), ("8-15", 1)]
+    batch4 = out.pop(1)
+    # 3 + 2 positions per request (12 and 8 tokens over 4 requests) cost 0.021 s of drafting,
+    # against 0.066 s over 3 verifies: c ≈ 0.19 (per drafted token it would read 0.048).
+    assert batch4["cost_ratio"] == pytest.approx((0.021 / 5) / (0.066 / 3))
+    assert batch4["draft_share"] == pytest.approx((0.021 / 3) / (0.095 / 3))
     assert out[0]["mean_draft_seconds"] == pytest.approx(0.003)
     assert out[0]["mean_verify_seconds"] == pytest.approx(0.011)
     assert out[0]["mean_step_seconds"] == pytest.approx(0.016)
@@ -270,10 +288,35 @@ def test_timing_by_batch_means_are_sums_over_steps():
     assert out[0]["mean_other_seconds"] == pytest.approx(0.016 - 0.003 - 0.011)
     assert out[0]["generated_tokens_per_second"] == pytest.approx(5 / 0.032)
     assert out[1]["mean_draft_seconds"] is None and out[1]["draft_share"] == 0.0
-    # 0.006 s drafting 8 tokens against 0.011 s per verify; 5 of 8 drafted tokens rejected.
+    # 0.006 s drafting 8 positions (batch 1: a token is a position) against 0.011 s per verify;
+    # 5 of 8 drafted tokens rejected.
     assert out[0]["cost_ratio"] == pytest.approx((0.006 / 8) / 0.011)
     assert out[0]["rejected_draft_share"] == pytest.approx(0.006 * (5 / 8) / 0.032)
     assert out[1]["cost_ratio"] is None and out[1]["rejected_draft_share"] is None
+
+
+def test_cost_ratio_of_the_sweep_draft_model_is_one_pass_against_one_verify():
+    """By hand from the step rows: the draft model at batch 1, k = 3 drafts 3 positions in ~8.7 ms
+    against ~6.5 ms per verify, c ≈ 0.45, while drafting takes about half of every step."""
+    import json
+
+    from specobs import load
+    from specobs.analysis.cost import timing_by_batch
+
+    path = SWEEP / "specobs-sweep-draft_model-p29645-0001.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    steps = [r for r in rows if r.get("batch_size") == 1 and r.get("num_spec_tokens") == 3 and "draft_seconds" in r]
+    draft = sum(r["draft_seconds"] for r in steps)
+    positions = sum(r["num_draft_tokens"] / r["batch_size"] for r in steps)
+    verify = sum(r["verify_seconds"] for r in steps)
+    by_hand = (draft / positions) / (verify / len(steps))
+    assert len(steps) == 163 and by_hand == pytest.approx(0.45, abs=0.01)
+    selected = (pl.col("method") == "draft_model") & (pl.col("batch_size") == 1) & (pl.col("num_spec_tokens") == 3)
+    (row,) = timing_by_batch(load([str(SWEEP)]).windows.filter(selected)).to_dicts()
+    assert row["timed_steps"] == len(steps)  # no step of these left out as unsteady
+    assert row["cost_ratio"] == pytest.approx(by_hand)
+    assert row["draft_share"] == pytest.approx(draft / sum(r["step_seconds"] for r in steps))
+    assert 0.5 < row["draft_share"] < 0.6
 
 
 def test_per_request_rows_are_not_counted_as_steps(tmp_path):

@@ -164,6 +164,7 @@ def test_cost_page_shows_timing_by_batch(app):
             ("draft ms", "mean_draft_seconds", 1000),
             ("verify ms", "mean_verify_seconds", 1000),
             ("cost ratio", "cost_ratio", 1),
+            ("draft share", "draft_share", 1),
             ("rejected-draft share", "rejected_draft_share", 1),
         ):
             if want[key] is None:
@@ -173,10 +174,13 @@ def test_cost_page_shows_timing_by_batch(app):
     # Drafting with rejections costs something somewhere; a plain engine never drafts.
     assert table.filter(pl.col("group").str.starts_with("draft_model"))["rejected-draft share"].max() > 0.05
     assert table.filter(pl.col("group").str.starts_with("plain engine"))["cost ratio"].is_null().all()
+    # Leviathan's c: a draft-model pass costs a good share of a verify at every batch size, not a few percent.
+    assert table.filter(pl.col("group").str.starts_with("draft_model"))["cost ratio"].min() > 0.3
     specs = chart_specs(app)
-    assert len(specs) == 3
+    assert len(specs) == 4
     titles = set().union(*map(axis_titles, specs))
-    assert {"mean time per step (ms)", "batch size (running requests)", "share of step time"} <= titles
+    assert {"mean time per step (ms)", "batch size (running requests)", "share of step time",
+            "cost ratio (draft per position ÷ verify)", "draft share of step time"} <= titles  # fmt: skip
 
 
 @pytest.mark.slow

@@ -51,9 +51,49 @@ def test_counters_summaries_and_the_accepted_length_distribution():
     assert [reached[0] - a for a in accepted] == [2, 4, 5]
     assert value(registry, "specobs_accepted_tokens_per_draft_bucket", le="0") is None  # no histogram
     assert registry.get_sample_value("specobs_dropped_events_total") == 7
-    # cost ratio: draft s per drafted token over verify s per step = (0.004 / 24) / (0.020 / 2)
-    assert value(registry, "specobs_cost_ratio") == pytest.approx((0.004 / 24) / 0.010)
+    # cost ratio: draft s per drafted position per request over verify s per step: 2 steps of 12
+    # tokens over 4 requests are 6 positions, (0.004 / 6) / (0.020 / 2); drafting is 2 of 13 ms.
+    assert value(registry, "specobs_draft_positions_total") == 6
+    assert value(registry, "specobs_cost_ratio") == pytest.approx((0.004 / 6) / 0.010)
+    assert value(registry, "specobs_draft_share") == pytest.approx(0.002 / 0.013)
     assert value(registry, "specobs_speculative_config_info", num_speculative_tokens="3") == 1
+
+
+def test_cost_ratio_and_draft_share_gauges_equal_the_reports_on_the_same_steps():
+    """One definition: fed the sweep's steps of one batch bucket (steady state, as the report
+    times them), the exporter's gauges are the report's values for that bucket."""
+    from pathlib import Path
+
+    import polars as pl
+
+    from specobs import load
+    from specobs.analysis.cost import steady_state, timing_by_batch
+
+    sweep = Path(__file__).resolve().parents[1] / "examples" / "data" / "vllm-cpu-sweep"
+    steps = steady_state(load([str(sweep)]).windows).collect()
+    report = timing_by_batch(steps, ["method"])
+    compared = 0
+    for bucket, rows in steps.with_columns(
+        bucket=pl.col("batch_size").map_elements(batch_size_bucket, return_dtype=pl.String)
+    ).group_by("bucket"):
+        registry = CollectorRegistry()
+        metrics = PrometheusMetrics(registry)
+        for row in rows.iter_rows(named=True):
+            metrics.observe_step(row)
+        for want in report.filter(pl.col("batch_bucket") == bucket[0]).iter_rows(named=True):
+            labels = {"model_name": "tiny-llama", "engine": "0", "method": want["method"] or "none"}
+            ratio = registry.get_sample_value("specobs_cost_ratio", labels)
+            share = registry.get_sample_value("specobs_draft_share", labels)
+            if want["cost_ratio"] is None:
+                assert ratio is None and want["method"] is None  # the plain engine drafts nothing
+            else:
+                assert ratio == pytest.approx(want["cost_ratio"], rel=1e-9)
+                compared += 1
+            assert share == pytest.approx(want["draft_share"], rel=1e-9)
+    assert compared == 10  # ngram and draft_model in 5 buckets each
+    # What a reader gets: a drafter pass of the draft model costs about half a verify, ngram's a few percent.
+    draft_model = report.filter(pl.col("method") == "draft_model")
+    assert draft_model["cost_ratio"].min() > 0.3 and draft_model["draft_share"].min() > 0.4
 
 
 def test_drafts_per_position_counts_the_drafts_that_reached_each_position():
@@ -327,8 +367,11 @@ def test_observe_window_skips_non_finite_and_negative_values():
     assert value(registry, "specobs_verify_seconds_count", batch_size_bucket="4-7") == 2
     assert value(registry, "specobs_drafts_total") == 4
     assert value(registry, "specobs_accepted_tokens_total") == 6
-    ratio = value(registry, "specobs_cost_ratio")  # from the second row only: the first's draft time is +Inf
-    assert ratio == pytest.approx(0.002 / 12 / 0.010)
+    # Drafting from the second row only (the first's draft time is +Inf: nor are its positions
+    # counted), verifying from both: (0.002 s / 3 positions) / (0.020 s / 2 steps).
+    assert value(registry, "specobs_draft_positions_total") == 3
+    assert value(registry, "specobs_cost_ratio") == pytest.approx(0.002 / 3 / 0.010)
+    assert value(registry, "specobs_draft_share") == pytest.approx(0.002 / 0.013)  # one step time observed
     # drafts that reached a position must be counts too: a bad list adds to no per-position series
     metrics.observe_step({**ROW, "num_drafts_per_pos": [4, float("nan"), -1]})
     assert value(registry, "specobs_drafts_total") == 8
@@ -450,7 +493,7 @@ def test_one_engine_stays_within_its_series_budget():
     process_wide = {"specobs_label_overflow": 6, "specobs_dropped_events": 1, "specobs_hook_errors": 1}
     assert {name: n for name, n in samples.items() if n} == process_wide
     engine = sum(n for *_, n in budget)
-    assert engine == 3 * (10 + 2 * 16 * 2 + 3 * 13 * 2 + 1 + 4) == 471
+    assert engine == 3 * (12 + 2 * 16 * 2 + 3 * 13 * 2 + 2 + 4) == 480
     info = {s.labels["num_speculative_tokens"] for f in registry.collect() for s in f.samples
             if f.name == "specobs_speculative_config_info" and s.labels["method"] == "ngram"}  # fmt: skip
     assert info == {"13", "14", "15", "16"}

@@ -345,6 +345,38 @@ def test_dashboard_per_position_panels_agree_with_the_rules_when_k_varies(tmp_pa
 
 
 @needs_promtool
+def test_dashboard_cost_ratio_and_draft_share_agree_with_the_rules(tmp_path):
+    """The panel's live cost ratio and draft share are the recording rules' (worked numbers in
+    rules_test.yml: c = 0.125 per drafted position, where per drafted token it would read 1/36;
+    draft share 0.25), on the rules' own step-timing series."""
+    (panel,) = [p for p in walk_panels(load_dashboard()["panels"]) if p.get("title") == "Cost ratio and draft share"]
+    live = {t["legendFormat"].split(",")[0]: t["expr"] for t in panel["targets"] if "live" in t["legendFormat"]}
+    gauges = {t["expr"].split("{")[0] for t in panel["targets"] if "gauge" in t["legendFormat"]}
+    assert gauges == {"specobs_cost_ratio", "specobs_draft_share"}
+    checks = {"cost ratio": "specobs:cost_ratio:rate5m", "draft share": "specobs:draft_share:rate5m"}
+    rules = [{"record": f"dashboard:{name.replace(' ', '_')}:check", "expr": to_promql(live[name])} for name in checks]
+    (tmp_path / "cost.yml").write_text(json.dumps({"groups": [{"name": "cost", "rules": rules}]}))
+    group = next(g for g in load_yaml(RULES_TEST)["tests"] if g["name"] == "step timing")
+    cases = {case["expr"]: case for case in group["promql_expr_test"]}
+    tests = []
+    for name, record in checks.items():
+        check = f"dashboard:{name.replace(' ', '_')}:check"
+        samples = [
+            {"labels": check + x["labels"][len(record) :], "value": x["value"]} for x in cases[record]["exp_samples"]
+        ]
+        assert samples, record
+        tests.append({"expr": check, "eval_time": cases[record]["eval_time"], "exp_samples": samples})
+    spec = {
+        "rule_files": ["cost.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": group["input_series"], "promql_expr_test": tests}],
+    }
+    (tmp_path / "cost_test.yml").write_text(json.dumps(spec))
+    result = promtool("test", "rules", str(tmp_path / "cost_test.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
 def test_dashboard_accepted_length_heatmap_follows_from_the_per_position_counters(tmp_path):
     """The heatmap's cumulative buckets, drafts with at most j tokens accepted, on two engines: one
     with k = 3 (per second 1 draft reaching position 0; 0.5, 0.2 and 0.1 accepted at positions 0-2)

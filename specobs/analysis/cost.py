@@ -72,10 +72,27 @@ def decode_sums(frame: pl.LazyFrame | pl.DataFrame, keys: Sequence[str | pl.Expr
     )
 
 
-def cost_ratio(draft_seconds: T, draft_tokens: T, verify_seconds: T, verify_steps: T) -> T:
-    """Draft seconds per drafted token over verify seconds per step: the one definition, for
-    sums held as floats (the exporter's running totals) or as polars expressions."""
-    return (draft_seconds / draft_tokens) / (verify_seconds / verify_steps)
+def draft_positions(draft_tokens: T, batch_size: T) -> T:
+    """Drafted positions per request of a step: its draft tokens over its batch size. A drafter
+    pass over the batch makes one position for every drafting request, so this counts the
+    passes' positions (k for a batch that drafted k tokens each, whatever its size)."""
+    return draft_tokens / batch_size
+
+
+def cost_ratio(draft_seconds: T, positions: T, verify_seconds: T, verify_steps: T) -> T:
+    """The cost ratio, Leviathan's c: draft seconds per drafted position per request
+    (:func:`draft_positions`, summed) over verify seconds per step — what one drafter pass
+    costs against one target forward. The one definition, for sums held as floats (the
+    exporter's running totals) or as polars expressions (the report); the recording rule
+    ``specobs:cost_ratio:rate5m`` writes it in PromQL."""
+    return (draft_seconds / positions) / (verify_seconds / verify_steps)
+
+
+def draft_share(draft_seconds: T, draft_steps: T, step_seconds: T, step_steps: T) -> T:
+    """Share of step time spent drafting: mean draft seconds per step over mean step seconds
+    (shown beside the cost ratio everywhere: the ratio prices a pass, the share says how much
+    of the step drafting takes)."""
+    return (draft_seconds / draft_steps) / (step_seconds / step_steps)
 
 
 def timing_terms() -> list[Term]:
@@ -89,6 +106,8 @@ def timing_terms() -> list[Term]:
     steps = pl.col("num_timed_steps")
     both = pl.col("num_generated_tokens").is_not_null() & pl.col("step_seconds").is_not_null()
     drafted = pl.col("draft_seconds").is_not_null()
+    batch = pl.col("batch_size")
+    positions = pl.when(batch >= 1).then(draft_positions(pl.col("num_draft_tokens").cast(pl.Float64), batch))
     return [
         Term("timed_rows", timed, "sum"),
         Term("timed_steps", of_timed(steps), "sum"),
@@ -103,6 +122,8 @@ def timing_terms() -> list[Term]:
         Term("generated_time", of_timed(pl.when(both).then(pl.col("step_seconds"))), "sum"),
         # Draft tokens and acceptance only where the draft time is known, so the ratios match.
         Term("timed_draft_tokens", of_timed(pl.when(drafted).then(pl.col("num_draft_tokens"))), "sum"),
+        # The cost ratio's positions, over the same rows as draft_total (those with a batch size).
+        Term("timed_draft_positions", of_timed(pl.when(drafted).then(positions)), "sum"),
         Term("timed_accepted", of_timed(pl.when(drafted).then(pl.col("num_accepted_tokens"))), "sum"),
     ]
 
@@ -122,8 +143,10 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
     step time, cost ratio, rejected-draft share, and generated tokens per second of step time
     (null where not measured).
 
-    ``cost_ratio`` is draft seconds per drafted token over verify seconds per step (the same
-    definition as the exporter's ``specobs_cost_ratio`` gauge and the recording rule).
+    ``cost_ratio`` is :func:`cost_ratio`: draft seconds per drafted position per request (draft
+    tokens ÷ batch size, summed) over verify seconds per step, over the timed steps (the same
+    definition as the exporter's ``specobs_cost_ratio`` gauge and the recording rule);
+    ``draft_share`` is :func:`draft_share` (the exporter's ``specobs_draft_share``).
     ``rejected_draft_share`` is the share of step time spent drafting tokens the target then
     rejected: draft time × (1 − accepted / drafted tokens) over step time, i.e. draft time is
     attributed to tokens evenly — exact for autoregressive drafters, an upper bound for
@@ -152,13 +175,13 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
             mean_other_seconds=(
                 pl.col("mean_step_seconds") - pl.col("mean_draft_seconds").fill_null(0) - pl.col("mean_verify_seconds")
             ).clip(lower_bound=0),
-            draft_share=pl.when(pl.col("mean_step_seconds") > 0).then(
-                pl.col("mean_draft_seconds").fill_null(0) / pl.col("mean_step_seconds")
+            draft_share=pl.when(pl.col("step_total") > 0).then(
+                pl.when(pl.col("draft_steps") > 0)
+                .then(draft_share(*map(pl.col, ("draft_total", "draft_steps", "step_total", "step_steps"))))
+                .otherwise(0.0)
             ),
-            cost_ratio=pl.when((pl.col("timed_draft_tokens") > 0) & (pl.col("verify_total") > 0)).then(
-                cost_ratio(
-                    pl.col("draft_total"), pl.col("timed_draft_tokens"), pl.col("verify_total"), pl.col("verify_steps")
-                )
+            cost_ratio=pl.when((pl.col("timed_draft_positions") > 0) & (pl.col("verify_total") > 0)).then(
+                cost_ratio(*map(pl.col, ("draft_total", "timed_draft_positions", "verify_total", "verify_steps")))
             ),
             rejected_draft_share=pl.when((pl.col("timed_draft_tokens") > 0) & (pl.col("step_total") > 0)).then(
                 pl.col("draft_total")

@@ -246,12 +246,15 @@ def cost(ctx: Context) -> None:
         )
         return
     st.caption(
-        "Mean per step, by batch size (running requests). Cost ratio: draft seconds per drafted token over "
-        "verify seconds per step. Rejected-draft share: step time spent drafting tokens the target rejected."
+        "Mean per step, by batch size (running requests). Cost ratio: draft seconds per drafted position per "
+        "request over verify seconds per step, one drafter pass against one target forward (a pass drafts one "
+        "position for every request). Draft share: share of step time spent drafting. Rejected-draft share: "
+        "step time spent drafting tokens the target rejected."
     )
     _chart(st, charts.step_time(views.timing_parts(table)), stretch=False)
-    left, right = st.columns(2)
-    _chart(left, charts.by_bucket(table, "cost ratio", "cost ratio (draft per token ÷ verify)"))
+    left, middle, right = st.columns(3)
+    _chart(left, charts.by_bucket(table, "cost ratio", "cost ratio (draft per position ÷ verify)"))
+    _chart(middle, charts.by_bucket(table, "draft share", "draft share of step time", percent=True))
     _chart(right, charts.by_bucket(table, "rejected-draft share", "share of step time", percent=True))
     st.dataframe(table, hide_index=True)
     _download("Download CSV", table, "timing-by-batch.csv")
@@ -322,7 +325,14 @@ def tuning(ctx: Context) -> None:
         max_k = inputs[0].number_input("largest k (0: measured k + 2)", 0, 16, 0, key="max_k")
         margin = inputs[1].number_input("margin over plain decoding", 0.0, 1.0, 0.02, 0.01, key="margin")
         ratio = inputs[2].number_input(
-            "cost ratio, inputs without timing (0: per-method default)", 0.0, 2.0, 0.0, 0.01, key="cost_ratio"
+            "cost ratio, inputs without timing (0: per-method default)",
+            0.0,
+            2.0,
+            0.0,
+            0.01,
+            key="cost_ratio",
+            help="Draft seconds per drafted position per request over verify seconds per step: one drafter pass "
+            "against one target forward, the cost ratio the Cost page measures.",
         )
         boot = inputs[3].number_input("bootstrap resamples", 0, 200, 30, key="bootstrap")
     options = (int(max_k) or None, float(margin), float(ratio) or None, int(boot))

@@ -126,7 +126,7 @@ def step_time(parts: pl.DataFrame) -> alt.FacetChart:
 
 
 def by_bucket(table: pl.DataFrame, column: str, title: str, percent: bool = False) -> alt.Chart:
-    """One timing quantity (cost ratio, rejected-draft share) per batch bucket and group."""
+    """One timing quantity (cost ratio, draft share, rejected-draft share) per batch bucket and group."""
     data = table.drop_nulls(column)
     order = bucket_order(data.get_column("batch").to_list())
     axis = alt.Axis(format="%") if percent else alt.Axis()

@@ -4,6 +4,8 @@ Names and labels are a contract (docs/exporters.md, rules in exporters/prometheu
 
 - counters ``specobs_steps_total``, ``specobs_drafts_total``, ``specobs_draft_tokens_total``,
   ``specobs_accepted_tokens_total``, ``specobs_generated_tokens_total``,
+  ``specobs_draft_positions_total`` (draft tokens ÷ batch size of the steps whose draft time was
+  observed: the cost ratio's denominator, so PromQL computes the ratio as the gauge does),
   ``specobs_accepted_tokens_per_position_total{position}`` and
   ``specobs_drafts_per_position_total{position}`` (drafts that reached the position: the
   denominator of the per-position rate), each with its ``_created``;
@@ -13,7 +15,8 @@ Names and labels are a contract (docs/exporters.md, rules in exporters/prometheu
 - gauges ``specobs_predicted_speedup`` (of the configuration that runs now),
   ``specobs_recommended_num_speculative_tokens`` (both from the latest refit only: a collector
   yields them afresh, so a method or bucket that is no longer recommended disappears),
-  ``specobs_cost_ratio``, ``specobs_speculative_config_info``;
+  ``specobs_cost_ratio`` with ``specobs_draft_share`` beside it (``analysis.cost.cost_ratio`` and
+  ``draft_share`` of the running sums), ``specobs_speculative_config_info``;
 - ``specobs_dropped_events_total``, ``specobs_hook_errors_total`` (read from the recorder at scrape).
 
 Labels are ``model_name``, ``engine``, ``method`` (+ ``position``, ``batch_size_bucket``): all
@@ -31,7 +34,8 @@ draft (the distribution follows from them), and no ``_created`` on the timing su
 means are ratios of ``_sum`` and ``_count``, which a reader misses alike before the first scrape).
 A step's numbers are plain additions under one lock (:class:`_StepSeries`); the families are
 built from them at scrape. Every number published comes from the analysis and tuning functions
-(bucket labels, drafts per position, the cost ratio, the traffic-weighted speedup): the
+(bucket labels, drafts per position, a step's drafted positions, the cost ratio and draft share,
+the traffic-weighted speedup): the
 exporter only counts and publishes.
 """
 
@@ -51,7 +55,7 @@ from prometheus_client.registry import Collector
 
 from specobs import schema
 from specobs.analysis.acceptance import bucket_label, bucket_of, drafts_per_position
-from specobs.analysis.cost import cost_ratio
+from specobs.analysis.cost import cost_ratio, draft_positions, draft_share
 from specobs.capture.sinks import is_step
 from specobs.results import Recommendation
 from specobs.tuning.recommend import traffic_speedup
@@ -83,14 +87,21 @@ BATCH_BUCKETS = (
     "unknown",
 )
 #: The counters of every (model_name, engine, method), in the order :meth:`_StepSeries.add` takes
-#: their counts: steps, ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``, ``num_generated_tokens``.
+#: their counts: steps, ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``, ``num_generated_tokens``,
+#: and the drafted positions per request of a step with draft time (``analysis.cost.draft_positions``).
 COUNTERS = (
     ("specobs_steps", "Engine steps observed."),
     ("specobs_drafts", "Drafts verified."),
     ("specobs_draft_tokens", "Draft tokens proposed and verified."),
     ("specobs_accepted_tokens", "Draft tokens accepted."),
     ("specobs_generated_tokens", "Tokens generated."),
+    (
+        "specobs_draft_positions",
+        "Drafted positions per request (draft tokens / batch size) of the steps whose draft time was observed.",
+    ),
 )
+#: Where the drafted positions are in :data:`COUNTERS` (the cost ratio's denominator).
+_POSITIONS = 5
 #: The timing summaries per batch bucket, in the order of their seconds: ``draft_seconds``,
 #: ``verify_seconds``, ``step_seconds``.
 TIMINGS = (
@@ -113,7 +124,7 @@ def series_budget(
         (per_position, f"`_total`, `_created` × {positions} positions", methods * len(per_position) * positions * 2),
         (tuple(name for name, _ in TIMINGS), f"`_sum`, `_count` × {batch_buckets} batch buckets",
          methods * len(TIMINGS) * batch_buckets * 2),
-        (("specobs_cost_ratio",), "one", methods),
+        (("specobs_cost_ratio", "specobs_draft_share"), "one", methods * 2),
         (("specobs_speculative_config_info",), f"one per k, the last {MAX_K_SERIES} seen", methods * MAX_K_SERIES),
     ]  # fmt: skip
 
@@ -198,8 +209,8 @@ def batch_size_bucket(batch: Any) -> str:
 class _Group:
     """One (model_name, engine, method)'s running sums, as plain numbers."""
 
-    __slots__ = ("accepted", "accepted_created", "complete", "cost", "ks", "reached", "reached_created",
-                 "timings", "totals", "totals_created")  # fmt: skip
+    __slots__ = ("accepted", "accepted_created", "complete", "ks", "reached", "reached_created", "timings",
+                 "totals", "totals_created")  # fmt: skip
 
     def __init__(self) -> None:
         self.totals: list[Any] = [0] * len(COUNTERS)
@@ -211,7 +222,6 @@ class _Group:
         self.complete = 0  #: positions below this have both per-position series (and their creation time)
         #: batch bucket → [sum, count] of each timing in TIMINGS, one after the other
         self.timings: dict[str, list[Any]] = {}
-        self.cost: list[Any] = [0.0, 0, 0.0, 0]  # draft s, draft tokens, verify s, steps: the cost ratio's inputs
         #: the k labels seen last, oldest first (a dict as an ordered set), at most MAX_K_SERIES
         self.ks: dict[str, None] = {}
 
@@ -240,7 +250,7 @@ class _Group:
 
 
 class _StepSeries(Collector):
-    """The counters, per-position counters, timing summaries, cost ratio and config info of every
+    """The counters, per-position counters, timing summaries, cost ratio, draft share and config info of every
     (model_name, engine, method): added to as plain numbers under one lock per row, and turned into
     metric families only at scrape (a ``Counter.inc`` or ``Summary.observe`` per field cost more
     than all the rest of a step's export)."""
@@ -255,12 +265,11 @@ class _StepSeries(Collector):
         counts: Sequence[Any],
         positions: tuple[Sequence[Any], Sequence[Any]] | None = None,
         timing: tuple[str, Sequence[Any]] | None = None,
-        cost: Sequence[Any] | None = None,
         k: str | None = None,
     ) -> None:
         """One row: ``counts`` in :data:`COUNTERS` order (0 where the row has none), per-position
-        ``(accepted, reached)``, ``(batch bucket, seconds in TIMINGS order or None)`` and the cost
-        ratio's inputs of a single step, and the k label."""
+        ``(accepted, reached)``, ``(batch bucket, seconds in TIMINGS order or None)`` of a single
+        step, and the k label."""
         with self._lock:
             group = self._groups.get(labels)
             if group is None:
@@ -282,8 +291,6 @@ class _StepSeries(Collector):
                     if value is not None:
                         sums[2 * i] += value
                         sums[2 * i + 1] += 1
-            if cost is not None:
-                group.cost[:] = map(operator.add, group.cost, cost)
             if k is not None and k not in group.ks:
                 group.ks[k] = None
                 if len(group.ks) > MAX_K_SERIES:  # a tuner trying many k: the oldest goes
@@ -302,7 +309,13 @@ class _StepSeries(Collector):
         )  # fmt: skip
         timings = [SummaryMetricFamily(name, doc, labels=[*LABELS, "batch_size_bucket"]) for name, doc in TIMINGS]
         ratio = GaugeMetricFamily(
-            "specobs_cost_ratio", "Mean draft seconds per drafted token over mean verify seconds per step.",
+            "specobs_cost_ratio",
+            "Draft seconds per drafted position per request over verify seconds per step: one drafter pass "
+            "against one target forward (Leviathan's c).",
+            labels=LABELS,
+        )
+        share = GaugeMetricFamily(
+            "specobs_draft_share", "Share of step time spent drafting: mean draft seconds over mean step seconds.",
             labels=LABELS,
         )  # fmt: skip
         config = GaugeMetricFamily(
@@ -330,9 +343,15 @@ class _StepSeries(Collector):
                     for i, summary in enumerate(timings):
                         if sums[2 * i + 1]:
                             summary.add_metric([*key, bucket], sums[2 * i + 1], sums[2 * i])
-                draft, tokens, verify, steps = group.cost
-                if tokens and verify:
-                    ratio.add_metric(labels, cost_ratio(draft, tokens, verify, steps))
+                # Over every batch bucket: the sums the summaries publish, as the recording rule reads them.
+                totals = [sum(column) for column in zip(*group.timings.values(), strict=True)]
+                if totals:
+                    draft, drafted, verify, verified, step, stepped = totals
+                    positions = group.totals[_POSITIONS]
+                    if positions and verify:
+                        ratio.add_metric(labels, cost_ratio(draft, positions, verify, verified))
+                    if step:
+                        share.add_metric(labels, draft_share(draft, drafted, step, stepped) if drafted else 0.0)
                 for k in sorted(group.ks):
                     config.add_metric([*key, k], 1)
         yield from counters
@@ -340,6 +359,7 @@ class _StepSeries(Collector):
         yield reached
         yield from timings
         yield ratio
+        yield share
         yield config
 
 
@@ -497,22 +517,25 @@ class PrometheusMetrics:
         drafts = drafts if _counts_ok(per_pos) else 0
         reached = drafts_per_position(row, drafts, k) if drafts else ()
         get = row.get
-        counts = (timed or 0, drafts, _count(get("num_draft_tokens")) or 0, _count(get("num_accepted_tokens")) or 0,
-                  _count(get("num_generated_tokens")) or 0)  # fmt: skip
-        timing = cost = None
+        draft_tokens = _count(get("num_draft_tokens")) or 0
+        positions = 0.0
+        timing = None
         if timed == 1:  # a single step: its timings are one observation each
             draft, verify, step = get("draft_seconds"), get("verify_seconds"), get("step_seconds")
-            draft_ok, verify_ok = _seconds(draft), _seconds(verify)
-            seconds = (draft if draft_ok else None, verify if verify_ok else None, step if _seconds(step) else None)
-            timing = (batch_size_bucket(get("batch_size")), seconds)
-            if draft_ok and verify_ok and counts[2]:
-                cost = (draft, counts[2], verify, 1)
+            draft_ok, batch = _seconds(draft), get("batch_size")
+            verify = verify if _seconds(verify) else None
+            seconds = (draft if draft_ok else None, verify, step if _seconds(step) else None)
+            timing = (batch_size_bucket(batch), seconds)
+            requests = _count(batch)
+            if draft_ok and draft_tokens and requests is not None and requests >= 1:  # a step with draft time
+                positions = draft_positions(draft_tokens, requests)
+        counts = (timed or 0, drafts, draft_tokens, _count(get("num_accepted_tokens")) or 0,
+                  _count(get("num_generated_tokens")) or 0, positions)  # fmt: skip
         self.series.add(
             labels,
             counts,
             (per_pos, reached) if drafts and _counts_ok(reached) else None,
             timing,
-            cost,
             k_label,
         )
 

@@ -369,8 +369,8 @@ TUNER_COLS = cols(sentences.TUNER_HEADERS, (3, 0, 0, 0, 1, 2, 0), ("number", "nu
                                                                  "number", "text"))  # fmt: skip
 
 
-TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "tokens/s")
-TIMING_COLS = (Col("batch", justify="left"), *cols(TIMING_HEADERS[1:], (4, 3, 3, 1, 2, 0)))
+TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "cost ratio", "tokens/s")
+TIMING_COLS = (Col("batch", justify="left"), *cols(TIMING_HEADERS[1:], (4, 3, 3, 1, 2, 2, 0)))
 
 
 def _timing_columns(report: Report) -> list[str]:
@@ -394,6 +394,7 @@ def _timing_rows(report: Report) -> list[list[str]]:
             ms(t.mean_verify_seconds),
             ms(t.mean_step_seconds),
             _num(t.draft_share, "{:.0%}"),
+            _num(t.cost_ratio, "{:.3f}"),
             _num(t.generated_tokens_per_second, "{:,.0f}"),
         ]
         for t in report.timing

@@ -7,33 +7,14 @@ per token, each verification step yields
 
 so the speedup over plain decoding is E(γ) / (γ·c + 1). With measured per-position rates r_i
 the same step yields 1 + Σ_{i<γ} r_i, which differs from E(γ) whenever acceptance is not iid.
-This is the fallback when only acceptance is known (a log without timing); the measured cost
-model in ``model.py`` replaces it when steps carry timing.
+With no timing at all, ``band.py`` bounds the speedup between two cost regimes instead (its
+high end at q = 1 and no per-step cost is this formula); the measured cost model in
+``model.py`` replaces both when steps carry timing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-#: Draft cost per drafted token, as a fraction of a target forward, when nothing better is
-#: known. Rough, documented defaults: lookup drafters are nearly free; small draft models cost
-#: a few percent of the target per token; EAGLE/MTP heads are one layer.
-DEFAULT_COST_RATIO = {
-    "ngram": 0.01,
-    "ngram_gpu": 0.01,
-    "suffix": 0.01,
-    "medusa": 0.02,
-    "mlp_speculator": 0.02,
-    "mtp": 0.03,
-    "deepseek_mtp": 0.03,
-    "qwen3_next_mtp": 0.03,
-    "eagle": 0.05,
-    "eagle3": 0.05,
-    "dflash": 0.03,
-    "draft_model": 0.10,
-}
-FALLBACK_COST_RATIO = 0.05
-
 
 def iid_expected_tokens(alpha: float, gamma: int) -> float:
     """E(γ) = (1 − α^(γ+1)) / (1 − α): tokens per step with iid acceptance α."""
@@ -60,13 +41,3 @@ def per_position_expected_tokens(rates: Sequence[float], k: int) -> float:
 
 def per_position_speedup(rates: Sequence[float], k: int, cost_ratio: float) -> float:
     return per_position_expected_tokens(rates, k) / (k * cost_ratio + 1)
-
-
-def cost_ratio_for(method: str | None, override: float | None = None) -> tuple[float, str]:
-    """The cost ratio to use and where it came from (for the assumptions list)."""
-    if override is not None:
-        return override, f"--cost-ratio {override:g}"
-    if method in DEFAULT_COST_RATIO:
-        value = DEFAULT_COST_RATIO[method]
-        return value, f"default cost ratio for {method} ({value:g} of a target forward per drafted token)"
-    return FALLBACK_COST_RATIO, f"generic default cost ratio ({FALLBACK_COST_RATIO:g}; method unknown)"
