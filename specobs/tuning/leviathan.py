@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+
 def iid_expected_tokens(alpha: float, gamma: int) -> float:
     """E(γ) = (1 − α^(γ+1)) / (1 − α): tokens per step with iid acceptance α."""
     if alpha >= 1.0:
