@@ -75,7 +75,8 @@ def _summary_rows(report: Report) -> list[tuple[list[str], Summary]]:
     """``(group label cells, summary)`` for every group that drafted, plus the overall row when
     the input has several groups."""
     cols = _shown_columns(report)
-    rows = [([_num(g.labels.get(c), "{}") for c in cols], g.summary) for g in _shown_groups(report)]
+    # No label tells the groups apart (one group, labels unknown): the "group" column says "all".
+    rows = [([_num(g.labels.get(c), "{}") for c in cols] or ["all"], g.summary) for g in _shown_groups(report)]
     if len(report.groups) != 1:
         rows.append((["all"] + [""] * (len(cols) - 1) if cols else ["all"], report.summary))
     return rows
