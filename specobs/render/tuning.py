@@ -9,7 +9,9 @@ from rich.text import Text
 from specobs.render.markdown import md_table
 from specobs.render.sentences import (
     batch_range,
+    config_check_note,
     config_values,
+    config_warning,
     environment_name,
     headline,
     speedup_with_interval,
@@ -41,8 +43,17 @@ BY_BATCH_HEADERS = ("batch", "k", "speedup [95%]", "basis", "traffic steps")
 
 def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
     console.print(Text(headline(rec), style="bold"))
-    if rec.recommended.speculative_config:
-        console.print(Text("--speculative-config '" + rec.recommended.speculative_config + "'"))
+    r = rec.recommended
+    if r.speculative_config:
+        warning = config_warning(r)
+        if warning:  # the config alone, not a flag to paste
+            console.print(Text(warning, style="bold yellow"))
+            console.print(Text(r.speculative_config))
+        else:
+            console.print(Text("--speculative-config '" + r.speculative_config + "'"))
+        note = config_check_note(r)
+        if note:
+            console.print(Text(note, style="dim"))
     table = Table(title=f"By batch size ({rec.method or 'unknown method'})", title_justify="left", show_edge=False)
     for header in BY_BATCH_HEADERS:
         table.add_column(header, justify="left" if header == "batch" else "right")
@@ -70,8 +81,16 @@ def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
 
 def recommendation_to_markdown(rec: Recommendation) -> str:
     parts = [f"**{headline(rec)}**", ""]
-    if rec.recommended.speculative_config:
-        parts += ["```", "--speculative-config '" + rec.recommended.speculative_config + "'", "```", ""]
+    r = rec.recommended
+    if r.speculative_config:
+        warning = config_warning(r)
+        if warning:  # the config alone, not a flag to paste
+            parts += [f"**{warning}**", "", "```json", r.speculative_config, "```", ""]
+        else:
+            parts += ["```", "--speculative-config '" + r.speculative_config + "'", "```", ""]
+        note = config_check_note(r)
+        if note:
+            parts += [note, ""]
     parts += md_table(BY_BATCH_HEADERS, recommendation_rows(rec))
     parts += [""] + [f"- {line}" for line in rec.explanations]
     if rec.assumptions:

@@ -14,7 +14,6 @@ cost ratio.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -24,9 +23,19 @@ import numpy as np
 import polars as pl
 
 from specobs.analysis.cost import decode_sums, steady_state
-from specobs.results import BucketChoice, MethodFacts, MethodWin, Prediction, Recommendation, Recommended, Target
+from specobs.capture.vllm.speculative import MODEL_FREE
+from specobs.results import (
+    BucketChoice,
+    MethodFacts,
+    MethodWin,
+    Prediction,
+    Recommendation,
+    Recommended,
+    RunMetadata,
+    Target,
+)
 from specobs.schema import categorical_labels
-from specobs.tuning import leviathan
+from specobs.tuning import leviathan, speculative
 from specobs.tuning.model import (
     BASELINE_PLAIN,
     Acceptance,
@@ -99,7 +108,7 @@ def fit_methods(
         return fits
     for key, spec in spec_all.group_by(list(LABELS), maintain_order=True):
         labels: dict[str, Any] = dict(zip(LABELS, key, strict=True))
-        if labels["draft_model"] == labels["method"]:  # older captures: vLLM names ngram's "model" ngram
+        if labels["method"] in MODEL_FREE:  # vLLM names a model-free drafter's "model" after it (ngram)
             labels["draft_model"] = None
         acc = fit_acceptance(spec)
         if acc is None:
@@ -572,6 +581,8 @@ def recommend(
     seed: int = 0,
     method: str | None = None,
     model: str | None = None,
+    metadata: Sequence[RunMetadata] = (),
+    check_config: bool = True,
 ) -> Recommendation | None:
     """Fit, evaluate and choose (see the module docstring); None when nothing drafted.
 
@@ -583,6 +594,10 @@ def recommend(
     Candidates compete only on one target (model, platform, device): the one named by
     ``model``, else the one with the most speculative traffic; the others are listed in
     ``other_targets``. ``ValueError`` when ``model`` is not in the input.
+
+    The ``--speculative-config`` carries what the chosen method's engines ran with, from the
+    input's run ``metadata`` (``Ingested.metadata``), and is checked against the installed vLLM
+    unless ``check_config`` is False (:mod:`specobs.tuning.speculative`).
     """
     fits = fit_methods(windows, cost_ratio=cost_ratio, method=method)
     if not fits:
@@ -594,7 +609,8 @@ def recommend(
         for fi, fit in enumerate(fits)
     ]
     chosen = _choose([c for ev in evaluations for c in ev.candidates], margin)
-    return replace(_result(evaluations, buckets, chosen), target=target, other_targets=others)
+    result = replace(_result(evaluations, buckets, chosen), target=target, other_targets=others)
+    return speculative.complete(result, metadata, check_config=check_config)
 
 
 def _target_of(fit: MethodFit) -> tuple[str | None, str | None, str | None]:
@@ -698,14 +714,10 @@ LEVIATHAN_BASELINE = "estimated: no step timing in the input (per-position Levia
 
 
 def _speculative_config(fit: MethodFit, k: int, schedule: Sequence[Sequence[int]] | None) -> str | None:
+    """The config from the fit's labels alone (``recommend`` completes it from the run metadata)."""
     if fit.method is None:
         return None  # never a config with "method": null
-    config: dict[str, Any] = {"method": fit.method, "num_speculative_tokens": k}
-    if fit.labels.get("draft_model"):
-        config["model"] = fit.labels["draft_model"]
-    if schedule:
-        config["num_speculative_tokens_per_batch_size"] = [list(row) for row in schedule]
-    return json.dumps(config)
+    return speculative.config_for(fit.method, fit.labels.get("draft_model"), k, schedule).text
 
 
 def _comparison(
