@@ -57,6 +57,7 @@ def cli_json(*args: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_the_three_bundled_logs_print_the_drafter_that_ran():
     printed = {}
     for name in ("ngram", "draft", "eagle"):
@@ -135,6 +136,7 @@ def test_a_scrape_shows_no_config_so_the_config_names_what_to_add(scrape, method
     assert json.loads(r.speculative_config)["method"] == method
 
 
+@pytest.mark.slow
 def test_an_incomplete_config_is_printed_as_such_and_a_ready_one_as_a_flag():
     scrape = str(DATA / "vllm-cpu-draft-k3.metrics.txt")
     rich = run_cli("recommend", scrape, "--method", "draft_model", "--bootstrap", "0").stdout.decode()
@@ -149,6 +151,7 @@ def test_an_incomplete_config_is_printed_as_such_and_a_ready_one_as_a_flag():
     assert f"--speculative-config '{data['speculative_config']}'" in text and "Incomplete" not in text
 
 
+@pytest.mark.slow
 def test_report_and_recommend_commands_pass_the_run_metadata():
     log = str(DATA / "vllm-cpu-ngram-k3.log")
     report = run_cli("report", log, "--format", "json")
@@ -157,6 +160,7 @@ def test_report_and_recommend_commands_pass_the_run_metadata():
     assert (config["prompt_lookup_min"], config["prompt_lookup_max"]) == (2, 3)
 
 
+@pytest.mark.slow
 def test_settings_from_a_capture_folder_are_carried_into_the_config(tmp_path):
     # Two eagle3 engines that ran with the same draft parallelism and quantization, and different
     # draft_sample_method: the agreed settings are carried, the disputed one is missing.
@@ -287,8 +291,11 @@ def test_the_capture_records_every_setting_but_vllms_placeholders():
     assert vllm_speculative.settings(None) is None
 
 
-def test_capture_labels_keep_a_draft_named_like_its_method():
-    from specobs.capture.vllm.hooks import labels_from_config
+def test_capture_labels_keep_a_draft_named_like_its_method(monkeypatch):
+    from specobs.capture.vllm import hooks
+
+    monkeypatch.setattr(hooks, "platform_labels", lambda: {"platform": "cpu", "device": None})  # no torch import
+    labels_from_config = hooks.labels_from_config
 
     def config(method: str, draft: str) -> SimpleNamespace:
         return SimpleNamespace(
