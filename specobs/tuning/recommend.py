@@ -17,23 +17,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from specobs.analysis.cost import decode_sums, steady_state
 from specobs.capture.vllm.speculative import MODEL_FREE
-from specobs.results import (
-    BucketChoice,
-    MethodFacts,
-    MethodWin,
-    Prediction,
-    Recommendation,
-    Recommended,
-    RunMetadata,
-    Target,
-)
+from specobs.results import BucketChoice, MethodFacts, MethodWin, Prediction, Recommendation, Recommended, Target
 from specobs.schema import categorical_labels
 from specobs.tuning import leviathan, speculative
 from specobs.tuning.model import (
@@ -47,6 +38,9 @@ from specobs.tuning.model import (
     predict,
     predict_off,
 )
+
+if TYPE_CHECKING:
+    from specobs.results import RunMetadata
 
 LABELS = ("model", "method", "draft_model", "platform", "device")
 
