@@ -318,3 +318,24 @@ def test_settings_in_a_metadata_file_are_read_back_and_a_bad_one_is_named(tmp_pa
     assert [m.speculative_config for m in data.metadata] == [good["speculative_config"]]
     (skipped,) = data.skipped
     assert skipped.line == 2 and skipped.why.startswith("speculative_config is not an object")
+
+
+def test_a_log_shows_the_servers_speculative_config_as_a_dict_or_as_its_json_text(tmp_path):
+    start = (
+        "(EngineCore_DP0 pid=9) INFO 11-30 04:49:01 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+        "model='/m/target', speculative_config=SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3), "
+        "served_model_name=m\n"
+        "(APIServer pid=7) INFO 11-30 04:53:28 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 2.65, "
+        "Accepted: 124 tokens, Drafted: 225 tokens, Per-position acceptance rate: 0.813, 0.467, 0.373\n"
+    )
+    args = "(APIServer pid=7) INFO 11-30 04:48:47 [api_utils.py:286] non-default args: {'model': '/m/target', "
+    shown = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
+    as_dict = tmp_path / "dict.log"
+    as_dict.write_text(args + f"'speculative_config': {shown!r}}}\n" + start)
+    as_text = tmp_path / "text.log"
+    as_text.write_text(args + f"'speculative_config': {json.dumps(shown)!r}}}\n" + start)
+    alone = tmp_path / "alone.log"
+    alone.write_text(start)
+    for path, expected in ((as_dict, shown), (as_text, shown), (alone, None)):
+        (m,) = specobs.load([str(path)]).metadata
+        assert (m.model_path, m.method, m.draft_model, m.speculative_config) == ("/m/target", "ngram", None, expected)

@@ -266,6 +266,8 @@ def run_metadata(found: FoundLines, source: str) -> list[RunMetadata]:
         body = start.group(2)
         got = {name: m.group(1) for name, pattern in _START_FIELDS.items() if (m := re.search(pattern, body))}
         found_spec, args = args.get("speculative_config"), {}  # one engine's arguments
+        if isinstance(found_spec, str):  # as typed on the command line, when vLLM kept the JSON text
+            found_spec = _json_object(found_spec)
         spec: dict[str, Any] = found_spec if isinstance(found_spec, dict) else {}
         configured = _schedule(spec.get("num_speculative_tokens_per_batch_size"))
         dp = int(got["data_parallel_size"]) if "data_parallel_size" in got else None
@@ -304,6 +306,16 @@ def _literal(text: str) -> dict[str, Any]:
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _schedule(value: object) -> tuple[tuple[int, int, int], ...] | None:
