@@ -339,3 +339,12 @@ def test_a_log_shows_the_servers_speculative_config_as_a_dict_or_as_its_json_tex
     for path, expected in ((as_dict, shown), (as_text, shown), (alone, None)):
         (m,) = specobs.load([str(path)]).metadata
         assert (m.model_path, m.method, m.draft_model, m.speculative_config) == ("/m/target", "ngram", None, expected)
+
+
+@pytest.mark.slow
+def test_a_draft_model_only_the_metadata_names_is_the_recommendations_too(tmp_path):
+    rows = [step(i, 1 + i % 4, 3, 3, 2) for i in range(400)]  # rows without a draft_model label
+    folder = write(tmp_path / "run", rows, [metadata(draft_model="/d/eagle3", speculative_config={"method": "eagle3"})])
+    r, _ = recommended(folder, margin=0.0)
+    assert r.method == "eagle3" and r.draft_model == "/d/eagle3"
+    assert json.loads(r.speculative_config)["model"] == "/d/eagle3" and r.missing_fields == ()

@@ -174,6 +174,7 @@ def complete(rec: Recommendation, metadata: Sequence[RunMetadata] = (), *, check
     config = config_for(r.method, r.draft_model, r.num_speculative_tokens, r.schedule, engines)
     recommended: Recommended = replace(
         r,
+        draft_model=r.draft_model or config.settings.get("model"),  # the metadata's, where the rows had none
         speculative_config=config.text,
         missing_fields=config.missing,
         differing=config.differing,
