@@ -289,7 +289,7 @@ def otel_table() -> str:
 #: Paths whose values are keyed by data (a method name, a batch bucket): described, not walked.
 OPAQUE = {
     "report": {"change_points[].changed"},
-    "recommend": {"method_comparison[].speedups"},
+    "recommend": {"method_comparison[].speedups", "recommended.config_check"},  # null where no vLLM is installed
     "tune": {"schedule", "noise.idle_cpu_seconds", "noise.busy_seconds"},
     "compare": {
         "configuration.a.schedule",
@@ -429,8 +429,21 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "recommended.predicted_speedup": "the config's own speedup over plain decoding, weighted by the steps in "
         "each batch bucket (measured where measured)",
         "recommended.interval": "bootstrap 2.5–97.5 percentiles `[low, high]` of it; null without bootstrap",
-        "recommended.speculative_config": "the `--speculative-config` JSON to paste "
-        "(`num_speculative_tokens_per_batch_size` for a schedule); null for no config or an unknown method",
+        "recommended.speculative_config": "the `--speculative-config` JSON: the method, draft model and every "
+        "speculative setting the input's engines of that method ran with (prompt lookup bounds, draft tensor "
+        "parallel size, …, from their run metadata), at the recommended k (`num_speculative_tokens_per_batch_size` "
+        "for a schedule); ready to paste only when `missing_fields` is empty and `config_check` found no problems; "
+        "null for no config or an unknown method",
+        "recommended.missing_fields": "fields the config needs that the input does not show, or shows with "
+        "different values in different engines (`model`: a draft model's path; `prompt_lookup_min`, "
+        "`prompt_lookup_max`: ngram's bounds when the input shows no config); empty: complete",
+        "recommended.config_check": "the config checked against the vLLM installed where specobs ran (null without "
+        "one, or with `--no-check-config`): `vllm_version`; `fields_checked` (names, types and bounds against the "
+        "fields its `SpeculativeConfig` declares); `built` (vLLM built the whole config with the target's and "
+        "draft's model configs, as at start-up: only for a complete config whose model folders are on this "
+        "machine); `problems` (what vLLM refuses; empty: nothing); `target_path` (the target as the engines "
+        "loaded it, null when the input does not show it); `folders_not_found` (model folders the config names "
+        "that are not here); `load_error` (why the target's config would not load here)",
         "recommended.baseline": "what speedups are against: `plain engine`, or how plain decoding was estimated",
         "recommended.basis": "`measured` (every bucket measured against a measured plain engine), `modelled` (some "
         "part from the model: the buckets say which) or `not measured` (no step timing: `predicted_speedup` is "

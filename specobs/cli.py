@@ -168,6 +168,14 @@ MethodOption = Annotated[
         help="Method of speculative rows that carry none (vLLM's counters and log lines have no method label).",
     ),
 ]
+CheckConfigOption = Annotated[
+    bool,
+    typer.Option(
+        "--check-config/--no-check-config",
+        help="Check the printed --speculative-config against the installed vLLM, if any: its fields, and a full "
+        "build when the model folders it names are on this machine (that imports vLLM: seconds).",
+    ),
+]
 
 
 def _method(method: str | None) -> str | None:
@@ -209,6 +217,7 @@ def report(
             "rich and Markdown.",
         ),
     ] = False,
+    check_config: CheckConfigOption = True,
 ) -> None:
     """Acceptance report: acceptance length, per-position and conditional rates with 95% intervals,
     timing by batch size, what it means, where acceptance changed, and a recommendation.
@@ -226,7 +235,7 @@ def report(
     method = _method(method)
     paths = _require_inputs("report", paths, prometheus)
     ingested = _inputs(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
-    result = analyze(ingested, groups, method=method)
+    result = analyze(ingested, groups, method=method, check_config=check_config)
     if result.empty:
         names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths or [])
         for skipped in ingested.skipped[:5]:
@@ -379,12 +388,17 @@ def recommend(
         str | None,
         typer.Option(help="Target model to recommend for, when the input holds several (default: the busiest)."),
     ] = None,
+    check_config: CheckConfigOption = True,
 ) -> None:
     """Recommend a method and k per batch size (and where to switch speculation off), with
     predicted speedups, intervals, a ready --speculative-config and the reasons.
 
     Methods compete on one target (model, platform, device) only: with several in the input,
-    the busiest, or the one --model names; the others are listed."""
+    the busiest, or the one --model names; the others are listed.
+
+    The --speculative-config is the drafter that ran (draft model, prompt lookup bounds, every
+    setting the input's run metadata shows) at the recommended k; one the input cannot complete
+    is printed as incomplete, naming the fields to add."""
     from specobs.reporting import recommendation_input
     from specobs.tuning.recommend import recommend as run
 
@@ -400,7 +414,7 @@ def recommend(
     try:
         result = run(
             recommendation_input(ingested, method=method), max_k=max_k, margin=margin, cost_ratio=cost_ratio,
-            bootstrap=bootstrap, method=method, model=model,
+            bootstrap=bootstrap, method=method, model=model, metadata=ingested.metadata, check_config=check_config,
         )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--model") from None

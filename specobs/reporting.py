@@ -134,10 +134,13 @@ def analyze(
     tune: bool = True,
     timing: bool = True,
     method: str | None = None,
+    check_config: bool = True,
 ) -> Report:
     """Analyse ``ingested`` into a :class:`Report` grouped by ``by`` (with a point-estimate
     recommendation unless ``tune`` is False, and timing by batch size unless ``timing`` is;
-    ``method`` names the method of speculative rows that carry none)."""
+    ``method`` names the method of speculative rows that carry none). The recommendation's
+    config carries what ran, from ``ingested.metadata``, and is checked against the installed
+    vLLM unless ``check_config`` is False."""
     keys = acceptance.group_columns(by)
     span = whole_span(ingested)
     parts = []
@@ -161,7 +164,9 @@ def analyze(
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
     recommendation = None
     if sums.recommendation_cells is not None and summary.num_drafts:
-        recommendation = recommend(sums.recommendation_cells, bootstrap=0)
+        recommendation = recommend(
+            sums.recommendation_cells, bootstrap=0, metadata=ingested.metadata, check_config=check_config
+        )
     from_requests = not summary.num_windows and ingested.requests.height > 0
     if from_requests:  # finished requests alone: their own counts are the acceptance (one window each)
         overall, groups = acceptance.summarize_with_total(as_windows(ingested.requests), by=by)

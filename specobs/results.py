@@ -529,6 +529,41 @@ class Recommended(Result):
     #: What the number rests on: "measured" (every part), "modelled" (some part from the model:
     #: the buckets say which) or "not measured" (no timing: no number, see the bands).
     basis: str = "measured"
+    #: Fields the config needs that the input does not show (or shows with several values): it
+    #: is not ready to paste until they are added. Empty: ready.
+    missing_fields: tuple[str, ...] = ()
+    #: The config checked against the installed vLLM; None without one (or with the check off).
+    config_check: ConfigCheck | None = None
+    #: Of ``missing_fields``, those whose engines ran with different values: field -> the values.
+    differing: Mapping[str, tuple[str, ...]] = field(default_factory=dict, metadata={"json": False}, compare=False)
+
+    @property
+    def ready(self) -> bool:
+        """Whether ``speculative_config`` can be pasted as it is: nothing missing, and the
+        installed vLLM (when checked) takes it."""
+        refused = self.config_check is not None and bool(self.config_check.problems)
+        return self.speculative_config is not None and not self.missing_fields and not refused
+
+
+@dataclass(frozen=True)
+class ConfigCheck(Result):
+    """A ``--speculative-config`` checked against the installed vLLM (its ``SpeculativeConfig``).
+
+    ``fields_checked``: its field names, types and bounds against the fields vLLM's source
+    declares; ``built``: vLLM built the whole config with the target's (and draft's) model
+    config, as at start-up; ``problems``: what vLLM refuses (empty: nothing). It is built only
+    when complete and when ``target_path`` (the target as the input's engines loaded it, None
+    when the input does not show it) and the draft are model folders on this machine:
+    ``folders_not_found`` lists those that are not; ``load_error`` is why vLLM could not be
+    tried with them (the target's config did not load)."""
+
+    vllm_version: str | None
+    fields_checked: bool
+    built: bool
+    problems: tuple[str, ...] = ()
+    target_path: str | None = None
+    folders_not_found: tuple[str, ...] = ()
+    load_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1003,9 +1038,14 @@ class RunMetadata(Result):
     engine: int | None = None
     pid: int | None = None
     model: str | None = None
+    model_path: str | None = None  # the target as vLLM loads it (``model`` is the served name)
     method: str | None = None
     draft_model: str | None = None
     num_speculative_tokens: int | None = None
+    #: The speculative config's settings as the source shows them (vLLM's field names: a log's
+    #: ``non-default args``, or every non-default field of the engine's config); None when the
+    #: source does not show them (a start-up line alone, an older capture).
+    speculative_config: Mapping[str, Any] | None = None
     schedule: tuple[tuple[int, int, int], ...] | None = None
     schedule_configured: tuple[tuple[int, int, int], ...] | None = None  # what was asked for (logs)
     max_num_seqs: int | None = None
@@ -1048,6 +1088,7 @@ __all__ = [
     "BucketChoice",
     "BucketThroughput",
     "Comparison",
+    "ConfigCheck",
     "Configuration",
     "ConfigurationComparison",
     "Difference",

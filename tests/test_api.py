@@ -107,7 +107,7 @@ def test_cli_json_is_to_dict_for_every_command():
     # Floats to their last bits: the CLI's process sums them on other threads.
     assert_same_json(json.loads(json.dumps(report.to_dict())), _cli_json("report", sweep, "--by", "method,k"))
 
-    rec = specobs.recommend(data.windows, bootstrap=0)
+    rec = specobs.recommend(data.windows, bootstrap=0, metadata=data.metadata)
     assert isinstance(rec, Recommendation)
     assert_same_json(json.loads(json.dumps(rec.to_dict())), _cli_json("recommend", sweep, "--bootstrap", "0"))
 

@@ -4,6 +4,7 @@ engine in a process). Run by tests/test_vllm_capture.py; prints one JSON object.
     python tests/vllm_scenarios.py capture METHOD MODELS_DIR
     python tests/vllm_scenarios.py sinks MODELS_DIR
     python tests/vllm_scenarios.py per_position MODELS_DIR
+    python tests/vllm_scenarios.py recorded METHOD MODELS_DIR OUT_DIR
 """
 
 from __future__ import annotations
@@ -246,10 +247,34 @@ def per_position(models: Path) -> dict:
     return result
 
 
+def recorded(method: str, models: Path, out: Path) -> dict:
+    """One method's engine captured into event files in ``out`` (steps and run metadata, as a
+    production capture writes them), at batch sizes 1 and 4: a recommendation's input."""
+    import vllm
+
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.sinks import JsonlSink
+    from specobs.capture.vllm import hooks, instrument
+
+    llm = engine(method, models)
+    generate(llm, 8)  # warm-up: ngram's proposer compiles numba code on its first call
+    sink = JsonlSink(out, f"config-{method}")
+    state = instrument(llm, sink=sink, config=CaptureConfig(run_id=f"config-{method}"))
+    params = vllm.SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
+    for n in (1, len(PROMPTS), 1, len(PROMPTS)):
+        llm.generate(PROMPTS[:n], params, use_tqdm=False)
+    state.recorder.flush(final=True)
+    sink.close()
+    hooks.uninstall()
+    return {"files": sorted(p.name for p in out.iterdir()), "hook_errors": state.recorder.hook_errors}
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
     if what == "capture":
         result = capture(sys.argv[2], Path(sys.argv[3]))
+    elif what == "recorded":
+        result = recorded(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]))
     elif what == "sinks":
         result = sinks(Path(sys.argv[2]))
     elif what == "per_position":

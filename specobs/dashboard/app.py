@@ -33,7 +33,7 @@ from specobs.dashboard.data import (
 from specobs.errors import SpecobsError
 from specobs.ingest import Ingested
 from specobs.render import sentences, to_json
-from specobs.render.sentences import headline
+from specobs.render.sentences import config_check_note, config_warning, headline
 from specobs.render.tuning import BAND_HEADERS, band_rows, band_title
 from specobs.reporting import analyze
 from specobs.results import RequestAcceptance
@@ -70,9 +70,11 @@ def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _windows: pl.
 
 
 @st.cache_resource(max_entries=16, show_spinner="Fitting the throughput model…")
-def _recommendation(key: tuple, filters: Filters, options: tuple, _windows: pl.DataFrame):
+def _recommendation(key: tuple, filters: Filters, options: tuple, _windows: pl.DataFrame, _loaded: Loaded):
     max_k, margin, cost_ratio, bootstrap = options
-    return recommend(_windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap)
+    return recommend(
+        _windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, metadata=_loaded.metadata
+    )
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
@@ -352,8 +354,16 @@ def tuning(ctx: Context) -> None:
         help=None if not interval else f"95% interval {interval[0]:.2f}–{interval[1]:.2f}",
     )
     if r.speculative_config:
-        st.caption("Paste into `vllm serve` (copy button at the right):")
-        st.code(f"--speculative-config '{r.speculative_config}'", language="bash")
+        warning = config_warning(r)
+        if warning:  # the config alone, not a flag to paste
+            st.warning(warning)
+            st.code(r.speculative_config, language="json")
+        else:
+            st.caption("Paste into `vllm serve` (copy button at the right):")
+            st.code(f"--speculative-config '{r.speculative_config}'", language="bash")
+        note = config_check_note(r)
+        if note:
+            st.caption(note)
     st.download_button(
         "Download recommendation (JSON)",
         to_json(rec),
@@ -449,7 +459,7 @@ class Context:
         return _report(self.key, self.filters, self.groups, self.windows, self.loaded)
 
     def recommendation(self, options: tuple):
-        return _recommendation(self.key, self.filters, options, self.windows)
+        return _recommendation(self.key, self.filters, options, self.windows, self.loaded)
 
     def derived(self, view: Callable[..., Any], *args: Any) -> Any:
         """``view(windows, *args)``, cached by the inputs, the filters, the view and ``args``."""

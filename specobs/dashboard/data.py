@@ -20,7 +20,7 @@ from specobs.analysis.cost import steady_state
 from specobs.errors import Skipped, SpecobsError
 from specobs.ingest import SourceReport, add_prometheus, counted_sources, load
 from specobs.ingest.source import expand_paths
-from specobs.results import TunerDecision, TuneResult
+from specobs.results import RunMetadata, TunerDecision, TuneResult
 from specobs.schema import categorical_labels
 
 #: The bundled real recording the app opens on when given nothing (present in a checkout).
@@ -86,6 +86,7 @@ class Loaded:
     tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)  # specobs tune results read back
     decisions: list[TunerDecision] = field(default_factory=list)  # the online tuner's log
     requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))  # finished requests
+    metadata: tuple[RunMetadata, ...] = ()  # run metadata: what each engine ran with
 
 
 def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Loaded:
@@ -106,7 +107,7 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = ()) -> Lo
     )
     return Loaded(
         windows, counted_sources(ingested), ingested.skipped, failed, filter_options(labels), time_bounds(windows),
-        ingested.tune_runs, ingested.decisions, ingested.requests,
+        ingested.tune_runs, ingested.decisions, ingested.requests, tuple(ingested.metadata),
     )  # fmt: skip
 
 

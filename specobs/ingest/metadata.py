@@ -60,6 +60,10 @@ def parse(record: Any, source: str | None = None) -> tuple[RunMetadata | None, s
             if not ok:
                 return None, f"{f.name} is not a list of [low, high, k] integers"
             value = tuple(tuple(r) for r in value)
+        elif f.name == "speculative_config":
+            value = settings(value)
+            if value is None:
+                return None, "speculative_config is not an object of settings (numbers, strings, lists)"
         elif f.name == "environment":
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 return None, "environment is not an object of strings"
@@ -70,6 +74,34 @@ def parse(record: Any, source: str | None = None) -> tuple[RunMetadata | None, s
             value = value[:MAX_CHARS]
         values[f.name] = value
     return RunMetadata(**values, source=source), None
+
+
+_BAD = object()
+
+
+def settings(value: Any) -> dict[str, Any] | None:
+    """A speculative config's settings as plain JSON (strings cut to :data:`MAX_CHARS`), or None
+    when ``value`` is not an object of numbers, strings and small lists."""
+    plain = _plain(value) if isinstance(value, dict) else _BAD
+    return plain if isinstance(plain, dict) else None
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _BAD
+    if isinstance(value, str):
+        return value[:MAX_CHARS]
+    if depth >= 3:
+        return _BAD
+    if isinstance(value, list | tuple):  # a tuple: a Python literal of a log line
+        items = [_plain(v, depth + 1) for v in value]
+        return _BAD if any(v is _BAD for v in items) else items
+    if isinstance(value, dict):
+        pairs = {str(k)[:MAX_CHARS]: _plain(v, depth + 1) for k, v in value.items()}
+        return _BAD if any(v is _BAD for v in pairs.values()) else pairs
+    return _BAD
 
 
 def read(src: Source) -> tuple[list[RunMetadata], list[Skipped], int]:

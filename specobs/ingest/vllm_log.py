@@ -40,6 +40,7 @@ import polars as pl
 
 from specobs.errors import Skipped
 from specobs.ingest import columns as C
+from specobs.ingest.metadata import settings
 from specobs.ingest.scan import Fields, FoundLines
 
 if TYPE_CHECKING:  # results imports ingest: imported where used
@@ -349,17 +350,20 @@ _START_FIELDS = {
     "cudagraph_mode": r"'cudagraph_mode': <CUDAGraphMode\.(\w+)",
     "platform": r"device_config=(\w+)",
     "model": r"served_model_name=([^,\s)]+)",
+    "model_path": r"^model='([^']*)'",
     "method": r"SpeculativeConfig\(method='(\w+)'",
+    "draft_model": r"SpeculativeConfig\(method='\w+', model='([^']*)'",
     "num_speculative_tokens": r"SpeculativeConfig\([^)]*num_spec_tokens=(\d+)",
 }
 
 
 def run_metadata(found: FoundLines, source: str) -> list[RunMetadata]:
     """Run metadata from engine start-up lines: one record per ``Initializing a V1 LLM engine``
-    line (vLLM's version, dtypes, parallelism, graph mode, method and k), with the user's own
-    settings from the ``non-default args`` line printed before it (the configured batch-size
-    schedule, which vLLM drops with data parallel > 1, and the rejection sampler). The attention
-    backend and device are not in these lines: left unknown.
+    line (vLLM's version, dtypes, parallelism, graph mode, the target's path, method, draft model
+    and k), with the user's own settings from the ``non-default args`` line printed before it
+    (its whole ``speculative_config``: prompt lookup bounds, the configured batch-size schedule,
+    which vLLM drops with data parallel > 1, the rejection sampler). The attention backend and
+    device are not in these lines: left unknown.
     """
     from specobs.results import RunMetadata
 
@@ -380,13 +384,18 @@ def run_metadata(found: FoundLines, source: str) -> list[RunMetadata]:
         body = start.group(2)
         got = {name: m.group(1) for name, pattern in _START_FIELDS.items() if (m := re.search(pattern, body))}
         found_spec, args = args.get("speculative_config"), {}  # one engine's arguments
+        if isinstance(found_spec, str):  # as typed on the command line, when vLLM kept the JSON text
+            found_spec = _json_object(found_spec)
         spec: dict[str, Any] = found_spec if isinstance(found_spec, dict) else {}
         configured = _schedule(spec.get("num_speculative_tokens_per_batch_size"))
         dp = int(got["data_parallel_size"]) if "data_parallel_size" in got else None
         graphs = got.get("cudagraph_mode")
         eager = got.get("enforce_eager") == "True" or graphs == "NONE"
         out.append(RunMetadata(
-            run_id=source, model=got.get("model"), method=got.get("method"),
+            run_id=source, model=got.get("model"), model_path=got.get("model_path"), method=got.get("method"),
+            draft_model=got.get("draft_model"),
+            # The user's own settings; none shown without a non-default args line (offline LLM).
+            speculative_config=settings(spec) if isinstance(found_spec, dict) else None,
             num_speculative_tokens=(
                 int(got["num_speculative_tokens"]) if "num_speculative_tokens" in got
                 else 0 if "speculative_config=None" in body else None
@@ -415,6 +424,16 @@ def _literal(text: str) -> dict[str, Any]:
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _schedule(value: object) -> tuple[tuple[int, int, int], ...] | None:

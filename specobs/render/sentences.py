@@ -18,6 +18,7 @@ from specobs.results import (
     GroupSummary,
     IntegrityIssue,
     Recommendation,
+    Recommended,
     Report,
     RequestAcceptance,
     RunMetadata,
@@ -477,6 +478,59 @@ def band_notes(band: SpeedupBand) -> list[str]:
         out.append(f"{_capital(UNKNOWN_METHOD)} (its drafter's cost class: the band assumes the widest).")
     out.append(f"{_capital(HOW_TO_MEASURE)}.")
     return out
+
+
+def config_warning(r: Recommended) -> str | None:
+    """Why the printed ``--speculative-config`` is not ready to paste (None when it is): the
+    fields it lacks and why the input does not give them, or what the installed vLLM refuses."""
+    if r.speculative_config is None or r.ready:
+        return None
+    if r.missing_fields:
+        parts = []
+        lookups = [f for f in r.missing_fields if f.startswith("prompt_lookup_") and f not in r.differing]
+        for name in r.missing_fields:
+            if name in r.differing:
+                parts.append(f"{name} (the input's engines of this method ran with {' and '.join(r.differing[name])})")
+            elif name == "model":
+                parts.append("model (the draft model's path: the input does not show it)")
+            elif name not in lookups:
+                parts.append(name)
+        if lookups:
+            parts.append(
+                f"{' and '.join(lookups)} (the input does not show the config that ran; without them vLLM runs its "
+                "default lookup bounds, another drafter than the one measured)"
+            )
+        return "Incomplete, not ready to paste: add " + "; ".join(parts) + "."
+    check = r.config_check
+    problems = "; ".join(check.problems) if check else ""
+    return f"Not ready to paste: vLLM {_version(check)} refuses it: {problems}."
+
+
+def _version(check: object) -> str:
+    version = getattr(check, "vllm_version", None)
+    return f"{version} (installed here)" if version else "(installed here)"
+
+
+def config_check_note(r: Recommended) -> str | None:
+    """How far the installed vLLM checked the printed config (None: not checked, no vLLM here)."""
+    check = r.config_check
+    if check is None or check.problems or r.speculative_config is None:
+        return None  # a refusal is the warning itself
+    if check.built:
+        return f"vLLM {_version(check)} built this config (its SpeculativeConfig, with the model folders found here)."
+    text = f"Its fields are ones vLLM {_version(check)} takes (names, types and bounds of its SpeculativeConfig)"
+    if r.missing_fields:
+        return text + "; built once complete."
+    text += "; not built"
+    if check.folders_not_found:
+        folders = ", ".join(check.folders_not_found)
+        return (
+            f"{text}: no model folder {folders} here (the paths as the engine named them); run specobs where "
+            "the models are to build it."
+        )
+    if check.load_error:
+        return f"{text}: vLLM could not load the target model's config here ({check.load_error})."
+    return text + ": the input does not show the target model's path."
 
 
 def speedup_with_interval(value: float | None, interval: Sequence[float] | None) -> str:

@@ -11,7 +11,9 @@ from specobs.render.markdown import md_table
 from specobs.render.sentences import (
     band_range,
     batch_range,
+    config_check_note,
     config_values,
+    config_warning,
     environment_name,
     headline,
     speculative_config_line,
@@ -19,7 +21,7 @@ from specobs.render.sentences import (
     tune_headline,
     tune_notes,
 )
-from specobs.results import Comparison, Recommendation, SpeedupBand, TuneResult
+from specobs.results import Comparison, Recommendation, Recommended, SpeedupBand, TuneResult
 
 
 def _fmt(value: float | int | None, fmt: str = "{:.2f}") -> str:
@@ -77,14 +79,24 @@ BY_BATCH_COLS = (Col("batch", justify="left"), Col("k"), Col("speedup [95%]"), C
                  Col("traffic steps", 2))  # fmt: skip
 
 
-def _config_to_rich(config: str | None, console: Console) -> None:
-    if config:
-        console.print(Text(speculative_config_line(config)), soft_wrap=True)  # one line, to copy whole
+def _config_to_rich(r: Recommended, console: Console) -> None:
+    """The config on one line (to copy whole), or, when it is not ready, why and the bare JSON."""
+    if not r.speculative_config:
+        return
+    warning = config_warning(r)
+    if warning:  # the config alone, not a flag to paste
+        console.print(Text(warning, style="bold yellow"))
+        console.print(Text(r.speculative_config), soft_wrap=True)
+    else:
+        console.print(Text(speculative_config_line(r.speculative_config)), soft_wrap=True)
+    note = config_check_note(r)
+    if note:
+        console.print(Text(note, style="dim"))
 
 
 def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
     console.print(Text(headline(rec), style="bold"))
-    _config_to_rich(rec.recommended.speculative_config, console)
+    _config_to_rich(rec.recommended, console)
     if rec.by_batch_size:
         print_table(
             console, BY_BATCH_COLS, recommendation_rows(rec), f"By batch size ({rec.method or 'unknown method'})"
@@ -112,8 +124,16 @@ def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
 
 def recommendation_to_markdown(rec: Recommendation) -> str:
     parts = [f"**{headline(rec)}**", ""]
-    if rec.recommended.speculative_config:
-        parts += ["```", speculative_config_line(rec.recommended.speculative_config), "```", ""]
+    r = rec.recommended
+    if r.speculative_config:
+        warning = config_warning(r)
+        if warning:  # the config alone, not a flag to paste
+            parts += [f"**{warning}**", "", "```json", r.speculative_config, "```", ""]
+        else:
+            parts += ["```", speculative_config_line(r.speculative_config), "```", ""]
+        note = config_check_note(r)
+        if note:
+            parts += [note, ""]
     if rec.by_batch_size:
         parts += md_table(BY_BATCH_HEADERS, recommendation_rows(rec))
     for band in rec.bands:
@@ -294,7 +314,8 @@ def tune_verification_rows(result: TuneResult) -> list[list[str]]:
 
 def tune_to_rich(result: TuneResult, console: Console) -> None:
     console.print(Text(tune_headline(result), style="bold"))
-    _config_to_rich(result.speculative_config, console)
+    if result.speculative_config:  # what tune applied and measured: always complete
+        console.print(Text(speculative_config_line(result.speculative_config)), soft_wrap=True)
     print_table(console, TUNE_BUCKET_COLS, tune_bucket_rows(result), "Schedule by batch size")
     print_table(console, TUNE_MEASUREMENT_COLS, tune_measurement_rows(result),
                 "Measured (generated tokens/s per round, 95% t interval)")  # fmt: skip

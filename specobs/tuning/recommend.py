@@ -14,16 +14,16 @@ cost ratio.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from specobs.analysis.cost import decode_sums, steady_state, with_draining
+from specobs.capture.vllm.speculative import MODEL_FREE
 from specobs.results import (
     BucketChoice,
     MethodFacts,
@@ -36,6 +36,7 @@ from specobs.results import (
     Target,
 )
 from specobs.schema import categorical_labels
+from specobs.tuning import speculative
 from specobs.tuning.band import speedup_band
 from specobs.tuning.model import (
     BASELINE_PLAIN,
@@ -49,6 +50,9 @@ from specobs.tuning.model import (
     predict_off,
 )
 from specobs.tuning.served import plain_cells, served_speedups
+
+if TYPE_CHECKING:
+    from specobs.results import RunMetadata
 
 LABELS = ("model", "method", "draft_model", "platform", "device")
 
@@ -111,7 +115,7 @@ def fit_methods(
         return fits
     for key, spec in spec_all.group_by(list(LABELS), maintain_order=True):
         labels: dict[str, Any] = dict(zip(LABELS, key, strict=True))
-        if labels["draft_model"] == labels["method"]:  # older captures: vLLM names ngram's "model" ngram
+        if labels["method"] in MODEL_FREE:  # vLLM names a model-free drafter's "model" after it (ngram)
             labels["draft_model"] = None
         acc = fit_acceptance(spec)
         if acc is None:
@@ -690,6 +694,8 @@ def recommend(
     seed: int = 0,
     method: str | None = None,
     model: str | None = None,
+    metadata: Sequence[RunMetadata] = (),
+    check_config: bool = True,
 ) -> Recommendation | None:
     """Fit, evaluate and choose (see the module docstring); None when nothing drafted.
 
@@ -701,6 +707,10 @@ def recommend(
     Candidates compete only on one target (model, platform, device): the one named by
     ``model``, else the one with the most speculative traffic; the others are listed in
     ``other_targets``. ``ValueError`` when ``model`` is not in the input.
+
+    The ``--speculative-config`` carries what the chosen method's engines ran with, from the
+    input's run ``metadata`` (``Ingested.metadata``), and is checked against the installed vLLM
+    unless ``check_config`` is False (:mod:`specobs.tuning.speculative`).
     """
     frame = recommendation_cells(windows, method=method)
     fits = fit_methods(frame, cost_ratio=cost_ratio)
@@ -715,7 +725,8 @@ def recommend(
         facts = tuple(_facts(f) for f in fits)
         if served:
             found = _from_served(untimed, served, margin)
-            return replace(found, methods=facts, target=target, other_targets=others, bands=bands, served=served)
+            found = replace(found, methods=facts, target=target, other_targets=others, bands=bands, served=served)
+            return speculative.complete(found, metadata, check_config=check_config)
         return Recommendation(
             recommended=_not_measured(fits),
             by_batch_size=(),
@@ -733,7 +744,7 @@ def recommend(
     chosen = _choose([c for ev in evaluations for c in ev.candidates], margin)
     result = _result(evaluations, buckets, chosen)
     untimed_facts = tuple(_facts(f) for f in fits if f.cost is None)
-    return replace(
+    result = replace(
         result,
         target=target,
         other_targets=others,
@@ -741,6 +752,7 @@ def recommend(
         served=served,
         methods=result.methods + untimed_facts,
     )
+    return speculative.complete(result, metadata, check_config=check_config)
 
 
 def _served(frame: pl.DataFrame, fits: list[MethodFit]) -> tuple[ServedSpeedup, ...]:
@@ -955,14 +967,10 @@ LEVIATHAN_BASELINE = "not measured: no step timing and no plain engine in the in
 
 
 def _speculative_config(fit: MethodFit, k: int, schedule: Sequence[Sequence[int]] | None) -> str | None:
+    """The config from the fit's labels alone (``recommend`` completes it from the run metadata)."""
     if fit.method is None:
         return None  # never a config with "method": null
-    config: dict[str, Any] = {"method": fit.method, "num_speculative_tokens": k}
-    if fit.labels.get("draft_model"):
-        config["model"] = fit.labels["draft_model"]
-    if schedule:
-        config["num_speculative_tokens_per_batch_size"] = [list(row) for row in schedule]
-    return json.dumps(config)
+    return speculative.config_for(fit.method, fit.labels.get("draft_model"), k, schedule).text
 
 
 def _comparison(

@@ -38,6 +38,7 @@ from specobs.capture.config import CaptureConfig
 from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.timing import clock_for_device, clock_of
+from specobs.capture.vllm.speculative import MODEL_FREE
 from specobs.schema import REQUEST_KEY, request_key
 
 logger = logging.getLogger("specobs")
@@ -395,8 +396,11 @@ def labels_from_config(vllm_config: Any) -> dict[str, Any]:
         spec = getattr(vllm_config, "speculative_config", None)
         labels["method"] = getattr(spec, "method", None) if spec is not None else None
         draft = getattr(spec, "model", None) if spec is not None else None
-        # vLLM fills speculative_config.model with the method name for model-free drafters (ngram).
-        labels["draft_model"] = draft if draft and draft not in (labels["model"], labels["method"]) else None
+        # vLLM fills speculative_config.model with the method name for model-free drafters (ngram),
+        # and with the target for MTP in the target's checkpoint; a draft named like its method
+        # (EAGLE's folder "eagle") is a draft.
+        free = labels["method"] in MODEL_FREE
+        labels["draft_model"] = draft if draft and not free and draft != labels["model"] else None
         parallel = getattr(vllm_config, "parallel_config", None)
         labels["engine"] = int(getattr(parallel, "data_parallel_rank", 0) or 0)
     except Exception:  # labels are best effort; rows still count

@@ -18,6 +18,7 @@ import platform as host
 import time
 from typing import Any
 
+from specobs.capture.vllm.speculative import settings
 from specobs.schema import METADATA_KEY, METADATA_VERSION
 
 #: Environment variables recorded with the metadata: the ones that change what the engine runs
@@ -126,9 +127,12 @@ def engine_metadata(vllm_config: Any, runner: Any, labels: dict[str, Any], pid: 
         engine=labels.get("engine"),
         pid=os.getpid() if pid is None else pid,
         model=labels.get("model"),
+        model_path=_str(getattr(model_config, "model", None)),
         method=labels.get("method"),
         draft_model=labels.get("draft_model"),
         num_speculative_tokens=_int(getattr(spec, "num_speculative_tokens", None)) if spec is not None else 0,
+        # Every setting the engine's SpeculativeConfig holds (what a recommendation's config carries over).
+        speculative_config=_read(settings, spec) if spec is not None else None,
         schedule=_read(lambda: tuple((int(a), int(b), int(k)) for a, b, k in schedule)) if schedule else None,
         # Only what the engine still holds: vLLM has dropped a schedule it refuses (data parallel > 1).
         schedule_configured=None,
