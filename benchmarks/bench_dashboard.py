@@ -50,7 +50,7 @@ CHARTS = {"Overview": 3, "Cost": 3, "Tuning": 2, "Compare": 1, "Sources": 0}
 def generate(path: Path, rows: int) -> None:
     import polars as pl
 
-    base = pl.concat([pl.read_ndjson(f) for f in sorted(SWEEP.glob("*.jsonl"))], how="diagonal_relaxed")
+    base = pl.concat([pl.read_ndjson(f) for f in sorted(SWEEP.glob("specobs-*.jsonl"))], how="diagonal_relaxed")
     span = base["ts"].max() - base["ts"].min() + 1
     plays = pl.int_range(-(-rows // base.height), eager=True).alias("play").to_frame()
     tiled = plays.join(base, how="cross").with_columns(ts=pl.col("ts") + pl.col("play") * span).drop("play")

@@ -640,6 +640,11 @@ class SpeedupBand(Result):
     best_k_memory_bound: int
     best_k_compute_bound: int
     by_k: tuple[KBand, ...]
+    #: The config that ran (at ``ran_k``), completed from the run metadata: what to measure
+    #: against (with the capture, ``specobs tune`` or a plain server), not a recommendation.
+    speculative_config: str | None = None
+    missing_fields: tuple[str, ...] = ()  # what the input does not show of it (see Recommended)
+    config_check: ConfigCheck | None = None
 
     def at(self, k: int) -> KBand | None:
         return next((b for b in self.by_k if b.num_speculative_tokens == k), None)

@@ -382,7 +382,7 @@ def test_groups_without_drafts_are_named_once_not_printed(fmt):
     assert len(empty) == 3 and len(groups) == 15
     import polars as pl
 
-    steps = pl.concat([pl.read_ndjson(f) for f in sorted(Path(SWEEP).glob("*.jsonl"))], how="diagonal_relaxed")
+    steps = pl.concat([pl.read_ndjson(f) for f in sorted(Path(SWEEP).glob("specobs-*.jsonl"))], how="diagonal_relaxed")
     per_group = steps.group_by("method", "num_spec_tokens").agg(pl.len(), pl.col("num_drafts").sum())
     windows = per_group.filter(pl.col("num_drafts") == 0)["len"].sum()
     assert f"Not shown: 3 group(s) without drafts ({windows:,} windows): draft_model · 0, ngram · 0, – · 0" in out

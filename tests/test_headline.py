@@ -29,7 +29,7 @@ NOISE = 0.10
 
 
 def _raw_steps() -> pl.DataFrame:
-    frames = [pl.read_ndjson(p, infer_schema_length=None) for p in sorted(SWEEP.glob("*.jsonl"))]
+    frames = [pl.read_ndjson(p, infer_schema_length=None) for p in sorted(SWEEP.glob("specobs-*.jsonl"))]
     return pl.concat(frames, how="diagonal_relaxed")
 
 

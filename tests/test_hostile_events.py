@@ -117,7 +117,7 @@ def test_the_report_names_a_bad_parquet_row(tmp_path):
     from specobs import schema
 
     sweep = Path(__file__).resolve().parents[1] / "examples" / "data" / "vllm-cpu-sweep"
-    source = next(sweep.glob("*ngram*.jsonl"))
+    source = next(sweep.glob("specobs-*ngram*.jsonl"))
     rows = [_json.loads(line) for line in source.read_text().splitlines()[:50]]
     good_drafts = sum(r.get("num_drafts") or 0 for i, r in enumerate(rows) if i != 3 and r.get("request_id") is None)
     rows[3]["batch_size"] = -4

@@ -51,6 +51,15 @@ def recommended(*paths: Path, **options) -> tuple[specobs.Recommended, list[RunM
     return rec.recommended, data.metadata
 
 
+def ran_configs(*paths: Path, **options) -> dict[str | None, specobs.SpeedupBand]:
+    """Method → its band, whose config is what ran: a log or scrape alone has no timing, so it
+    prints no recommendation but the config that ran, completed from the run metadata."""
+    data = specobs.load([str(p) for p in paths])
+    rec = recommend(data.windows, bootstrap=0, metadata=data.metadata, **options)
+    assert rec is not None and rec.recommended.basis == "not measured"
+    return {band.method: band for band in rec.bands}
+
+
 def cli_json(*args: str) -> dict:
     result = run_cli(*args, "--format", "json", "--bootstrap", "0")
     assert result.returncode == 0, result.stderr.decode()
@@ -61,9 +70,10 @@ def cli_json(*args: str) -> dict:
 def test_the_three_bundled_logs_print_the_drafter_that_ran():
     printed = {}
     for name in ("ngram", "draft", "eagle"):
-        r = cli_json("recommend", str(DATA / f"vllm-cpu-{name}-k3.log"))["recommended"]
-        assert r["missing_fields"] == []
-        printed[name] = json.loads(r["speculative_config"])
+        (band,) = cli_json("recommend", str(DATA / f"vllm-cpu-{name}-k3.log"))["bands"]
+        assert band["missing_fields"] == []
+        printed[name] = json.loads(band["speculative_config"])
+        assert printed[name]["num_speculative_tokens"] == 3  # as it ran
     assert {k: printed["ngram"].get(k) for k in ("method", "prompt_lookup_min", "prompt_lookup_max")} == {
         "method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 3,
     }  # fmt: skip
@@ -75,15 +85,16 @@ def test_the_three_bundled_logs_print_the_drafter_that_ran():
 
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: p.name)
 def test_every_field_a_bundled_log_shows_is_in_the_printed_config(log):
-    r, _ = recommended(log)
-    config = json.loads(r.speculative_config)
-    shown = [s for s in shown_in_log(log) if s.get("method") == r.method]
-    assert shown, "the log shows the config of the recommended method"
-    for settings in shown:
-        for key, value in settings.items():
-            if key not in RECOMMENDED:
-                assert config[key] == value, key
-    assert r.missing_fields == () and r.ready
+    bands = ran_configs(log)
+    for method, band in bands.items():
+        config = json.loads(band.speculative_config)
+        shown = [s for s in shown_in_log(log) if s.get("method") == method]
+        assert shown, "the log shows the config of every method it ran"
+        for settings in shown:
+            for key, value in settings.items():
+                if key not in RECOMMENDED:
+                    assert config[key] == value, key
+        assert band.missing_fields == ()
 
 
 def _metadata_records(folder: Path) -> list[dict]:
@@ -108,9 +119,12 @@ def test_the_bundled_method_recordings_print_the_draft_their_metadata_records(mo
     assert r.missing_fields == ()
 
 
-def test_a_capture_without_settings_leaves_ngram_incomplete():
-    # The bundled sweep's event files carry no run metadata: ngram's lookup bounds are not in it.
-    r, meta = recommended(DATA / "vllm-cpu-sweep")
+def test_a_capture_without_settings_leaves_ngram_incomplete(tmp_path):
+    # The bundled sweep's event files without their run-metadata records: ngram's lookup bounds are not there.
+    for path in (DATA / "vllm-cpu-sweep").glob("*.jsonl"):
+        if path.name.startswith("specobs-"):
+            (tmp_path / path.name).write_bytes(path.read_bytes())
+    r, meta = recommended(tmp_path)
     assert meta == [] and r.method == "ngram"
     assert r.missing_fields == ("prompt_lookup_min", "prompt_lookup_max") and not r.ready
     assert set(json.loads(r.speculative_config)) <= {"method", *RECOMMENDED}
@@ -127,13 +141,11 @@ def test_a_capture_without_settings_leaves_ngram_incomplete():
 def test_a_scrape_shows_no_config_so_the_config_names_what_to_add(scrape, method, missing):
     data = specobs.load([str(DATA / scrape)])
     assert data.metadata == []
-    without = recommend(data.windows, bootstrap=0, metadata=data.metadata)
-    assert without is not None and without.recommended.speculative_config is None  # no method: no config at all
-    rec = recommend(data.windows, bootstrap=0, method=method, metadata=data.metadata)
-    assert rec is not None
-    r = rec.recommended
-    assert r.method == method and r.missing_fields == missing and not r.ready
-    assert json.loads(r.speculative_config)["method"] == method
+    (unnamed,) = ran_configs(DATA / scrape).values()
+    assert unnamed.speculative_config is None  # no method: no config at all
+    band = ran_configs(DATA / scrape, method=method)[method]
+    assert band.missing_fields == missing
+    assert json.loads(band.speculative_config)["method"] == method
 
 
 @pytest.mark.slow
@@ -142,13 +154,14 @@ def test_an_incomplete_config_is_printed_as_such_and_a_ready_one_as_a_flag():
     rich = run_cli("recommend", scrape, "--method", "draft_model", "--bootstrap", "0").stdout.decode()
     markdown = run_cli("recommend", scrape, "--method", "draft_model", "--bootstrap", "0", "-f", "markdown")
     for text in (rich, markdown.stdout.decode()):
-        assert "Incomplete, not ready to paste: add model (the draft model's path" in text
+        assert "As it ran (incomplete: the input does not show model): " in text
         assert "--speculative-config '" not in text
-        assert '{"method": "draft_model", "num_speculative_tokens": ' in text
+        assert '{"method": "draft_model", "num_speculative_tokens": 3}' in text
     log = str(DATA / "vllm-cpu-eagle-k3.log")
-    data = cli_json("recommend", log)["recommended"]
+    (band,) = cli_json("recommend", log)["bands"]
     text = run_cli("recommend", log, "--bootstrap", "0").stdout.decode()
-    assert f"--speculative-config '{data['speculative_config']}'" in text and "Incomplete" not in text
+    assert f"As it ran, to measure: --speculative-config '{band['speculative_config']}'" in text
+    assert "incomplete" not in text
 
 
 @pytest.mark.slow
@@ -156,7 +169,7 @@ def test_report_and_recommend_commands_pass_the_run_metadata():
     log = str(DATA / "vllm-cpu-ngram-k3.log")
     report = run_cli("report", log, "--format", "json")
     assert report.returncode == 0
-    config = json.loads(json.loads(report.stdout)["recommendation"]["recommended"]["speculative_config"])
+    config = json.loads(json.loads(report.stdout)["recommendation"]["bands"][0]["speculative_config"])
     assert (config["prompt_lookup_min"], config["prompt_lookup_max"]) == (2, 3)
 
 
@@ -235,11 +248,13 @@ def test_the_installed_vllms_declared_fields_check_names_types_choices_and_bound
 @needs_vllm_source
 def test_a_config_vllm_refuses_is_not_ready(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no model folder "target" here
-    r, _ = recommended(DATA / "vllm-cpu-ngram-k3.log")
-    check = r.config_check
+    band = ran_configs(DATA / "vllm-cpu-ngram-k3.log")["ngram"]
+    check = band.config_check
     assert check is not None and check.problems == () and check.fields_checked and not check.built
     # The target as the engine named it, relative to where it ran: not a folder from here.
-    assert check.target_path == "target" and check.folders_not_found == ("target",) and r.ready
+    assert check.target_path == "target" and check.folders_not_found == ("target",) and not band.missing_fields
+    r = specobs.Recommended("ngram", None, 3, None, 1.5, None, band.speculative_config, "plain engine")
+    assert dataclasses.replace(r, config_check=check).ready
     bad = speculative.Config({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 0}, (), {})
     check = speculative.check(bad, speculative.Ran())
     assert check is not None and check.problems == ("prompt_lookup_min: 0 must be >= 1",) and not check.built
@@ -253,8 +268,8 @@ def test_a_config_vllm_refuses_is_not_ready(tmp_path, monkeypatch):
 
 
 def test_no_check_config_leaves_the_check_out():
-    r = cli_json("recommend", str(DATA / "vllm-cpu-eagle-k3.log"), "--no-check-config")["recommended"]
-    assert r["config_check"] is None and r["missing_fields"] == []
+    (band,) = cli_json("recommend", str(DATA / "vllm-cpu-eagle-k3.log"), "--no-check-config")["bands"]
+    assert band["config_check"] is None and band["missing_fields"] == []
 
 
 class Backend(enum.Enum):

@@ -480,6 +480,18 @@ def band_notes(band: SpeedupBand) -> list[str]:
     return out
 
 
+def ran_config_line(band: SpeedupBand) -> str | None:
+    """The config that ran, as the thing to measure: pasteable when complete, else what it lacks."""
+    if band.speculative_config is None:
+        return None
+    if band.missing_fields:
+        return (
+            f"As it ran (incomplete: the input does not show {' and '.join(band.missing_fields)}): "
+            f"{band.speculative_config}"
+        )
+    return f"As it ran, to measure: --speculative-config '{band.speculative_config}'"
+
+
 def config_warning(r: Recommended) -> str | None:
     """Why the printed ``--speculative-config`` is not ready to paste (None when it is): the
     fields it lacks and why the input does not give them, or what the installed vLLM refuses."""
@@ -607,9 +619,17 @@ def explanations(rec: Recommendation) -> list[str]:
 def assumptions(rec: Recommendation) -> list[str]:
     """What each method's fit rests on (sorted, each once)."""
     out: list[str] = []
+    served = {s.method for s in rec.served}
     for m in rec.methods:
         name = m.method or "unknown method"
-        if not m.timed:
+        if not m.timed and m.method in served:
+            out.append(
+                f"{name}: speedups measured from the servers' own generation throughput against a plain server at "
+                "the same running requests; k other than the one that ran are a modelled band. The plain server "
+                "is a separate process: separate processes of one configuration can differ by 20–40% on shared "
+                "machines"
+            )
+        elif not m.timed:
             out.append(f"{name}: no step timing in the input: its speed is a modelled band, not a measurement")
         else:
             out += [f"{name}: {note}" for note in m.model_notes]

@@ -16,6 +16,7 @@ from specobs.render.sentences import (
     config_warning,
     environment_name,
     headline,
+    ran_config_line,
     speculative_config_line,
     speedup_with_interval,
     tune_headline,
@@ -72,7 +73,8 @@ def band_rows(band: SpeedupBand) -> list[list[str]]:
 
 def band_title(band: SpeedupBand) -> str:
     name = band.method or "unknown method"
-    return f"Not measured: {name}{f' ({band.draft_model})' if band.draft_model else ''}, modelled band per k"
+    draft = f" ({band.draft_model})" if band.draft_model and band.draft_model != band.method else ""
+    return f"Not measured: {name}{draft}, modelled band per k"
 
 
 BY_BATCH_COLS = (Col("batch", justify="left"), Col("k"), Col("speedup [95%]"), Col("basis", 1, "text", "right"),
@@ -103,6 +105,8 @@ def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
         )
     for band in rec.bands:
         print_table(console, BAND_COLS, band_rows(band), band_title(band))
+        if line := ran_config_line(band):
+            console.print(Text(line), soft_wrap=True)
     if rec.method_comparison:
         methods = list(rec.method_comparison[0].speedups)
         # A narrow console leaves out the methods listed last first; the winner column stays.
@@ -138,6 +142,8 @@ def recommendation_to_markdown(rec: Recommendation) -> str:
         parts += md_table(BY_BATCH_HEADERS, recommendation_rows(rec))
     for band in rec.bands:
         parts += ["", f"{band_title(band)}:", "", *md_table(BAND_HEADERS, band_rows(band))]
+        if line := ran_config_line(band):
+            parts += ["", line]
     parts += [""] + [f"- {line}" for line in rec.explanations]
     if rec.assumptions:
         parts += ["", "Assumptions:", ""] + [f"- {line}" for line in rec.assumptions]

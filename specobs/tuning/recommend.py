@@ -719,7 +719,9 @@ def recommend(
     fits, target, others = _one_target(fits, model)
     timed = [f for f in fits if f.cost is not None]
     untimed = [f for f in fits if f.cost is None]
-    bands = tuple(_band(f, max_k) for f in untimed)
+    bands = tuple(
+        speculative.complete_band(_band(f, max_k), target, metadata, check_config=check_config) for f in untimed
+    )
     served = _served(frame, untimed)
     if not timed:
         facts = tuple(_facts(f) for f in fits)

@@ -27,7 +27,7 @@ from typing import Any
 
 from specobs.capture.vllm import speculative as vllm_speculative
 from specobs.capture.vllm.speculative import MODEL_FREE, PROMPT_LOOKUP
-from specobs.results import ConfigCheck, Recommendation, Recommended, RunMetadata, Target
+from specobs.results import ConfigCheck, Recommendation, Recommended, RunMetadata, SpeedupBand, Target
 
 #: Methods whose config needs the draft's path (``model``): vLLM cannot derive it.
 NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash", "medusa", "mlp_speculator", "custom_class"})
@@ -183,4 +183,23 @@ def complete(rec: Recommendation, metadata: Sequence[RunMetadata] = (), *, check
     return replace(rec, recommended=recommended)
 
 
-__all__ = ["NEEDS_MODEL", "Config", "Ran", "check", "complete", "config_for", "engines_of", "ran"]
+def complete_band(
+    band: SpeedupBand, target: Target | None, metadata: Sequence[RunMetadata] = (), *, check_config: bool = True
+) -> SpeedupBand:
+    """``band`` with the config that ran (its method and draft model at the k that ran, every
+    setting from ``metadata``) and what it lacks: no recommendation, the thing to measure."""
+    if band.method is None or band.ran_k is None:
+        return band
+    target = target or Target(None, None, None, 0)
+    labels = {"model": target.model, "platform": target.platform, "device": target.device}
+    engines = ran(metadata, band.method, {**labels, "draft_model": band.draft_model})
+    config = config_for(band.method, band.draft_model, band.ran_k, None, engines)
+    return replace(
+        band,
+        speculative_config=config.text,
+        missing_fields=config.missing,
+        config_check=check(config, engines) if check_config else None,
+    )
+
+
+__all__ = ["NEEDS_MODEL", "Config", "Ran", "check", "complete", "complete_band", "config_for", "engines_of", "ran"]
