@@ -247,8 +247,9 @@ def test_sources_page_lists_inputs(app):
     goto(app, "Sources")
     table = frame_with(app, "format")
     assert sorted(Path(p).name for p in table["input"]) == sorted(p.name for p in SWEEP.iterdir())
-    assert set(table["format"]) == {"events-jsonl"}
-    assert table["windows"].sum() == sum(1 for p in SWEEP.iterdir() for _ in p.open())
+    assert set(table["format"]) == {"events-jsonl", "run-metadata"}
+    # One window per step line; the run-metadata records beside them hold none.
+    assert table["windows"].sum() == sum(1 for p in SWEEP.glob("specobs-*") for _ in p.open())
     assert app.subheader[0].value == "Skipped lines: 0"
 
 

@@ -123,7 +123,7 @@ def test_every_page_renders_in_chromium(server, browser, tmp_path):
     draft = next(SWEEP.glob("specobs-sweep-draft_model-*.jsonl"))
     ngram = next(SWEEP.glob("specobs-sweep-ngram-*.jsonl"))
     verdict = json.loads(run_cli("compare", str(draft), str(ngram), "--format", "json").stdout)["verdict"]
-    windows = sum(1 for path in SWEEP.iterdir() for _ in path.open())
+    windows = sum(1 for path in SWEEP.glob("specobs-*") for _ in path.open())
     page = browser.new_page(viewport={"width": 1400, "height": 2600})
     page.goto(server)
 
