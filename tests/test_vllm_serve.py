@@ -112,6 +112,13 @@ def test_client_counts_are_the_responses(recorded, method):
     for level in record.levels:
         assert all(r.sent_unix < level.start_unix + SECONDS for r in level.request_records)
         assert SECONDS <= level.wall_seconds < SECONDS + 10
+        # CPU accounting: the busy server used CPU, within what the cores allow, and the machine's
+        # busy time covers the server's and the clients' (1/100 s ticks).
+        cpu = level.cpu
+        assert 0.1 * level.wall_seconds < cpu.server_seconds <= cpu.cores * (level.wall_seconds + 0.5)
+        assert 0 < cpu.clients_seconds < cpu.server_seconds
+        assert cpu.others_seconds == pytest.approx(cpu.machine_seconds - cpu.server_seconds - cpu.clients_seconds)
+        assert cpu.others_seconds > -0.1 * cpu.cores
 
 
 @pytest.mark.parametrize("method", ["plain", "ngram"])

