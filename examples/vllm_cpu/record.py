@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6, help="requests per client per level (unless --seconds)")
     ap.add_argument("--seconds", type=float, help="seconds of load per level instead of --rounds")
     ap.add_argument("--repeats", type=int, default=1, help="record the list of methods this many times")
+    ap.add_argument("--first-repeat", type=int, default=1, help="number of the first repeat (to add repeats later)")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up requests before the first level")
     ap.add_argument("--max-tokens", type=int, default=192, help="requests ask for max_tokens/2 .. max_tokens tokens")
     ap.add_argument("--log-interval", type=float, default=2.0, help="VLLM_LOG_STATS_INTERVAL, seconds")
@@ -60,10 +61,10 @@ def main() -> None:
         ap.error(f"unknown method(s) {', '.join(sorted(unknown))}")
     levels = [int(x) for x in a.levels.split(",")]
     scrape_every = a.scrape_every or (None if a.seconds else 10.0)
-    for repeat in range(1, a.repeats + 1):
+    for repeat in range(a.first_repeat, a.first_repeat + a.repeats):
         for method in methods:
             name = f"vllm-cpu-{method}" + ("" if method == "plain" else f"-k{a.k}")
-            name += f"-r{repeat}" if a.repeats > 1 else ""
+            name += f"-r{repeat}" if a.repeats > 1 or a.first_repeat > 1 else ""
             deadline = time.time() + a.quiet_wait
             while a.quiet_load and os.getloadavg()[0] >= a.quiet_load and time.time() < deadline:
                 time.sleep(5)

@@ -628,5 +628,11 @@ def record_server(
         metrics_path=metrics_path,
         clients_path=clients_path,
     )
-    clients_path.write_text(json.dumps(record.to_dict(), indent=1) + "\n")
+    clients_path.write_text(dumps(record.to_dict()))
     return record
+
+
+def dumps(data: Mapping[str, Any]) -> str:
+    """A ``.clients.json`` text: indented, but one line per request record (a level holds hundreds)."""
+    text = json.dumps(data, indent=1)
+    return re.sub(r'\{\n\s+"client": [^{}]*\}', lambda m: json.dumps(json.loads(m.group(0))), text) + "\n"
