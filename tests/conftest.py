@@ -31,6 +31,32 @@ def write(tmp_path: Path):
     return _write
 
 
+#: The real servers every serve test reads (tests/test_vllm_serve.py, tests/test_vllm_served.py):
+#: recorded once per session, one server at a time, at these closed-loop concurrencies.
+SERVE_METHODS = ("plain", "ngram", "draft")
+SERVE_LEVELS = (1, 4, 8)
+SERVE_SECONDS = 20.0
+
+
+@pytest.fixture(scope="session")
+def serve_recording(tmp_path_factory):
+    """(the tiny models' folder, the recordings' folder, name → ClientRecord): a plain, an ngram
+    (k=3, lookup 2–3) and a draft-model (k=3) vLLM server under greedy closed-loop clients."""
+    from specobs.testing.serve import record_server, speculative_config
+    from specobs.testing.tiny_llama import build
+
+    models = tmp_path_factory.mktemp("models")
+    build(models)
+    out = tmp_path_factory.mktemp("serve")
+    records = {
+        name: record_server(
+            models, out, name, speculative_config(name), levels=SERVE_LEVELS, seconds_per_level=SERVE_SECONDS
+        )
+        for name in SERVE_METHODS
+    }
+    return models, out, records
+
+
 def windows_of(*paths, fmt: str | None = None) -> pl.DataFrame:
     """Ingest paths and return their windows, in source-line order."""
     return load([str(p) for p in paths], fmt).windows.collect().sort("source", "source_line")

