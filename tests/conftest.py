@@ -33,7 +33,7 @@ def write(tmp_path: Path):
 
 #: The real servers every serve test reads (tests/test_vllm_serve.py, tests/test_vllm_served.py):
 #: recorded once per session, one server at a time, at these closed-loop concurrencies.
-SERVE_METHODS = ("plain", "ngram", "draft")
+SERVE_METHODS = ("plain", "ngram", "draft", "plain2")
 SERVE_LEVELS = (1, 4, 8)
 SERVE_SECONDS = 20.0
 
@@ -41,7 +41,9 @@ SERVE_SECONDS = 20.0
 @pytest.fixture(scope="session")
 def serve_recording(tmp_path_factory):
     """(the tiny models' folder, the recordings' folder, name → ClientRecord): a plain, an ngram
-    (k=3, lookup 2–3) and a draft-model (k=3) vLLM server under greedy closed-loop clients."""
+    (k=3, lookup 2–3), a draft-model (k=3) and a second plain vLLM server, in that order, under
+    greedy closed-loop clients. Two plain processes, first and last: separate processes of one
+    configuration differ by 20–40% on these machines, and the faster is the less disturbed."""
     from specobs.testing.serve import record_server, speculative_config
     from specobs.testing.tiny_llama import build
 
@@ -50,7 +52,7 @@ def serve_recording(tmp_path_factory):
     out = tmp_path_factory.mktemp("serve")
     records = {
         name: record_server(
-            models, out, name, speculative_config(name), levels=SERVE_LEVELS, seconds_per_level=SERVE_SECONDS
+            models, out, name, speculative_config(name.rstrip("2")), levels=SERVE_LEVELS, seconds_per_level=SERVE_SECONDS
         )
         for name in SERVE_METHODS
     }

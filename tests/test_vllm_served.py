@@ -61,9 +61,10 @@ def test_a_log_alone_gives_a_band_that_holds_what_the_clients_measured(serve_rec
     (band,) = rec.bands
     row = band.at(3)
     assert band.ran_k == 3 and row is not None
-    measured, plain = _clients(out, name), _clients(out, "plain")
+    measured, plain, again = _clients(out, name), _clients(out, "plain"), _clients(out, "plain2")
     for level in SERVE_LEVELS:
-        ratio = measured[level] / plain[level]
+        # The plain engine's speed: the faster of its two processes (the slower one was disturbed).
+        ratio = measured[level] / max(plain[level], again[level])
         assert row.speedup_low <= ratio <= row.speedup_high, (name, level, ratio, row)
     # The config that ran, to measure: complete, built by vLLM, the same drafter.
     ran = json.loads(band.speculative_config or "{}")

@@ -206,8 +206,8 @@ def _finished(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _with_generated(windows: pl.DataFrame, lines: pl.DataFrame, taken: pl.Series) -> pl.DataFrame:
     """``num_generated_tokens`` of each window from its stats line: the printed generation
-    throughput × the interval it covers. The throughput itself is kept only for an interval that
-    began with requests running (the previous stats line's ``Running`` above 0).
+    throughput × the interval it covers. The throughput itself is kept only for an interval whose
+    load held (:func:`_load_changed`).
 
     The interval is the time since the engine's previous stats line. When that line too had a
     SpecDecoding line, both loggers were reset at the same moment, so the spec line's own
@@ -226,11 +226,10 @@ def _with_generated(windows: pl.DataFrame, lines: pl.DataFrame, taken: pl.Series
             .shift(1)
             .over([pl.col("process").fill_null(""), "stats_engine"])
             .is_in(taken.implode()),
-            _from_idle=pl.col("stats_batch")
-            .shift(1)
-            .over([pl.col("process").fill_null(""), "stats_engine"])
-            .fill_null(0)
-            == 0,
+            _unsteady=_load_changed(
+                pl.col("stats_batch").shift(1).over([pl.col("process").fill_null(""), "stats_engine"]),
+                pl.col("stats_batch"),
+            ),
         )
     )
     precise = pl.col("_chained") & pl.col("spec_seconds").is_not_null()
@@ -240,12 +239,26 @@ def _with_generated(windows: pl.DataFrame, lines: pl.DataFrame, taken: pl.Series
         windows.join(stats, on="stats_line", how="left")
         .with_columns(
             num_generated_tokens=pl.when(seconds > 0).then(generated),
-            # An interval that began with nothing running mixes idle time into its throughput:
-            # not the throughput of the requests running at its end.
-            generation_tokens_per_second=pl.when(~pl.col("_from_idle")).then(pl.col("generation_tokens_per_second")),
+            generation_tokens_per_second=pl.when(~pl.col("_unsteady")).then(pl.col("generation_tokens_per_second")),
         )
-        .drop("_seconds", "_chained", "_from_idle", "stats_line", "spec_seconds")
+        .drop("_seconds", "_chained", "_unsteady", "stats_line", "spec_seconds")
     )
+
+
+def _load_changed(before: pl.Expr, after: pl.Expr) -> pl.Expr:
+    """Whether the running requests at an interval's two ends (the stats lines before and at it)
+    differ by more than :data:`LOAD_HELD` times, or none ran at its start. Such an interval's
+    throughput is not the throughput of the requests running at its end: one that began idle
+    mixes in idle time; one at the end of a burst (8 running, then 1) generated at the burst's
+    rate while its closing snapshot says 1. Small changes (8 and 7: a request just finished,
+    the next not yet admitted) keep it."""
+    before, after = before.fill_null(0), after.fill_null(0)
+    ratio = pl.max_horizontal(before, after) / pl.min_horizontal(before, after)
+    return (before <= 0) | ((after > 0) & (ratio > LOAD_HELD))
+
+
+#: Most the running requests may change across an interval whose throughput is kept (× or ÷).
+LOAD_HELD = 1.5
 
 
 def _stats_windows(lines: pl.DataFrame, config: pl.DataFrame, taken: pl.Series, source: str) -> pl.DataFrame:

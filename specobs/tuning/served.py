@@ -11,7 +11,8 @@ over the N of a power-of-two bucket that both engines ran (each with :data:`MIN_
 intervals or more), weighted by the speculative engine's intervals at N (its traffic). Its 95%
 interval is the ratio's, on the log scale, from the spread of the intervals' throughputs
 (``var(mean) = Σ w² var/n / (Σ w)²`` per side, Welch–Satterthwaite degrees of freedom). Intervals
-that began with nothing running are left out at ingest (their throughput mixes in idle time).
+whose load changed across them are left out at ingest (``vllm_log._load_changed``: idle time or
+the end of a burst inside them).
 Separate server processes differ by more than this spread can show (on shared machines, 20–40%):
 the assumptions say so.
 
