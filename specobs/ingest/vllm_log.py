@@ -287,19 +287,9 @@ def _stats_windows(lines: pl.DataFrame, config: pl.DataFrame, taken: pl.Series, 
     plain = pl.col("method").is_null() & (pl.col("config_k").fill_null(0) == 0) & (pl.col("model").is_not_null())
     zero = pl.when(speculative).then(pl.lit(0, pl.Int64))
     return quiet.select(
+        **_interval_columns(source),
         start_ts="start_ts",
-        end_ts="ts",
-        source=_source_label(source),
-        source_line="line",
-        source_format=pl.lit(FORMAT),
-        run_id=_source_label(source),
         engine="stats_engine",
-        model="model",
-        method="method",
-        draft_model="draft_model",
-        vllm_version="vllm_version",
-        graph_mode="graph_mode",
-        batch_size=pl.when(pl.col("stats_batch") > 0).then(pl.col("stats_batch")),
         num_spec_tokens=pl.when(speculative).then(pl.col("config_k")).when(plain).then(pl.lit(0, pl.Int64)),
         num_drafts=zero,
         num_draft_tokens=zero,
@@ -307,11 +297,30 @@ def _stats_windows(lines: pl.DataFrame, config: pl.DataFrame, taken: pl.Series, 
         num_accepted_tokens_per_pos=pl.when(speculative).then(
             pl.int_ranges(0, pl.col("config_k")).list.eval(pl.element() * 0)
         ),
-        counters=pl.lit("interval"),
-        process="process",
-        generation_tokens_per_second="gen_throughput",
         stats_line="line",
     )
+
+
+def _interval_columns(source: str) -> dict[str, pl.Expr | str]:
+    """What every V1 interval window carries besides its counts: where it came from, the labels of
+    its engine's start-up line, the running requests at the line and the engine's own throughput."""
+    return {
+        "end_ts": "ts",
+        "source": _source_label(source),
+        "source_line": "line",
+        "source_format": pl.lit(FORMAT),
+        "run_id": _source_label(source),
+        "model": "model",
+        "method": "method",
+        "draft_model": "draft_model",
+        "vllm_version": "vllm_version",
+        "graph_mode": "graph_mode",
+        # A snapshot at log time: 0 means the batch drained before the line was printed.
+        "batch_size": pl.when(pl.col("stats_batch") > 0).then(pl.col("stats_batch")),
+        "counters": pl.lit("interval"),
+        "process": "process",
+        "generation_tokens_per_second": "gen_throughput",
+    }
 
 
 def _config(lines: pl.DataFrame) -> pl.DataFrame:
@@ -578,24 +587,13 @@ def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
         engine_filled=pl.col("stats_engine").fill_null(-1),
     )
     return spec.select(
+        **_interval_columns(source),
         start_ts=pl.when((pl.col("accepted_throughput") > 0) & (pl.col("accepted") > 0))
         .then(pl.col("ts") - interval)
         .otherwise(prev_end),
-        end_ts="ts",
-        source=_source_label(source),
-        source_line="line",
-        source_format=pl.lit(FORMAT),
-        run_id=_source_label(source),
         engine=pl.when(pl.col("stats_aggregated").fill_null(False))
         .then(None)
         .otherwise(pl.col("stats_engine").fill_null(0)),
-        model="model",
-        method="method",
-        draft_model="draft_model",
-        vllm_version="vllm_version",
-        graph_mode="graph_mode",
-        # A snapshot at log time: 0 means the batch drained before the line was printed.
-        batch_size=pl.when(pl.col("stats_batch") > 0).then(pl.col("stats_batch")),
         num_spec_tokens=pl.coalesce(pl.col("config_k"), pl.col("per_pos_rates").list.len().cast(pl.Int64)),
         num_drafts="num_drafts",
         num_draft_tokens="drafted",
@@ -603,9 +601,6 @@ def _v1_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
         num_accepted_tokens_per_pos="num_accepted_tokens_per_pos",
         reported_mean_acceptance_length="mal",
         num_drafts_derived="num_drafts_derived",
-        counters=pl.lit("interval"),
-        process="process",
-        generation_tokens_per_second="gen_throughput",
         stats_line="stats_line",
         spec_seconds=pl.when((pl.col("accepted_throughput") > 0) & (pl.col("accepted") > 0)).then(interval),
     )
