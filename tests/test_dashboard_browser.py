@@ -134,7 +134,7 @@ def test_every_page_renders_in_chromium(server, browser, tmp_path):
     no_traceback(page)
     shot(page, "overview")
 
-    open_page(page, "Cost", shows="Rejected-draft share", charts=3)
+    open_page(page, "Cost", shows="Rejected-draft share", charts=4)  # step time; cost ratio, draft and rejected shares
     no_traceback(page)
     shot(page, "cost")
 
