@@ -289,7 +289,8 @@ def otel_table() -> str:
 #: Paths whose values are keyed by data (a method name, a batch bucket): described, not walked.
 OPAQUE = {
     "report": {"change_points[].changed"},
-    "recommend": {"method_comparison[].speedups", "recommended.config_check"},  # null where no vLLM is installed
+    # The config checks are null where no vLLM is installed.
+    "recommend": {"method_comparison[].speedups", "recommended.config_check", "bands[].config_check"},
     "tune": {"schedule", "noise.idle_cpu_seconds", "noise.busy_seconds"},
     "compare": {
         "configuration.a.schedule",
@@ -514,6 +515,10 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "bands[].best_k_memory_bound": "the k with the highest band top (verification flat in tokens scored)",
         "bands[].best_k_compute_bound": "the k with the highest band bottom (verification grows with tokens "
         "scored); 0: no speculation",
+        "bands[].speculative_config": "the config that ran (its method and draft model at `ran_k`, every setting "
+        "the input's run metadata shows): what to measure, not a recommendation; null when the method is unknown",
+        "bands[].missing_fields": "what the input does not show of it (as `recommended.missing_fields`)",
+        "bands[].config_check": "it checked against the installed vLLM (as `recommended.config_check`)",
         "bands[].by_k[]": "per k from 0",
         "bands[].by_k[].num_speculative_tokens": "k",
         "bands[].by_k[].tokens_per_draft": "1 + accepted tokens per draft at k (measured, or extrapolated)",
