@@ -134,7 +134,7 @@ def test_method_filter_changes_every_number_to_that_methods(app):
     shown = metrics(app)
     assert shown["Method"] == "ngram" == rec["method"]
     assert shown["Speculative tokens k"] == str(rec["num_speculative_tokens"])
-    assert shown["Predicted speedup"] == f"{rec['predicted_speedup']:.2f}×"
+    assert shown[f"Speedup ({rec['basis']})"] == f"{rec['predicted_speedup']:.2f}×"
 
 
 def test_time_range_filter_keeps_only_windows_inside_it(app):
@@ -191,12 +191,13 @@ def test_tuning_page_equals_specobs_recommend(app):
     shown = metrics(app)
     assert shown["Method"] == rec["method"]
     assert shown["Speculative tokens k"] == str(rec["num_speculative_tokens"])
-    assert shown["Predicted speedup"] == f"{rec['predicted_speedup']:.2f}×"
-    # The sweep holds no run metadata: ngram's lookup bounds are missing, so the config is shown
-    # alone under a warning, not as a flag to paste.
-    assert rec["missing_fields"] == ["prompt_lookup_min", "prompt_lookup_max"]
-    assert app.code[0].value == rec["speculative_config"]
-    assert app.warning[0].value.startswith("Incomplete, not ready to paste: add prompt_lookup_min and prompt_lookup_max")
+    assert shown[f"Speedup ({rec['basis']})"] == f"{rec['predicted_speedup']:.2f}×"
+    # The sweep carries its run metadata: the config is complete, so it is shown as the flag to paste
+    # and no warning stands above it.
+    assert rec["missing_fields"] == []
+    assert "prompt_lookup_min" in rec["speculative_config"]
+    assert app.code[0].value == f"--speculative-config '{rec['speculative_config']}'"
+    assert not [w for w in app.warning if w.value.startswith("Incomplete")]
     table = frame_with(app, "predicted speedup")
     assert table["k"].to_list() == [
         "off" if b["num_speculative_tokens"] == 0 else str(b["num_speculative_tokens"])
@@ -217,7 +218,7 @@ def test_tuning_page_equals_specobs_recommend(app):
     } <= titles
     # Fewer bootstrap resamples: intervals change, the point estimates do not.
     app.number_input(key="bootstrap").set_value(0).run()
-    assert metrics(app)["Predicted speedup"] == f"{rec['predicted_speedup']:.2f}×"
+    assert metrics(app)[f"Speedup ({rec['basis']})"] == f"{rec['predicted_speedup']:.2f}×"
     assert frame_with(app, "predicted speedup")["low"].is_null().all()
 
 
