@@ -875,11 +875,14 @@ class Comparison(Result):
 
 @dataclass(frozen=True)
 class TuneMeasurement(Result):
-    """One candidate at one batch size, measured in rounds inside its engine: generated tokens
-    per wall-clock second of its rounds, with the 95% t interval over rounds.
+    """One candidate at one batch size: generated tokens per wall-clock second of its counted
+    steps (start to start), with a 95% jackknife interval over its units.
 
     ``num_speculative_tokens`` 0 on the ``plain`` engine is plain decoding; 0 on the
     ``speculative`` engine is drafting switched off by the schedule (the drafter still runs).
+    The speculative engine's ks are compared block by block inside one generation (units are
+    cycles of blocks); the plain engine against them round by round (units are rounds), its
+    interval widened by the bias between the two engine processes (``TuneNoise.engine_bias``).
     """
 
     batch_size: int
@@ -887,10 +890,15 @@ class TuneMeasurement(Result):
     tokens_per_second: float
     low: float
     high: float
-    rounds: int
+    rounds: int  # rounds this candidate ran in
     engine: str  # plain | speculative
     eliminated: bool  # dropped from the race: slower than the leader beyond noise
     leader: bool  # the fastest candidate at this batch size when the race ended
+    steps: int = 0  # counted steps
+    units: int = 0  # cycles (speculative) or rounds (plain) it was measured in
+    vs_leader: float | None = None  # tokens/s over the leader's, paired (None: the leader itself)
+    vs_leader_low: float | None = None  # at the race's per-look level (95% over all its looks)
+    vs_leader_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -900,16 +908,18 @@ class TuneBucket(Result):
     batch_size_min: int
     batch_size_max: int
     num_speculative_tokens: int
-    basis: str  # measured | model | nearest measured
+    basis: str  # measured | model | nearest measured | measured either side | plain engine
     measured_batch_size: int | None  # the measured batch size this bucket's choice comes from
     tokens_per_second: float | None  # measured at that batch size (None: from the model)
-    decided: bool  # the race separated this choice from the rest (or found them equivalent)
+    decided: bool  # the race established the leader's advantage, or a tie within 2%, at 95%
 
 
 @dataclass(frozen=True)
 class TuneVerification(Result):
     """The chosen configuration against the best static k and the plain engine on one mixed-batch
-    workload, interleaved round by round; gains are paired per round with 95% t intervals."""
+    workload. The chosen schedule and the best static k run in the same generations, switched
+    block by block (gain paired over cycles); the plain engine runs in rounds beside them (gain
+    paired over rounds, widened by the engine bias). 95% intervals."""
 
     rounds: int
     workload: str
@@ -923,16 +933,38 @@ class TuneVerification(Result):
     gain_vs_plain: float
     gain_vs_plain_low: float
     gain_vs_plain_high: float
+    cycles: int = 0  # cycles of blocks behind the gain over the best static k
+    half_width_target: float = 0.05  # the half-width (relative) the verification ran for
+    target_met: bool = False  # both gains' intervals are within the target
+
+    @property
+    def half_widths(self) -> tuple[float, float]:
+        """Relative half-widths of the gain over the best static k and over plain."""
+
+        def half(low: float, high: float, gain: float) -> float:
+            return (high - low) / (2 * (1 + gain)) if math.isfinite(high - low) else math.inf
+
+        return (
+            half(self.gain_vs_best_static_low, self.gain_vs_best_static_high, self.gain_vs_best_static),
+            half(self.gain_vs_plain_low, self.gain_vs_plain_high, self.gain_vs_plain),
+        )
 
 
 @dataclass(frozen=True)
 class TuneNoise(Result):
-    """How noisy the measurements were, and whether an idle engine stayed idle."""
+    """How noisy the measurements were, how they were compared, and whether an idle engine
+    stayed idle."""
 
-    round_to_round: float  # median relative standard deviation of one candidate's rounds
+    round_to_round: float  # median relative standard deviation of a candidate's rounds
     rounds: int  # race rounds run
     idle_cpu_seconds: dict[str, float]  # CPU an engine used while the other one ran
     busy_seconds: dict[str, float]  # wall time each engine spent generating
+    cycle_to_cycle: float | None = None  # the same, for a speculative k's cycles of blocks
+    comparison: str = "rounds"  # how the speculative engine's ks were compared
+    engine_bias: float | None = None  # plain engine / (speculative engine at k=0 less its drafting)
+    engine_bias_low: float | None = None
+    engine_bias_high: float | None = None
+    k0_tax: float | None = None  # share of a k=0 step the drafter still takes (captured steps)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ engines into ``events/`` under the output folder; vLLM's own log goes beside it.
 from __future__ import annotations
 
 import json
-import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -25,12 +25,15 @@ from typing import Any
 
 from specobs.errors import InputError, SpecobsError
 from specobs.results import TuneResult
-from specobs.tuning.tune import PLAIN, SPECULATIVE, Config, Sample, tune
+from specobs.tuning.paired import Block, StepAttribution
+from specobs.tuning.tune import PLAIN, SPECULATIVE, Schedule, tune
 
 #: Engine arguments specobs sets unless ``--engine-args`` says otherwise.
 DEFAULT_ENGINE_ARGS: dict[str, Any] = {"seed": 0, "gpu_memory_utilization": 0.4}
-#: A round generates again until it has lasted this long (shorter rounds are mostly noise).
+#: A stretch generates again until it has lasted this long.
 MIN_ROUND_S = 1.0
+#: Steps per block when ks are interleaved inside a generation (the first counts for nothing).
+BLOCK_STEPS = 4
 MAX_PROMPTS = 10_000
 
 
@@ -194,17 +197,17 @@ class VllmBench:
             raise
         self.start_seconds = time.monotonic() - started
 
-    def measure(self, config: Config, batch_size: int, round_index: int) -> Sample:
-        answer = self.workers[config.engine].call(
-            op="round", schedule=[list(r) for r in config.schedule], batch=batch_size, offset=round_index
+    def stretch(
+        self, engine: str, schedules: Sequence[Schedule], batch_size: int | None, round_index: int, seed: int
+    ) -> list[Block]:
+        answer = self.workers[engine].call(
+            op="stretch",
+            schedules=[[list(r) for r in s] for s in schedules],
+            batch=batch_size,
+            offset=round_index,
+            seed=seed,
         )
-        return Sample(answer["tokens"], answer["seconds"])
-
-    def mixed(self, config: Config, round_index: int) -> Sample:
-        answer = self.workers[config.engine].call(
-            op="mixed", schedule=[list(r) for r in config.schedule], offset=round_index
-        )
-        return Sample(answer["tokens"], answer["seconds"])
+        return [Block(*row) for row in answer["blocks"]]
 
     def steps(self) -> Any:
         """Every step captured so far, as windows (both engines flushed first)."""
@@ -324,42 +327,99 @@ class _Engine:  # pragma: no cover - runs in the worker process
         self.scheduler = self.llm.llm_engine.engine_core.engine_core.scheduler
         self.max_num_seqs = self.scheduler.scheduler_config.max_num_seqs
         self.num_spec_tokens = self.scheduler.num_spec_tokens
+        self.async_scheduling = bool(getattr(self.scheduler.scheduler_config, "async_scheduling", False))
         # Warm-up, not captured: first steps pay one-off costs (compilation, the ngram JIT).
         for batch in (1, self.largest):
             self._generate(batch, 0, [self.max_tokens] * batch)
         config = CaptureConfig(run_id=spec["run_id"], workload=spec.get("workload"))
         self.capture = instrument(self.llm, sink=JsonlSink(spec["events"], spec["run_id"]), config=config)
 
-    def _apply(self, schedule: list[list[int]]) -> None:
+    def _lookup(self, schedule: list[list[int]]) -> list[int] | None:
+        """The scheduler's dense batch-size → k list for ``schedule`` (None: nothing to switch)."""
         if not schedule or getattr(self.scheduler, "dynamic_sd_lookup", None) is None:
-            return
+            return None
         from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
-        table = build_dynamic_sd_schedule_lookup(
-            [tuple(row) for row in schedule],
-            vllm_max_batch_size=self.max_num_seqs,
-            vllm_num_speculative_tokens=self.num_spec_tokens,
+        return list(
+            build_dynamic_sd_schedule_lookup(
+                [tuple(row) for row in schedule],
+                vllm_max_batch_size=self.max_num_seqs,
+                vllm_num_speculative_tokens=self.num_spec_tokens,
+            )
         )
-        self.scheduler.dynamic_sd_lookup[:] = table
 
     def _generate(self, batch: int, offset: int, lengths: list[int], min_seconds: float = 0.0) -> tuple[int, float]:
-        """Generate ``batch`` requests at once, again until ``min_seconds`` passed (a round shorter
-        than that is mostly timer and scheduling noise). Every call of a round, and every
-        configuration's round with the same ``offset``, gets the same prompts: acceptance depends
-        on the text, so a round compares configurations on identical work."""
+        """Generate ``batch`` requests at once (the warm-up)."""
         params = [self.vllm.SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
-        tokens = 0
-        seconds = 0.0
+        prompts = [self.prompts[(offset * batch + i) % len(self.prompts)] for i in range(batch)]
+        started = time.perf_counter()
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return sum(len(o.outputs[0].token_ids) for o in outputs), time.perf_counter() - started
+
+    def _stretch(
+        self, schedules: list[list[list[int]]], batch: int | None, offset: int, seed: int
+    ) -> list[list[float]]:
+        """Generate for at least ``min_round_s``, switching the k table between ``schedules``
+        every :data:`BLOCK_STEPS` steps in cycles of a random order; each block's counted steps
+        (:class:`specobs.tuning.paired.StepAttribution`) as [cycle, candidate, tokens, seconds,
+        steps]. ``batch`` requests of ``max_tokens`` each (a step counts only while all of them
+        run), or None: the mixed workload. Every stretch with the same ``offset`` gets the same
+        prompts, so the engines compare on identical work. A step's seconds run from its start
+        to the next step's start (the last one's, to its end)."""
+        from vllm.sampling_params import RequestOutputKind
+
+        rng = random.Random(seed)
+        tables = [self._lookup(s) for s in schedules]
+        lengths = mixed_lengths(self.largest, self.max_tokens) if batch is None else [self.max_tokens] * batch
+        params = [
+            self.vllm.SamplingParams(
+                temperature=0.0, max_tokens=n, ignore_eos=True, output_kind=RequestOutputKind.DELTA
+            )
+            for n in lengths
+        ]
+        first = offset * len(lengths)
+        prompts = [self.prompts[(first + i) % len(self.prompts)] for i in range(len(lengths))]
+        engine = self.llm.llm_engine
+        attribution = StepAttribution(2 if self.async_scheduling else 1)
+        blocks: dict[tuple[int, int], list[float]] = {}
+        cycle, queue, current, left = -1, [], 0, 0
+        started = time.perf_counter()
         call = 0
-        first = offset * batch
-        prompts = [self.prompts[(first + i) % len(self.prompts)] for i in range(batch)]
-        while call == 0 or seconds < min_seconds:
-            started = time.perf_counter()
-            outputs = self.llm.generate(prompts, params, use_tqdm=False)
-            seconds += time.perf_counter() - started
-            tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
+        while True:
+            for i, (prompt, param) in enumerate(zip(prompts, params, strict=True)):
+                engine.add_request(f"stretch-{seed}-{call}-{i}", prompt, param)  # DELTA outputs: tokens per step
             call += 1
-        return tokens, seconds
+            attribution.reset()
+            previous: tuple[tuple[int, int] | None, float, float] | None = None  # (block, tokens, start)
+            while engine.has_unfinished_requests():
+                if left == 0:
+                    if not queue:
+                        cycle += 1
+                        queue = rng.sample(range(len(schedules)), len(schedules))
+                    current, left = queue.pop(), BLOCK_STEPS
+                    if tables[current] is not None:
+                        self.scheduler.dynamic_sd_lookup[:] = tables[current]
+                left -= 1
+                start = time.perf_counter()
+                if previous is not None and previous[0] is not None:
+                    self._count(blocks, previous[0], previous[1], start - previous[2])
+                outputs = engine.step()
+                tokens = sum(len(o.outputs[0].token_ids) for o in outputs if o.outputs)
+                full = batch is None or sum(1 for o in outputs if o.outputs and o.outputs[0].token_ids) == batch
+                counted = attribution.add(current) and full and tokens > 0
+                previous = ((cycle, current) if counted else None, tokens, start)
+            if previous is not None and previous[0] is not None:
+                self._count(blocks, previous[0], previous[1], time.perf_counter() - previous[2])
+            if time.perf_counter() - started >= self.min_round_s:
+                break
+        return [[c, i, t, s, n] for (c, i), (t, s, n) in blocks.items()]
+
+    @staticmethod
+    def _count(blocks: dict[tuple[int, int], list[float]], key: tuple[int, int], tokens: float, seconds: float) -> None:
+        block = blocks.setdefault(key, [0.0, 0.0, 0])
+        block[0] += tokens
+        block[1] += seconds
+        block[2] += 1
 
     def run(self, command: dict[str, Any]) -> dict[str, Any]:
         before = time.process_time()
@@ -367,18 +427,17 @@ class _Engine:  # pragma: no cover - runs in the worker process
         if op == "flush":
             self.capture.recorder.flush()
             return {"flushed": True, "cpu_before": before, "cpu_after": time.process_time()}
-        self._apply(command.get("schedule") or [])
-        if op == "round":
-            batch = int(command["batch"])
-            tokens, seconds = self._generate(batch, int(command["offset"]), [self.max_tokens] * batch, self.min_round_s)
-        elif op == "mixed":
-            lengths = mixed_lengths(self.largest, self.max_tokens)
-            tokens, seconds = self._generate(len(lengths), int(command["offset"]), lengths, self.min_round_s)
-        else:
+        if op != "stretch":
             raise ValueError(f"unknown command {op!r}")
-        if not math.isfinite(seconds) or seconds <= 0:
-            raise ValueError("no time measured")
-        return {"tokens": tokens, "seconds": seconds, "cpu_before": before, "cpu_after": time.process_time()}
+        started = time.perf_counter()
+        batch = command.get("batch")
+        blocks = self._stretch(
+            command["schedules"], None if batch is None else int(batch), int(command["offset"]), int(command["seed"])
+        )
+        seconds = time.perf_counter() - started
+        if not blocks:
+            raise ValueError("no step counted")
+        return {"blocks": blocks, "seconds": seconds, "cpu_before": before, "cpu_after": time.process_time()}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,30 +1,34 @@
 """The closed loop behind ``specobs tune``: race every k in one engine, choose, apply, verify.
 
 The engine side is a :class:`Bench` (``specobs.tuning.engine`` runs real vLLM engines; tests
-may pass any object with the same two methods). This module only decides what to run and what
-the numbers say:
+may pass any object with the same methods). This module only decides what to run and what the
+numbers say (:mod:`specobs.tuning.paired` says how two candidates are compared):
 
 1. **Race.** At each batch size the candidates are the plain engine and the speculative engine
-   at every k from 0 (drafting switched off by the schedule) to the largest. A round runs every
-   candidate still in the race once, at every undecided batch size, in a shuffled order, so
-   slow drift of a shared machine hits all candidates alike. After ``min_rounds`` a candidate is
-   dropped when the paired comparison with the leader (the ratio of their tokens/s in the same
-   rounds) says it is slower by more than ``equivalence`` beyond noise (the 95% t interval of
-   the mean log ratio lies below log(1 - equivalence); tested after every round, so a bar
-   stricter than "below 0" keeps equal candidates from being dropped by chance). A
-   batch size is decided when one candidate is left, or when every one left is within
-   ``equivalence`` of the leader at the interval's worst. Racing stops when every batch size is
-   decided, at ``max_rounds``, or when the next round would not fit the race's share of the
-   budget.
+   at every k from 0 (drafting switched off by the schedule) to the largest. A round runs, at
+   every undecided batch size in a shuffled order, one *stretch* of each engine: the
+   speculative engine generates at that batch size while the k switches every few steps
+   between the candidates still in the race, in cycles of a random order, so drift hits every
+   k alike and ks are compared cycle by cycle; the plain engine generates the same work, first
+   or second in alternate rounds, and is compared with each k round by round, its interval
+   widened by the bias measured between the two engine processes. From ``min_rounds`` on, at
+   each of :data:`~specobs.tuning.paired.LOOKS`, a candidate is dropped when it is slower than
+   the leader beyond noise (its ratio's interval, at the per-look level, lies below 1). A batch
+   size is decided when every other candidate is dropped or tied with the leader (the interval
+   within ±2%); racing stops when every batch size is decided, at ``max_rounds``, or when the
+   next round would not fit the race's share of the budget. Undecided batch sizes take the
+   measured leader, and say so.
 2. **Choose.** Measured batch sizes get the speculative engine's fastest k there. Power-of-two
    buckets between measured batch sizes take the choice of their measured neighbours when both
    agree, else the model fitted on the captured steps of every measured k
    (:func:`specobs.tuning.recommend.recommend`) picks between the neighbours' choices. When the
    plain engine is predicted at least as fast as the schedule on the verification workload, the
    answer is no speculative config at all.
-3. **Verify.** The chosen schedule, the best single static k and the plain engine run the same
-   mixed-batch workload (requests of staggered lengths, so the batch shrinks from the largest
-   size to 1 during each round), interleaved and repeated; gains are paired per round.
+3. **Verify.** The chosen schedule and the best single static k share the speculative engine's
+   mixed-batch generations (requests of staggered lengths, so the batch shrinks from the
+   largest size to 1), switched block by block; the plain engine runs the same workload in
+   alternate order. Rounds repeat until both gains' 95% intervals are within
+   :data:`HALF_WIDTH` (relative) or the budget ends.
 """
 
 from __future__ import annotations
@@ -39,8 +43,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from specobs.analysis.intervals import mean_interval
 from specobs.results import TuneBucket, TuneMeasurement, TuneNoise, TuneResult, TuneVerification
+from specobs.tuning.paired import (
+    LOOK_LEVEL,
+    LOOKS,
+    TIE,
+    Block,
+    Ratio,
+    rate,
+    rate_interval,
+    ratio,
+    spread,
+    systematic,
+)
 
 PLAIN = "plain"
 SPECULATIVE = "speculative"
@@ -48,13 +63,14 @@ SPECULATIVE = "speculative"
 RACE_SHARE = 0.7
 MIN_ROUNDS = 3
 #: A cap that only stops a race whose candidates stay tied; the budget normally ends it first.
-MAX_ROUNDS = 40
+MAX_ROUNDS = 200
 VERIFY_MIN_ROUNDS = 3
-VERIFY_MAX_ROUNDS = 8
-#: Candidates within this share of the leader (at their interval's worst) are equivalent.
-EQUIVALENCE = 0.03
+VERIFY_MAX_ROUNDS = 200
+#: The verification runs until both gains' 95% intervals are this narrow (relative half-width).
+HALF_WIDTH = 0.05
 #: The schedule must beat plain decoding by this share (predicted) to be recommended at all.
 MARGIN = 0.02
+COMPARISON = "steps interleaved: k switched every few steps inside one generation, paired by cycle"
 
 Schedule = tuple[tuple[int, int, int], ...]
 
@@ -76,26 +92,16 @@ class Config:
         return self.schedule[0][2] if self.schedule else 0
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One round of one configuration: tokens generated and the wall time it took."""
-
-    tokens: int
-    seconds: float
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else math.nan
-
-
 class Bench(Protocol):
     """What the loop needs from the engines."""
 
-    def measure(self, config: Config, batch_size: int, round_index: int) -> Sample:
-        """Generate at ``batch_size`` concurrent requests under ``config``."""
-
-    def mixed(self, config: Config, round_index: int) -> Sample:
-        """The verification workload under ``config``."""
+    def stretch(
+        self, engine: str, schedules: Sequence[Schedule], batch_size: int | None, round_index: int, seed: int
+    ) -> list[Block]:
+        """Generate in ``engine`` for about a round, at ``batch_size`` requests at once (None: the
+        mixed workload), switching between ``schedules`` every few steps in cycles of a random
+        order (a plain engine gets one empty schedule). Returns each block's counted steps:
+        ``unit`` is the cycle, ``candidate`` the index into ``schedules``."""
 
     def steps(self) -> Any:
         """The captured windows so far (a polars frame), or None when nothing was captured."""
@@ -107,19 +113,17 @@ class _Arm:
 
     config: Config
     batch_size: int
-    samples: dict[int, float] = field(default_factory=dict)  # round → tokens/s
-    seconds: float = 0.0  # last round's wall time (to plan the next round)
+    cycles: list[Block] = field(default_factory=list)  # unit = cycle (unique over the race)
+    rounds: list[Block] = field(default_factory=list)  # unit = round: the sum of its blocks
     eliminated: bool = False
 
-
-def _log_ratio_interval(arm: _Arm, leader: _Arm) -> tuple[float, float, float]:
-    rounds = sorted(set(arm.samples) & set(leader.samples))
-    diffs = [math.log(arm.samples[r] / leader.samples[r]) for r in rounds]
-    return mean_interval(diffs)
+    @property
+    def rate(self) -> float:
+        return rate(self.rounds)
 
 
-def _mean_log(arm: _Arm) -> float:
-    return float(np.mean(np.log(list(arm.samples.values())))) if arm.samples else -math.inf
+def _sum_block(unit: int, blocks: Sequence[Block]) -> Block:
+    return Block(unit, 0, sum(b.tokens for b in blocks), sum(b.seconds for b in blocks), sum(b.steps for b in blocks))
 
 
 @dataclass
@@ -128,37 +132,80 @@ class Race:
 
     arms: dict[int, list[_Arm]]
     min_rounds: int = MIN_ROUNDS
-    equivalence: float = EQUIVALENCE
     rounds: int = 0
     decided: dict[int, bool] = field(default_factory=dict)
+    #: |log| of the bias between the engine processes, added to plain-vs-speculative intervals.
+    log_bias: float = 0.0
+    _cycles: int = 0
 
     def alive(self, batch_size: int) -> list[_Arm]:
         return [a for a in self.arms[batch_size] if not a.eliminated]
 
-    def leader(self, batch_size: int) -> _Arm:
-        return max(self.alive(batch_size), key=_mean_log)
+    def reference(self, batch_size: int) -> _Arm | None:
+        """The arm every other one is scored against: the speculative k still in the race that
+        was measured in the most cycles (so it ran beside every other candidate)."""
+        arms = [a for a in self.alive(batch_size) if a.rounds]
+        speculative = [a for a in arms if a.config.engine == SPECULATIVE] or arms
+        return max(speculative, key=lambda a: (len(a.cycles), len(a.rounds)), default=None)
 
-    def plan(self) -> list[_Arm]:
-        return [a for b, arms in self.arms.items() if not self.decided.get(b) for a in arms if not a.eliminated]
+    def score(self, arm: _Arm) -> float:
+        """``arm``'s tokens/s over the reference's, paired: arms measured at different times (one
+        dropped early, one raced to the end) compare only where they ran side by side."""
+        ref = self.reference(arm.batch_size)
+        if ref is None or not arm.rounds:
+            return math.nan
+        return 1.0 if arm is ref else self.compare(arm, ref, 0.95).estimate
+
+    def relative_rate(self, arm: _Arm) -> float:
+        """``arm``'s tokens/s as if measured beside the reference all along (what choosing uses)."""
+        ref = self.reference(arm.batch_size)
+        return ref.rate * self.score(arm) if ref is not None and arm.rounds else math.nan
+
+    def leader(self, batch_size: int) -> _Arm:
+        measured = [a for a in self.alive(batch_size) if a.rounds]
+        if not measured:
+            return self.alive(batch_size)[0]
+        return max(measured, key=lambda a: s if math.isfinite(s := self.score(a)) else -math.inf)
+
+    def plan(self) -> dict[int, list[_Arm]]:
+        return {b: self.alive(b) for b in self.arms if not self.decided.get(b)}
+
+    def compare(self, arm: _Arm, other: _Arm, level: float = LOOK_LEVEL) -> Ratio:
+        """``arm`` over ``other``: cycle by cycle inside the speculative engine, else round by
+        round across the engines, widened by the engines' bias."""
+        if arm.config.engine == other.config.engine == SPECULATIVE:
+            return ratio(arm.cycles, other.cycles, level)
+        return ratio(arm.rounds, other.rounds, level).widened(self.log_bias)
+
+    def record(self, arms: Sequence[_Arm], blocks: Sequence[Block], round_index: int) -> None:
+        """A stretch's blocks, cycle numbers made unique over the race."""
+        offset = self._cycles
+        for i, arm in enumerate(arms):
+            mine = [b for b in blocks if b.candidate == i]
+            arm.cycles += [Block(offset + b.unit, 0, b.tokens, b.seconds, b.steps) for b in mine]
+            if mine:
+                arm.rounds.append(_sum_block(round_index, mine))
+        self._cycles = offset + 1 + max((b.unit for b in blocks), default=0)
 
     def update(self) -> None:
-        """Drop the candidates slower than the leader beyond noise; mark decided batch sizes."""
-        if self.rounds < self.min_rounds:
+        """At a look: drop the candidates slower than the leader beyond noise; mark decided
+        batch sizes (every other candidate dropped or tied within :data:`TIE`)."""
+        if self.rounds < self.min_rounds or self.rounds not in LOOKS:
             return
         for b in self.arms:
             if self.decided.get(b):
                 continue
             leader = self.leader(b)
-            equivalent = True
+            decided = True
             for arm in self.alive(b):
                 if arm is leader:
                     continue
-                _, low, high = _log_ratio_interval(arm, leader)
-                if high < math.log1p(-self.equivalence):  # slower by more than the equivalence, beyond noise
+                r = self.compare(arm, leader)
+                if r.high < 1:
                     arm.eliminated = True
-                elif low < math.log1p(-self.equivalence):
-                    equivalent = False
-            self.decided[b] = equivalent
+                elif not (r.low > 1 - TIE and r.high < 1 + TIE):
+                    decided = False
+            self.decided[b] = decided
 
 
 def race(
@@ -170,26 +217,42 @@ def race(
     rng: random.Random,
     min_rounds: int = MIN_ROUNDS,
     max_rounds: int = MAX_ROUNDS,
-    equivalence: float = EQUIVALENCE,
     on_round: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    engine_bias: Callable[[Race], float] | None = None,
 ) -> Race:
-    """Step 1: race the plain engine and every k at every batch size until decided or out of time."""
+    """Step 1: race the plain engine and every k at every batch size until decided or out of
+    time. ``engine_bias`` gives |log bias| between the engines from the race so far (before
+    each look); without it plain comparisons are not widened."""
     largest = max(batch_sizes)
     configs = [Config(PLAIN), *(Config.static(k, largest) for k in ks)]
-    state = Race({b: [_Arm(c, b) for c in configs] for b in batch_sizes}, min_rounds, equivalence)
+    state = Race({b: [_Arm(c, b) for c in configs] for b in batch_sizes}, min_rounds)
+    last_round = 0.0
     while state.rounds < max_rounds:
         plan = state.plan()
         if not plan:
             break
-        if state.rounds >= min_rounds and clock() + sum(a.seconds for a in plan) > deadline:
+        if state.rounds >= min_rounds and clock() + last_round > deadline:
             break
-        rng.shuffle(plan)
-        for arm in plan:
-            sample = bench.measure(arm.config, arm.batch_size, state.rounds)
-            arm.samples[state.rounds] = sample.tokens_per_second
-            arm.seconds = sample.seconds
+        started = clock()
+        order = list(plan)
+        rng.shuffle(order)
+        for b in order:
+            speculative = [a for a in plan[b] if a.config.engine == SPECULATIVE]
+            plain = [a for a in plan[b] if a.config.engine == PLAIN]
+            # The plain engine first in alternate rounds: an order effect cancels over two rounds.
+            engines = [plain, speculative] if (state.rounds + b) % 2 == 0 else [speculative, plain]
+            for arms in engines:
+                if not arms:
+                    continue
+                blocks = bench.stretch(
+                    arms[0].config.engine, [a.config.schedule for a in arms], b, state.rounds, rng.randrange(2**31)
+                )
+                state.record(arms, blocks, state.rounds)
         state.rounds += 1
+        last_round = clock() - started
+        if engine_bias is not None:
+            state.log_bias = engine_bias(state)
         state.update()
         if on_round is not None:
             on_round(state.rounds)
@@ -209,18 +272,12 @@ def power_buckets(largest: int) -> list[tuple[int, int]]:
     return out
 
 
-def _tps(arm: _Arm) -> float:
-    return float(np.mean(list(arm.samples.values()))) if arm.samples else math.nan
-
-
-def _best_speculative(state: Race, batch_size: int, prefer: int | None = None) -> _Arm:
-    """The speculative engine's k at a batch size: ``prefer`` (the best static k) while the race
-    has not shown it slower than the leader, else the fastest k still in the race. A k that
-    only leads within noise would make the schedule more complex for no measured gain."""
-    arms = [a for a in state.arms[batch_size] if a.config.engine == SPECULATIVE and a.samples]
+def _best_speculative(state: Race, batch_size: int) -> _Arm:
+    """The speculative engine's measured leader at a batch size (among the ks still in the race):
+    decided or not, never a k the race measured slower."""
+    arms = [a for a in state.arms[batch_size] if a.config.engine == SPECULATIVE and a.rounds]
     alive = [a for a in arms if not a.eliminated] or arms
-    preferred = [a for a in alive if a.config.k == prefer]
-    return preferred[0] if preferred else max(alive, key=_mean_log)
+    return max(alive, key=state.score)
 
 
 def _plain(state: Race, batch_size: int) -> _Arm:
@@ -230,18 +287,18 @@ def _plain(state: Race, batch_size: int) -> _Arm:
 Chooser = Callable[[int, int, Sequence[int]], int | None]
 
 
-def choose_buckets(state: Race, largest: int, model: Chooser | None, prefer: int | None = None) -> list[TuneBucket]:
+def choose_buckets(state: Race, largest: int, model: Chooser | None) -> list[TuneBucket]:
     """Step 2: a k per power-of-two bucket: measured where a measured batch size falls in the
     bucket, else the neighbours' common choice, else ``model(low, high, (k_below, k_above))``."""
     measured = sorted(state.arms)
-    best = {b: _best_speculative(state, b, prefer) for b in measured}
+    best = {b: _best_speculative(state, b) for b in measured}
     out = []
     for low, high in power_buckets(largest):
         inside = [b for b in measured if low <= b <= high]
         if inside:
             b = inside[0]
             arm = best[b]
-            out.append(TuneBucket(low, high, arm.config.k, "measured", b, _tps(arm), state.decided.get(b, False)))
+            out.append(TuneBucket(low, high, arm.config.k, "measured", b, arm.rate, state.decided.get(b, False)))
             continue
         below = [b for b in measured if b < low]
         above = [b for b in measured if b > high]
@@ -266,7 +323,7 @@ def choose_buckets(state: Race, largest: int, model: Chooser | None, prefer: int
 def _plain_bucket(state: Race, bucket: TuneBucket) -> TuneBucket:
     """A bucket of the "no speculation" answer: the plain engine, measured or not."""
     b = bucket.measured_batch_size
-    tps = _tps(_plain(state, b)) if bucket.basis == "measured" and b is not None else None
+    tps = _plain(state, b).rate if bucket.basis == "measured" and b is not None else None
     return TuneBucket(bucket.batch_size_min, bucket.batch_size_max, 0, "plain engine", b, tps, bucket.decided)
 
 
@@ -302,9 +359,9 @@ def _config_tps(state: Race, config: Config) -> Callable[[int], float]:
     curves: dict[int, dict[int, float]] = {}
     for b, arms in state.arms.items():
         for arm in arms:
-            if arm.samples:
+            if arm.rounds:
                 key = -1 if arm.config.engine == PLAIN else arm.config.k
-                curves.setdefault(key, {})[b] = _tps(arm)
+                curves.setdefault(key, {})[b] = state.relative_rate(arm)
 
     def at(batch: int) -> float:
         key = -1
@@ -339,13 +396,11 @@ def decide(
     chooser: Chooser | None,
     *,
     margin: float = MARGIN,
-    prefer_static: bool = True,
 ) -> Decision:
     """Step 2 in full: buckets, the merged schedule, and plain decoding when the schedule is not
-    predicted to beat the plain engine by ``margin`` on the verification workload.
-    ``prefer_static=False`` takes every measured batch size's fastest k (the oracle's rule)."""
+    predicted to beat the plain engine by ``margin`` on the verification workload."""
     static = Config.static(best_static(state, [k for k in ks if k >= 1], largest), largest)
-    buckets = choose_buckets(state, largest, chooser, prefer=static.k if prefer_static else None)
+    buckets = choose_buckets(state, largest, chooser)
     schedule = merged(buckets)
     chosen = Config(SPECULATIVE, schedule)
     plain_time = workload_time(_config_tps(state, Config(PLAIN)), largest)
@@ -358,10 +413,8 @@ def decide(
 # --- verifying ------------------------------------------------------------------------------------
 
 
-def _gain(samples: dict[str, dict[int, float]], a: str, b: str) -> tuple[float, float, float]:
-    rounds = sorted(set(samples[a]) & set(samples[b]))
-    mean, low, high = mean_interval([math.log(samples[a][r] / samples[b][r]) for r in rounds])
-    return math.expm1(mean), math.expm1(low), math.expm1(high)
+def _gain(r: Ratio) -> tuple[float, float, float]:
+    return math.expm1(math.log(r.estimate)), r.low - 1, r.high - 1
 
 
 def verify(
@@ -372,53 +425,131 @@ def verify(
     deadline: float,
     rng: random.Random,
     workload: str,
+    log_bias: float = 0.0,
     min_rounds: int = VERIFY_MIN_ROUNDS,
     max_rounds: int = VERIFY_MAX_ROUNDS,
+    half_width: float = HALF_WIDTH,
     on_round: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> TuneVerification:
-    """Step 3: the chosen config vs the best static k vs plain on the mixed workload, interleaved.
-    A configuration identical to another (the schedule is the best static k, or plain decoding
-    was chosen) runs once per round and its gain over the other is 0 by construction."""
-    names = {"schedule": chosen, "static": static, "plain": Config(PLAIN)}
-    if chosen.engine == PLAIN:  # "no speculation" is the plain engine itself: measured once per round
-        del names["plain"]
-    ks = {k for *_, k in chosen.schedule}
-    if chosen.engine == SPECULATIVE and ks == {static.k}:  # the best static k itself: twice would show noise only
-        del names["static"]
-    samples: dict[str, dict[int, float]] = {n: {} for n in names}
-    seconds = 0.0
-    rounds = 0
-    while rounds < max_rounds and (rounds < min_rounds or clock() + seconds <= deadline):
-        order = list(names)
-        rng.shuffle(order)
+    """Step 3: the chosen config vs the best static k (block by block in the same generations)
+    vs plain (round by round, alternate order, widened by ``log_bias``) on the mixed workload,
+    until both 95% intervals are within ``half_width`` or out of time. A configuration
+    identical to another (the schedule is the best static k, or plain decoding was chosen) runs
+    once and its gain over the other is 0 by construction."""
+    speculative: dict[str, Config] = {}
+    if chosen.engine == SPECULATIVE:
+        speculative["schedule"] = chosen
+    if chosen.engine == PLAIN or {k for *_, k in chosen.schedule} != {static.k}:
+        speculative["static"] = static
+    names = list(speculative)
+    blocks: dict[str, list[Block]] = {n: [] for n in [*names, "plain"]}
+    rounds: dict[str, list[Block]] = {n: [] for n in [*names, "plain"]}
+    cycles = 0
+    last_round = 0.0
+    n = 0
+
+    def gains() -> tuple[Ratio | None, Ratio | None]:
+        """(schedule vs best static, schedule vs plain); None: the same configuration."""
+        if chosen.engine == PLAIN:
+            return ratio(rounds["plain"], rounds["static"], 0.95).widened(log_bias), None
+        vs_static = ratio(blocks["schedule"], blocks["static"]) if "static" in names else None
+        return vs_static, ratio(rounds["schedule"], rounds["plain"]).widened(log_bias)
+
+    while n < max_rounds:
+        if n >= min_rounds:
+            done = [g.half_width <= half_width for g in gains() if g is not None]
+            if all(done) or clock() + last_round > deadline:
+                break
         started = clock()
-        for name in order:
-            samples[name][rounds] = bench.mixed(names[name], rounds).tokens_per_second
-        seconds = clock() - started
-        rounds += 1
+        engines = [PLAIN, SPECULATIVE] if n % 2 == 0 else [SPECULATIVE, PLAIN]
+        for engine in engines:
+            if engine == PLAIN:
+                got = bench.stretch(PLAIN, [()], None, n, rng.randrange(2**31))
+                blocks["plain"] += [Block(cycles + b.unit, 0, b.tokens, b.seconds, b.steps) for b in got]
+                rounds["plain"].append(_sum_block(n, got))
+            else:
+                schedules = [speculative[x].schedule for x in names]
+                got = bench.stretch(SPECULATIVE, schedules, None, n, rng.randrange(2**31))
+                for i, name in enumerate(names):
+                    mine = [b for b in got if b.candidate == i]
+                    blocks[name] += [Block(cycles + b.unit, 0, b.tokens, b.seconds, b.steps) for b in mine]
+                    rounds[name].append(_sum_block(n, mine))
+            cycles += 1 + max((b.unit for b in got), default=0)
+        n += 1
+        last_round = clock() - started
         if on_round is not None:
-            on_round(rounds)
-    if "plain" not in samples:
-        samples["plain"] = samples["schedule"]
-    if "static" not in samples:
-        samples["static"] = samples["schedule"]
-    vs_static = _gain(samples, "schedule", "static")
-    vs_plain = _gain(samples, "schedule", "plain") if chosen.engine != PLAIN else (0.0, 0.0, 0.0)
+            on_round(n)
+    vs_static, vs_plain = gains()
+    zero = (0.0, 0.0, 0.0)
+    g_static = _gain(vs_static) if vs_static is not None else zero
+    g_plain = _gain(vs_plain) if vs_plain is not None else zero
+    main = "static" if chosen.engine == PLAIN else "schedule"
+    target_met = all(g.half_width <= half_width for g in (vs_static, vs_plain) if g is not None)
     return TuneVerification(
-        rounds=rounds,
+        rounds=n,
         workload=workload,
-        schedule_tokens_per_second=float(np.mean(list(samples["schedule"].values()))),
+        schedule_tokens_per_second=rate(rounds["plain" if chosen.engine == PLAIN else "schedule"]),
         best_static_num_speculative_tokens=static.k,
-        best_static_tokens_per_second=float(np.mean(list(samples["static"].values()))),
-        plain_tokens_per_second=float(np.mean(list(samples["plain"].values()))),
-        gain_vs_best_static=vs_static[0],
-        gain_vs_best_static_low=vs_static[1],
-        gain_vs_best_static_high=vs_static[2],
-        gain_vs_plain=vs_plain[0],
-        gain_vs_plain_low=vs_plain[1],
-        gain_vs_plain_high=vs_plain[2],
+        best_static_tokens_per_second=rate(rounds["static" if "static" in names else main]),
+        plain_tokens_per_second=rate(rounds["plain"]),
+        gain_vs_best_static=g_static[0],
+        gain_vs_best_static_low=g_static[1],
+        gain_vs_best_static_high=g_static[2],
+        gain_vs_plain=g_plain[0],
+        gain_vs_plain_low=g_plain[1],
+        gain_vs_plain_high=g_plain[2],
+        cycles=cycles,
+        half_width_target=half_width,
+        target_met=target_met,
     )
+
+
+# --- the engines' bias ----------------------------------------------------------------------------
+
+
+def k0_tax(windows: Any) -> float | None:
+    """Share of a k=0 step's time the speculative engine still spends drafting, from the captured
+    steps (None when nothing was captured at k=0)."""
+    if windows is None:
+        return None
+    import polars as pl
+
+    rows = (
+        windows.lazy()
+        .filter(
+            (pl.col("num_spec_tokens") == 0)
+            & pl.col("method").is_not_null()
+            & pl.col("draft_seconds").is_not_null()
+            & pl.col("step_seconds").is_not_null()
+        )
+        .select(draft=pl.col("draft_seconds").sum(), step=pl.col("step_seconds").sum())
+        .collect()
+    )
+    draft, step = rows.row(0)
+    return float(draft / step) if step and step > 0 else None
+
+
+def engine_bias(state: Race, tax: float | None) -> Ratio | None:
+    """The plain engine over the speculative engine at k=0 less its drafting (``tax``), pooled
+    over batch sizes by round: 1 when the two processes run the same work at the same speed.
+    Without a measured tax the k=0 engine is taken as is (an upper bound on the bias)."""
+    plain: list[Block] = []
+    k0: list[Block] = []
+    for b, arms in state.arms.items():
+        p = next((a for a in arms if a.config.engine == PLAIN), None)
+        z = next((a for a in arms if a.config.engine == SPECULATIVE and a.config.k == 0), None)
+        if p is None or z is None:
+            continue
+        shared = {x.unit for x in p.rounds} & {x.unit for x in z.rounds}
+        # Unit = (round, batch size): each batch size's pair of stretches is one comparison.
+        plain += [Block(x.unit * 1000 + b, 0, x.tokens, x.seconds, x.steps) for x in p.rounds if x.unit in shared]
+        k0 += [Block(x.unit * 1000 + b, 0, x.tokens, x.seconds, x.steps) for x in z.rounds if x.unit in shared]
+    if not plain:
+        return None
+    r = ratio(plain, k0)
+    keep = 1 - (tax or 0.0)  # k0 without its drafting runs 1 / keep times as fast
+    return Ratio(r.estimate * keep, r.low * keep, r.high * keep, r.units, r.level)
 
 
 # --- the whole loop -------------------------------------------------------------------------------
@@ -429,33 +560,43 @@ def measurements(state: Race) -> list[TuneMeasurement]:
     for b in sorted(state.arms):
         leader = state.leader(b)
         for arm in state.arms[b]:
-            if not arm.samples:
+            if not arm.rounds:
                 continue
-            mean, low, high = mean_interval(list(arm.samples.values()))
+            speculative = arm.config.engine == SPECULATIVE
+            _, low, high = rate_interval(arm.cycles if speculative else arm.rounds)
+            vs = None if arm is leader else state.compare(arm, leader)
             out.append(
                 TuneMeasurement(
                     batch_size=b,
                     num_speculative_tokens=arm.config.k,
-                    tokens_per_second=mean,
+                    tokens_per_second=arm.rate,
                     low=low,
                     high=high,
-                    rounds=len(arm.samples),
+                    rounds=len(arm.rounds),
                     engine=arm.config.engine,
                     eliminated=arm.eliminated,
                     leader=arm is leader,
+                    steps=sum(x.steps for x in arm.rounds),
+                    units=len({x.unit for x in (arm.cycles if speculative else arm.rounds)}),
+                    vs_leader=None if vs is None else vs.estimate,
+                    vs_leader_low=None if vs is None else vs.low,
+                    vs_leader_high=None if vs is None or not math.isfinite(vs.high) else vs.high,
                 )
             )
     return out
 
 
-def round_to_round(state: Race) -> float:
-    """Median relative standard deviation of a candidate's rounds (the noise the race fought)."""
+def round_to_round(state: Race, speculative_cycles: bool = False) -> float:
+    """Median relative standard deviation of a candidate's rounds (or, ``speculative_cycles``,
+    of a speculative k's cycles): the noise each comparison fought."""
     spreads = []
     for arms in state.arms.values():
         for arm in arms:
-            values = list(arm.samples.values())
-            if len(values) >= 2:
-                spreads.append(float(np.std(values, ddof=1) / np.mean(values)))
+            if speculative_cycles and arm.config.engine != SPECULATIVE:
+                continue
+            value = spread(arm.cycles if speculative_cycles else arm.rounds)
+            if math.isfinite(value):
+                spreads.append(value)
     return float(np.median(spreads)) if spreads else math.nan
 
 
@@ -519,22 +660,37 @@ def tune(
     def progress(phase: str) -> Callable[[int], None]:
         return lambda n: on_progress(phase, n) if on_progress else None
 
+    taxes: list[float | None] = [None]
+
+    def bias(state: Race) -> float:
+        """|log bias| between the engines so far, with the k=0 tax from the captured steps."""
+        if state.rounds in LOOKS:
+            taxes[0] = k0_tax(bench.steps())
+        measured = engine_bias(state, taxes[0])
+        return systematic(measured) if measured is not None else 0.0
+
     state = race(
         bench, sorted(batch_sizes), ks, deadline=begin + RACE_SHARE * budget_s, rng=rng,
-        on_round=progress("race"), clock=clock,
+        on_round=progress("race"), clock=clock, engine_bias=bias,
     )  # fmt: skip
     raced = clock()
-    chooser = model_chooser(bench.steps(), method, largest)
+    windows = bench.steps()
+    tax = k0_tax(windows)
+    measured_bias = engine_bias(state, tax)
+    log_bias = systematic(measured_bias) if measured_bias is not None else 0.0
+    state.log_bias = log_bias
+    chooser = model_chooser(windows, method, largest)
     decision = decide(state, ks, largest, chooser, margin=margin)
     chosen, schedule, buckets, static = decision.chosen, decision.schedule, decision.buckets, decision.static
     fitted = clock()
     verification = verify(
-        bench, chosen, static, deadline=begin + budget_s, rng=rng, workload=workload,
+        bench, chosen, static, deadline=begin + budget_s, rng=rng, workload=workload, log_bias=log_bias,
         on_round=progress("verify"), clock=clock,
     )  # fmt: skip
     done = clock()
     busy: dict[str, float] = getattr(bench, "busy_seconds", dict)()
     idle: dict[str, float] = getattr(bench, "idle_cpu_seconds", dict)()
+    cycle_noise = round_to_round(state, speculative_cycles=True)
     return TuneResult(
         method=method,
         speculative_config=speculative_config(base_config, schedule) if chosen.engine != PLAIN else None,
@@ -542,7 +698,20 @@ def tune(
         buckets=tuple(buckets),
         measurements=tuple(measurements(state)),
         verification=verification,
-        noise=TuneNoise(round_to_round(state), state.rounds, idle, busy),
+        noise=TuneNoise(
+            round_to_round=round_to_round(state),
+            rounds=state.rounds,
+            idle_cpu_seconds=idle,
+            busy_seconds=busy,
+            cycle_to_cycle=cycle_noise if math.isfinite(cycle_noise) else None,
+            comparison=COMPARISON,
+            engine_bias=None if measured_bias is None else measured_bias.estimate,
+            engine_bias_low=None if measured_bias is None else measured_bias.low,
+            engine_bias_high=None
+            if measured_bias is None or not math.isfinite(measured_bias.high)
+            else measured_bias.high,
+            k0_tax=tax,
+        ),
         seconds={
             "engine_start": started_s,
             "race": raced - begin,
