@@ -21,16 +21,16 @@ from typer.testing import CliRunner
 from specobs.analysis.intervals import mean_interval, t95
 from specobs.cli import app
 from specobs.render import to_json
+from specobs.render.sentences import tune_headline
 from specobs.render.tuning import tune_to_markdown
 from specobs.tuning.engine import mixed_lengths, read_prompts
-from specobs.tuning.paired import Block, StepAttribution
+from specobs.tuning.paired import Block, Ratio, StepAttribution, ratio, systematic
 from specobs.tuning.tune import (
     PLAIN,
     Config,
     merged,
     power_buckets,
     tune,
-    workload_time,
 )
 
 BLOCK_STEPS = 4
@@ -45,10 +45,11 @@ class KnownBench:
     half of the time), times log-normal step noise. The plain engine runs ``engine_bias`` slower.
     """
 
-    def __init__(self, truth, *, step_noise=0.25, drift=0.10, load=0.0, engine_bias=1.0, seed=1, largest=16,
-                 round_s=1.0):  # fmt: skip
+    def __init__(self, truth, *, step_noise=0.25, token_noise=0.5, drift=0.10, load=0.0, engine_bias=1.0, seed=1,
+                 largest=16, round_s=1.0):  # fmt: skip
         self.truth = truth
         self.step_noise = step_noise
+        self.token_noise = token_noise
         self.drift = drift
         self.load = load
         self.engine_bias = engine_bias
@@ -83,7 +84,7 @@ class KnownBench:
 
     def _step(self, k: int | None, batch: int) -> tuple[float, float]:
         mean = batch * (1 + 0.6 * (k or 0))
-        tokens = max(1.0, self.rng.gauss(mean, 0.5 * mean))
+        tokens = max(1.0, self.rng.gauss(mean, self.token_noise * mean))
         seconds = mean / self.truth(k, batch) * self._machine() * math.exp(self.rng.gauss(0, self.step_noise))
         if k is None:
             seconds *= self.engine_bias
@@ -133,7 +134,7 @@ def ngram_like(k, batch):
     if k == 0:
         return plain * 0.97  # the drafter still runs: the k = 0 tax
     best = {1: 3, 4: 2, 16: 0}[min((1, 4, 16), key=lambda b: abs(math.log(b / batch)))]
-    gain = {1: 1.6, 4: 1.4, 16: 1.0}[min((1, 4, 16), key=lambda b: abs(math.log(b / batch)))]
+    gain = {1: 1.6, 4: 1.4, 16: 0.9}[min((1, 4, 16), key=lambda b: abs(math.log(b / batch)))]
     return plain * gain * (1 - 0.08 * abs(k - best)) if best else plain * gain * (1 - 0.05 * k)
 
 
@@ -160,65 +161,109 @@ def run(truth, *, budget=600.0, seed=0, bench_seed=1, max_k=4, **bench):
     return bench_, result
 
 
-def test_the_chosen_k_is_within_noise_of_the_true_best_over_many_machines():
-    """30 differently noisy machines: each measured batch size's k costs at most one k step of
-    the truth (8%), usually nothing; the verified gain over the best static k never excludes 0."""
-    exact = 0
+def true_mixed_rate(bench: KnownBench, config: Config) -> float:
+    """tokens/s of ``config`` on the bench's mixed stretch: equal steps at every batch size."""
+    tokens = seconds = 0.0
+    for b in range(1, bench.largest + 1):
+        k = None if config.engine == PLAIN else bench.k(config.schedule, b)
+        step_tokens = b * (1 + 0.6 * (k or 0))
+        tokens += step_tokens
+        seconds += step_tokens / bench.truth(k, b) * (bench.engine_bias if k is None else 1.0)
+    return tokens / seconds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("load", [0.0, 0.3])
+def test_the_exact_k_on_30_machines_with_and_without_a_background_load(load):
+    """Neighbouring ks 4% apart, steps 25% noisy, a drifting machine, a plain engine process 10%
+    slower, and (``load``) a background process slowing the machine by 30% half of the time:
+    the exact k at every measured batch size on ≥ 90% of 30 machines, never one slower than the
+    best by more than 3%, and the verification within 5% where the budget allowed it."""
+    exact = {1: 0, 4: 0, 16: 0}
+    met = 0
     for bench_seed in range(1, 31):
-        _, result = run(ngram_like, bench_seed=bench_seed)
+        bench, result = run(close_call, bench_seed=bench_seed, max_k=6, load=load, engine_bias=1.1)
         for b in result.buckets:
             if b.basis != "measured":
                 continue
-            best = max(ngram_like(k, b.measured_batch_size) for k in range(5))
-            regret = 1 - ngram_like(b.num_speculative_tokens, b.measured_batch_size) / best
-            assert regret <= 0.081, (bench_seed, b)
-            exact += regret == 0
-        assert result.verification.gain_vs_best_static_high >= 0
-    assert exact >= 60  # of 90 choices
+            batch = b.measured_batch_size
+            best = max(close_call(k, batch) for k in range(7))
+            regret = 1 - close_call(b.num_speculative_tokens, batch) / best
+            assert regret <= 0.03, (bench_seed, b)
+            exact[batch] += regret == 0
+        v = result.verification
+        assert v.target_met == all(h <= 0.05 for h in v.half_widths)
+        met += v.target_met
+        chosen = Config("speculative", result.schedule)
+        true_gain = true_mixed_rate(bench, chosen) / true_mixed_rate(bench, Config(PLAIN)) - 1
+        assert v.gain_vs_plain_low <= true_gain <= v.gain_vs_plain_high, bench_seed
+    assert all(n >= 27 for n in exact.values()), exact
+    assert met >= 24
 
 
 def test_the_race_finds_the_true_best_k_at_every_measured_batch_size():
     _bench, result = run(ngram_like)
     by_batch = {b.measured_batch_size: b.num_speculative_tokens for b in result.buckets if b.basis == "measured"}
     assert by_batch == {1: 3, 4: 2, 16: 0}  # k = 0 at 16: drafting off beats every k there
-    leaders = {m.batch_size: m for m in result.measurements if m.leader}
-    assert leaders[16].engine == "plain"  # the plain engine is faster still, but a schedule runs in one engine
     assert result.schedule == merged(result.buckets)
     assert result.schedule[0] == (1, 1, 3) and result.schedule[-1][2] == 0
     config = json.loads(result.speculative_config)
     assert config["num_speculative_tokens"] == 3
     assert config["num_speculative_tokens_per_batch_size"] == [list(r) for r in result.schedule]
+    assert result.noise.comparison.startswith("steps interleaved")
 
 
 def test_clearly_slower_candidates_are_dropped_and_measured_less():
     _bench, result = run(ngram_like)
-    at_16 = {(m.engine, m.num_speculative_tokens): m for m in result.measurements if m.batch_size == 16}
-    assert at_16[("speculative", 4)].eliminated  # 0.8 of plain: far behind the leader
-    assert at_16[("speculative", 4)].rounds < at_16[("plain", 0)].rounds
+    at_1 = {(m.engine, m.num_speculative_tokens): m for m in result.measurements if m.batch_size == 1}
+    leader = next(m for m in at_1.values() if m.leader)
+    assert (leader.engine, leader.num_speculative_tokens) == ("speculative", 3)
+    assert at_1[("speculative", 0)].eliminated  # 0.6 of the leader: far behind
+    assert at_1[("speculative", 0)].steps < leader.steps
     for m in result.measurements:
         assert m.low <= m.tokens_per_second <= m.high
+        if m.eliminated:  # dropped once its ratio to the then leader lay below 1 at the per-look level
+            assert m.vs_leader < 1
 
 
-def test_verification_measures_the_gain_the_truth_implies():
-    bench, result = run(ngram_like)
+@pytest.mark.parametrize("engine_bias", [1.0, 1.1])
+def test_verification_measures_the_gain_the_truth_implies(engine_bias):
+    """Same engine speed: both gains within ±5%. A plain engine process 10% slower: the bias is
+    more than noise, so it widens the gain over plain past ±5%, and the headline says so."""
+    bench, result = run(ngram_like, engine_bias=engine_bias)
     v = result.verification
     chosen = Config("speculative", result.schedule)
     static = Config.static(v.best_static_num_speculative_tokens, 16)
-    true_vs_static = workload_time(lambda b: bench.tps(static, b), 16) / workload_time(
-        lambda b: bench.tps(chosen, b), 16
-    )
-    true_vs_plain = workload_time(lambda b: bench.tps(Config(PLAIN), b), 16) / workload_time(
-        lambda b: bench.tps(chosen, b), 16
-    )
+    true_vs_static = true_mixed_rate(bench, chosen) / true_mixed_rate(bench, static)
+    true_vs_plain = true_mixed_rate(bench, chosen) / true_mixed_rate(bench, Config(PLAIN))
     assert v.gain_vs_best_static_low <= true_vs_static - 1 <= v.gain_vs_best_static_high
     assert v.gain_vs_plain_low <= true_vs_plain - 1 <= v.gain_vs_plain_high
-    assert v.gain_vs_best_static_high >= 0
-    assert v.rounds >= 3
+    assert v.cycles > 10 * v.rounds  # many short cycles inside a few rounds
+    if engine_bias == 1.0:
+        assert v.target_met and max(v.half_widths) <= 0.05
+        assert "undecided" not in tune_headline(result)
+    else:
+        assert not v.target_met and v.half_widths[1] > 0.05 >= v.half_widths[0]
+        assert f"undecided to ±5%: the budget ended at ±{v.half_widths[1]:.1%}" in tune_headline(result)
+
+
+def test_the_engines_bias_is_measured_and_widens_the_plain_comparison():
+    """A plain engine process 25% slower: the bias (plain over the k=0 engine) is measured below
+    1, and the verification's interval against plain holds the truth."""
+    bench, result = run(ngram_like, engine_bias=1.25)
+    n = result.noise
+    truth = (1 / 1.25) / 0.97  # plain over k=0 (which pays a 3% tax the bench's steps do not show)
+    assert abs(math.log(n.engine_bias / truth)) < 0.03 and n.engine_bias_high < 1
+    v = result.verification
+    true_vs_plain = true_mixed_rate(bench, Config("speculative", result.schedule)) / true_mixed_rate(
+        bench, Config(PLAIN)
+    )
+    assert v.gain_vs_plain_low <= true_vs_plain - 1 <= v.gain_vs_plain_high
 
 
 def test_no_speculation_when_the_plain_engine_wins_everywhere():
     def loses(k, batch):
-        plain = 100.0 * batch
+        plain = 400.0 * batch
         return plain if k is None else plain * (0.8 - 0.03 * k)
 
     _, result = run(loses)
@@ -227,22 +272,36 @@ def test_no_speculation_when_the_plain_engine_wins_everywhere():
     assert all(b.num_speculative_tokens == 0 and b.basis == "plain engine" for b in result.buckets)
     v = result.verification
     assert v.gain_vs_plain == 0.0
-    assert v.gain_vs_best_static > 0.1  # plain measured faster than the best static k, by ~20%
+    assert v.gain_vs_best_static_low > 0.1  # plain measured faster than the best static k, by ~20%
     assert "without speculative decoding" in tune_to_markdown(result)
 
 
-def test_a_k_within_noise_of_the_leader_yields_to_the_best_static_k():
-    def flat(k, batch):  # every k ≥ 1 the same: the schedule must not vary k for nothing
-        plain = 100.0 * batch
+def test_a_tie_is_decided_as_a_tie():
+    def flat(k, batch):  # every k ≥ 1 the same
+        plain = 400.0 * batch
         return plain if k is None else plain * (1.3 if k else 0.9)
 
-    _, result = run(flat)
-    assert len(result.schedule) == 1
+    _, result = run(flat, step_noise=0.05, token_noise=0.05)
+    assert result.decided  # every k within 2% of the leader, established: decided, not undecided
+    for m in result.measurements:
+        if m.engine == "speculative" and m.num_speculative_tokens >= 1 and not m.leader:
+            assert m.vs_leader_low > 0.98 and m.vs_leader_high < 1.02
     v = result.verification
-    assert result.schedule[0][2] == v.best_static_num_speculative_tokens
-    # The same configuration is not measured twice: its gain over itself is 0 by construction.
-    assert (v.gain_vs_best_static, v.gain_vs_best_static_low, v.gain_vs_best_static_high) == (0.0, 0.0, 0.0)
+    assert v.gain_vs_best_static_low > -0.05 and v.gain_vs_best_static_high < 0.05
     assert v.gain_vs_plain_low > 0.2  # 1.3× plain, measured
+
+
+def test_an_undecided_race_takes_its_measured_leader_and_says_so():
+    _, result = run(close_call, budget=40.0, max_k=6)
+    assert not result.decided
+    leaders = {m.batch_size: m for m in result.measurements if m.leader and m.engine == "speculative"}
+    undecided = [b for b in result.buckets if b.basis == "measured" and not b.decided]
+    assert undecided
+    for b in result.buckets:
+        if b.basis == "measured" and b.measured_batch_size in leaders:
+            assert b.num_speculative_tokens == leaders[b.measured_batch_size].num_speculative_tokens
+    text = tune_to_markdown(result)
+    assert "undecided" in text and "measured leader" in text
 
 
 def test_the_race_keeps_to_its_share_of_the_budget():
@@ -252,6 +311,45 @@ def test_the_race_keeps_to_its_share_of_the_budget():
     one_round = race_time / result.noise.rounds
     assert race_time <= 0.7 * 60.0 + one_round
     assert result.seconds["total"] <= 60.0 + 4 * one_round
+
+
+def test_steps_count_for_the_k_that_drafted_them():
+    steps = StepAttribution(1)
+    assert [steps.add(k) for k in (3, 3, 3, 5, 5, 3)] == [False, True, True, False, True, False]
+    steps.reset()  # a new generation: its first step (prefill) counts for nothing
+    assert steps.add(3) is False
+    async_steps = StepAttribution(2)  # the scheduler one step ahead: two steps after a switch
+    assert [async_steps.add(k) for k in (3, 3, 3, 5, 5, 5)] == [False, False, True, False, False, True]
+
+
+def test_paired_ratio_cancels_drift_and_its_interval_is_honest():
+    """Two candidates 10% apart measured in cycles whose machine speed varies 4× from cycle to
+    cycle: the paired ratio is 1.1 within its interval, which covers the truth ~95% of the time."""
+    rng = random.Random(3)
+    covered = 0
+    for trial in range(200):
+        a, b = [], []
+        for unit in range(30):
+            machine = math.exp(rng.uniform(-0.7, 0.7))
+            for blocks, speed in ((a, 110.0), (b, 100.0)):
+                seconds = 1.0 * machine * math.exp(rng.gauss(0, 0.05))
+                blocks.append(Block(unit, 0, speed, seconds, 3))
+        r = ratio(a, b)
+        covered += r.low <= 1.1 <= r.high
+        if trial == 0:
+            assert r.estimate == pytest.approx(1.1, rel=0.03) and r.half_width < 0.05
+    assert 180 <= covered <= 200
+    assert ratio(a[:1], b[:1]).high == math.inf  # one unit: no interval
+
+
+def test_a_bias_that_is_noise_alone_adds_nothing():
+    noise_only = Ratio(1.01, 0.95, 1.07, 10, 0.95)
+    assert systematic(noise_only) == 0.0
+    real = Ratio(0.8, 0.78, 0.82, 10, 0.95)
+    assert systematic(real) == pytest.approx(-math.log(0.8), rel=0.02)
+    widened = Ratio(1.2, 1.1, 1.3, 10, 0.95).widened(0.1)
+    assert widened.low < 1.1 and widened.high > 1.3
+    assert math.log(widened.high / 1.2) == pytest.approx(math.hypot(math.log(1.2 / 1.1), 0.1))
 
 
 def test_intervals_and_buckets():

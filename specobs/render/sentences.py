@@ -4,6 +4,7 @@ the typed results (``specobs.results``). Numbers are read, never computed, here.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping, Sequence
 
 from specobs.analysis.acceptance import MATERIAL_IID_GAP, WASTED_THRESHOLD
@@ -29,6 +30,7 @@ from specobs.results import (
     Throughput,
     TunerDecision,
     TuneResult,
+    TuneVerification,
 )
 
 #: How configuration columns read in sentences.
@@ -786,8 +788,8 @@ def tune_headline(result: TuneResult) -> str:
         what = "Tuned: run without speculative decoding (the plain engine was measured fastest on this workload)"
         if v is not None:
             what += (
-                f"; verified {_gain(v.gain_vs_best_static, v.gain_vs_best_static_low, v.gain_vs_best_static_high)} "
-                f"vs the best static k={v.best_static_num_speculative_tokens}"
+                f"; measured {_gain(v.gain_vs_best_static, v.gain_vs_best_static_low, v.gain_vs_best_static_high)} "
+                f"vs the best static k={v.best_static_num_speculative_tokens}{_precision(v)}"
             )
         return what + "."
     name = result.method or "speculative decoding"
@@ -798,27 +800,58 @@ def tune_headline(result: TuneResult) -> str:
         what = f"Tuned: {name} with k={result.schedule[0][2]}"
     if v is None:
         return what + " (not verified)."
+    vs_plain = _gain(v.gain_vs_plain, v.gain_vs_plain_low, v.gain_vs_plain_high)
+    vs_static = _gain(v.gain_vs_best_static, v.gain_vs_best_static_low, v.gain_vs_best_static_high)
+    verdict = "verified" if v.gain_vs_plain_low > 0 else "measured (not verified: the interval reaches a loss)"
+    return f"{what}; {verdict} {vs_plain} vs plain decoding and {vs_static} vs the best static " + (
+        f"k={v.best_static_num_speculative_tokens}{_precision(v)}."
+    )
+
+
+def _precision(v: TuneVerification) -> str:
+    """Said in the headline when the verification did not reach its target precision."""
+    if v.target_met:
+        return ""
+    widest = max(h for h in v.half_widths)
     return (
-        f"{what}; verified {_gain(v.gain_vs_plain, v.gain_vs_plain_low, v.gain_vs_plain_high)} vs plain decoding and "
-        f"{_gain(v.gain_vs_best_static, v.gain_vs_best_static_low, v.gain_vs_best_static_high)} vs the best static "
-        f"k={v.best_static_num_speculative_tokens}."
+        f" — undecided to ±{v.half_width_target:.0%}: the budget ended at ±{widest:.1%}"
+        if math.isfinite(widest)
+        else f" — undecided to ±{v.half_width_target:.0%}: too few rounds for an interval"
     )
 
 
 def tune_notes(result: TuneResult) -> list[str]:
     """How far the numbers can be trusted: noise, undecided races, idle engines, time spent."""
     n = result.noise
-    out = [
-        f"{n.rounds} race round(s); a candidate's tokens/s varied {n.round_to_round:.1%} (median relative "
-        "standard deviation) from round to round, so candidates were compared round by round (paired)."
-    ]
-    undecided = [b.measured_batch_size for b in result.buckets if b.basis == "measured" and not b.decided]
-    if undecided:
-        sizes = ", ".join(str(b) for b in undecided)
+    if n.comparison.startswith("steps"):
+        cycles = f"{n.cycle_to_cycle:.0%}" if n.cycle_to_cycle is not None else "–"
+        out = [
+            f"{n.rounds} race round(s). The speculative engine's ks were compared inside one generation, switched "
+            f"every few steps in cycles of a random order and paired cycle by cycle (a k's tokens/s varied {cycles} "
+            f"from cycle to cycle); the plain engine round by round in alternate order (rounds varied "
+            f"{n.round_to_round:.0%}). Each look at the race is taken at a level that keeps 95% over all looks."
+        ]
+    else:
+        out = [
+            f"{n.rounds} race round(s); a candidate's tokens/s varied {n.round_to_round:.1%} (median relative "
+            "standard deviation) from round to round, so candidates were compared round by round (paired)."
+        ]
+    if n.engine_bias is not None:
+        tax = f"{n.k0_tax:.1%}" if n.k0_tax is not None else "not measured (no captured steps)"
+        low = f"{n.engine_bias_low:.2f}" if n.engine_bias_low is not None else "–"
+        high = f"{n.engine_bias_high:.2f}" if n.engine_bias_high is not None else "–"
         out.append(
-            f"Batch size {sizes}: the race ended (budget or round limit) before it could separate the leading "
-            "candidates, so the best static k was kept where it was still in the race (else the fastest on "
-            "average); a longer --budget narrows this."
+            f"Engine bias: the plain engine ran {n.engine_bias:.2f}× [{low}–{high}] the speculative engine at k=0 "
+            f"less its drafting (the k=0 tax, {tax} of a step); what of it is more than noise widens every "
+            "plain-vs-speculative interval."
+        )
+    undecided = [b for b in result.buckets if b.basis == "measured" and not b.decided]
+    if undecided:
+        sizes = ", ".join(f"{b.measured_batch_size} (k={b.num_speculative_tokens})" for b in undecided)
+        out.append(
+            f"Batch size {sizes}: undecided when the race ended (budget or round limit): the measured leader was "
+            "taken, but it is not established beyond noise against every other candidate (see the table's "
+            "ratios); a longer --budget narrows this."
         )
     modelled = [batch_range(b.batch_size_min, b.batch_size_max) for b in result.buckets if b.basis == "model"]
     if modelled:

@@ -263,12 +263,13 @@ def comparison_to_markdown(cmp: Comparison, names: tuple[str, str]) -> str:
 # --- specobs tune ---------------------------------------------------------------------------------
 
 TUNE_BUCKET_HEADERS = ("batch", "k", "basis", "measured at", "tokens/s")
-TUNE_MEASUREMENT_HEADERS = ("batch", "engine", "k", "tokens/s", "95%", "rounds", "race")
+TUNE_MEASUREMENT_HEADERS = ("batch", "engine", "k", "tokens/s", "95%", "steps", "vs leader [per look]", "race")
 TUNE_VERIFY_HEADERS = ("configuration", "tokens/s", "gain of the chosen config [95%]")
 TUNE_BUCKET_COLS = (Col("batch", justify="left"), Col("k"), Col("basis", 1, "text", "right"), Col("measured at", 2),
                     Col("tokens/s"))  # fmt: skip
 TUNE_MEASUREMENT_COLS = (Col("batch", justify="left"), Col("engine", 0, "text", "right"), Col("k"), Col("tokens/s"),
-                         Col("95%", 1), Col("rounds", 3), Col("race", 2, "text", "right"))  # fmt: skip
+                         Col("95%", 1), Col("steps", 3), Col("vs leader [per look]", 2),
+                         Col("race", 2, "text", "right"))  # fmt: skip
 TUNE_VERIFY_COLS = (Col("configuration", 0, "text"), Col("tokens/s"), Col("gain of the chosen config [95%]"))
 
 
@@ -289,8 +290,13 @@ def tune_measurement_rows(result: TuneResult) -> list[list[str]]:
     for m in result.measurements:
         status = "leader" if m.leader else "dropped" if m.eliminated else "within noise"
         k = "–" if m.engine == "plain" else str(m.num_speculative_tokens)
+        vs = (
+            ""
+            if m.vs_leader is None
+            else f"{m.vs_leader:.3f} [{_fmt(m.vs_leader_low, '{:.3f}')}–{_fmt(m.vs_leader_high, '{:.3f}')}]"
+        )
         rows.append([str(m.batch_size), m.engine, k, f"{m.tokens_per_second:,.0f}",
-                     f"{m.low:,.0f}–{m.high:,.0f}", str(m.rounds), status])  # fmt: skip
+                     f"{m.low:,.0f}–{m.high:,.0f}", f"{m.steps:,}", vs, status])  # fmt: skip
     return rows
 
 
@@ -324,11 +330,11 @@ def tune_to_rich(result: TuneResult, console: Console) -> None:
         console.print(Text(speculative_config_line(result.speculative_config)), soft_wrap=True)
     print_table(console, TUNE_BUCKET_COLS, tune_bucket_rows(result), "Schedule by batch size")
     print_table(console, TUNE_MEASUREMENT_COLS, tune_measurement_rows(result),
-                "Measured (generated tokens/s per round, 95% t interval)")  # fmt: skip
+                "Measured (generated tokens/s of counted steps, 95% interval; vs the leader, paired)")  # fmt: skip
     v = result.verification
     if v is not None:
         print_table(console, TUNE_VERIFY_COLS, tune_verification_rows(result),
-                    f"Verification: {v.workload}, {v.rounds} interleaved round(s)")  # fmt: skip
+                    f"Verification: {v.workload}, {v.rounds} round(s), {v.cycles} cycle(s)")  # fmt: skip
     for line in tune_notes(result):
         console.print(Text(f"• {line}"))
 
@@ -338,11 +344,11 @@ def tune_to_markdown(result: TuneResult) -> str:
     if result.speculative_config:
         parts += ["```", speculative_config_line(result.speculative_config), "```", ""]
     parts += ["Schedule by batch size:", "", *md_table(TUNE_BUCKET_HEADERS, tune_bucket_rows(result))]
-    parts += ["", "Measured (generated tokens/s per round, 95% t interval):", ""]
+    parts += ["", "Measured (generated tokens/s of counted steps, 95% interval; vs the leader, paired):", ""]
     parts += md_table(TUNE_MEASUREMENT_HEADERS, tune_measurement_rows(result))
     v = result.verification
     if v is not None:
-        parts += ["", f"Verification: {v.workload}, {v.rounds} interleaved round(s):", ""]
+        parts += ["", f"Verification: {v.workload}, {v.rounds} round(s), {v.cycles} cycle(s):", ""]
         parts += md_table(TUNE_VERIFY_HEADERS, tune_verification_rows(result))
     parts += [""] + [f"- {line}" for line in tune_notes(result)]
     return "\n".join(parts) + "\n"
