@@ -285,7 +285,7 @@ def test_a_tie_is_decided_as_a_tie():
     assert result.decided  # every k within 2% of the leader, established: decided, not undecided
     for m in result.measurements:
         if m.engine == "speculative" and m.num_speculative_tokens >= 1 and not m.leader:
-            assert m.vs_leader_low > 0.98 and m.vs_leader_high < 1.02
+            assert 0.98 < m.vs_leader <= 1
     v = result.verification
     assert v.gain_vs_best_static_low > -0.05 and v.gain_vs_best_static_high < 0.05
     assert v.gain_vs_plain_low > 0.2  # 1.3× plain, measured
