@@ -52,7 +52,12 @@ def serve_recording(tmp_path_factory):
     out = tmp_path_factory.mktemp("serve")
     records = {
         name: record_server(
-            models, out, name, speculative_config(name.rstrip("2")), levels=SERVE_LEVELS, seconds_per_level=SERVE_SECONDS
+            models,
+            out,
+            name,
+            speculative_config(name.rstrip("2")),
+            levels=SERVE_LEVELS,
+            seconds_per_level=SERVE_SECONDS,
         )
         for name in SERVE_METHODS
     }

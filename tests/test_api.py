@@ -111,7 +111,10 @@ def test_cli_json_is_to_dict_for_every_command():
     assert isinstance(rec, Recommendation)
     assert_same_json(json.loads(json.dumps(rec.to_dict())), _cli_json("recommend", sweep, "--bootstrap", "0"))
 
-    a, b = sorted(str(p) for p in SWEEP.glob("specobs-*ngram*")), sorted(str(p) for p in SWEEP.glob("specobs-*draft_model*"))
+    a, b = (
+        sorted(str(p) for p in SWEEP.glob("specobs-*ngram*")),
+        sorted(str(p) for p in SWEEP.glob("specobs-*draft_model*")),
+    )
     cmp = specobs.compare(load(a).windows, load(b).windows)
     assert isinstance(cmp, Comparison)
     assert_same_json(json.loads(json.dumps(cmp.to_dict())), _cli_json("compare", a[0], b[0]))
@@ -136,7 +139,9 @@ def test_a_format_a_command_cannot_write_is_refused():
 
     with pytest.raises(specobs.SpecobsError, match="--format markdown is not available"):
         emit(Finding("x", "y"), "markdown")  # type: ignore[arg-type]
-    result = run_cli("compare", str(next(SWEEP.glob("specobs-*ngram*"))), str(next(SWEEP.glob("specobs-*plain*"))), "-f", "markdown")
+    result = run_cli(
+        "compare", str(next(SWEEP.glob("specobs-*ngram*"))), str(next(SWEEP.glob("specobs-*plain*"))), "-f", "markdown"
+    )
     assert result.returncode == 0 and result.stdout.decode().startswith("**A and B differ")
     assert "|---|---|---|" in result.stdout.decode()
 

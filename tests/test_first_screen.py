@@ -94,7 +94,9 @@ def test_the_markdown_summary_and_brief():
     assert rec is not None and rec.recommended.speculative_config
     brief = cli("report", *args, "--format", "markdown", "--brief").stdout
     full = cli("report", *args, "--format", "markdown").stdout
-    assert brief.startswith("## Speculative decoding acceptance (specobs)\n\nInputs: 6 files (3 run-metadata, 3 events-jsonl) · ")
+    assert brief.startswith(
+        "## Speculative decoding acceptance (specobs)\n\nInputs: 6 files (3 run-metadata, 3 events-jsonl) · "
+    )
     assert f"**{headline(rec)}**" in brief
     assert f"```\n--speculative-config '{rec.recommended.speculative_config}'\n```" in brief
     assert "- ngram: k=1 1.84 · k=2 2.55 · k=3 2.99 · k=4 3.58 · k=5 3.88 · k=6 4.21" in brief

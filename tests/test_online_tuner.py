@@ -176,3 +176,24 @@ def test_the_report_shows_the_decision_log(tmp_path):
     markdown = run_cli("report", str(tmp_path), "-f", "markdown").stdout.decode()
     assert "### Online tuner" in markdown
     assert "k=3 at batch 1 since 00:00:" in markdown and "measured after the switch" in markdown
+
+
+def test_apply_decides_on_paired_blocks_under_a_load_that_comes_and_goes():
+    """The machine runs 2× slower in alternate stretches of 40 steps, and a step's tokens come
+    from the drafts of the step before (as in vLLM): the tuner still walks to the best k, each
+    switch backed by exploring blocks paired with the steps just before them."""
+    table = [1] * (LARGEST + 1)
+    tuner = OnlineTuner("apply", table, 4, share=0.1, chunk_steps=8)
+    rng = random.Random(5)
+    drafted_by = table[1]
+    for step in range(20000):
+        k = table[1]
+        slow = 2.0 if (step // 40) % 2 else 1.0
+        tokens = 4
+        seconds = tokens / (faster_at(3)(drafted_by) * rng.uniform(0.9, 1.1)) * slow
+        tuner.on_step(1, k, tokens, seconds)
+        drafted_by = k
+    applied = [d for d in tuner.decisions if d.action == "apply"]
+    assert applied and all(d.predicted_low > 0.03 for d in applied)
+    assert tuner.buckets[0].k == 3
+    assert tuner.paired_gain(tuner.buckets[0], 2) is not None  # the neighbours, measured in pairs

@@ -32,7 +32,9 @@ DATA = Path(__file__).resolve().parent.parent / "examples" / "data"
 
 def sweep_steps() -> pl.DataFrame:
     """The bundled sweep capture's step rows (three engines: plain, ngram, draft model), in time order."""
-    frames = [events.read_jsonl(open_source(str(p)))[0].collect() for p in sorted((DATA / "vllm-cpu-sweep").glob("specobs-*"))]
+    frames = [
+        events.read_jsonl(open_source(str(p)))[0].collect() for p in sorted((DATA / "vllm-cpu-sweep").glob("specobs-*"))
+    ]
     return pl.concat(frames).sort("ts")
 
 

@@ -7,14 +7,21 @@ k, generated tokens and step time. The tuner keeps tokens/s per (batch bucket, k
 
 - ``observe``: measures only. It writes a ``suggest`` decision when a k other than the current
   one has been measured faster beyond noise (for example after an operator changed the table).
-- ``explore``: also runs one step in ``1 / share`` of a bucket at a neighbouring k (current ± 1),
-  the one with the fewest measurements, where the estimate is least certain. At most
+- ``explore``: also runs a block of :data:`EXPLORE_STEPS` steps at a neighbouring k (current
+  ± 1), the one with the fewest measurements, where the estimate is least certain. At most
   ``share`` of a bucket's steps (default 5%) explore. This is lossless: speculative decoding
   never changes outputs, only speed.
 - ``apply``: also switches a bucket to a k whose measured gain over the current k clears
   ``margin`` with its whole 95% interval (``apply``). It then measures the next window at the
   new k against the old k's rate: ``confirm`` when it holds, ``rollback`` (back to the old k)
   when it measures worse.
+
+The estimator is ``specobs tune``'s (:mod:`specobs.tuning.paired`): a step counts for the k
+that drafted its tokens (the k of the step before; two before under async scheduling), so the
+first step of an exploring block counts for nothing, and each exploring block is paired with
+the current k's counted steps just before it (a unit), so load that comes and goes hits both.
+``observe`` has no blocks of its own to pair (the operator chose when k changed): it compares
+chunks of counted steps, Welch's interval on mean log tokens/s.
 
 Every decision is a :class:`TunerDecision` (time, bucket, from k, to k, predicted gain with its
 interval, measured gain afterwards, reason), kept for the exporters and written beside the
@@ -24,6 +31,7 @@ event files. The tuner never raises into vLLM: the hooks wrap it, and a failure 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections import deque
 from collections.abc import Callable, MutableSequence
@@ -32,6 +40,7 @@ from typing import Any
 
 from specobs.analysis.intervals import t95
 from specobs.results import TunerDecision
+from specobs.tuning.paired import Block, StepAttribution, ratio
 from specobs.tuning.tune import power_buckets
 
 MODES = ("observe", "explore", "apply")
@@ -42,6 +51,9 @@ MIN_CHUNKS = 3
 MARGIN = 0.03
 MAX_CHUNKS = 64  # per (bucket, k): older chunks age out, so the estimate follows the traffic
 MAX_DECISIONS = 1000
+#: Steps an exploring block runs at the other k (the first counts for nothing).
+EXPLORE_STEPS = 4
+MAX_UNITS = 256  # per (bucket, k): older exploring blocks age out
 
 
 @dataclass
@@ -95,7 +107,14 @@ class _Bucket:
     k: int
     steps: int = 0
     explored: int = 0
-    exploring: int | None = None  # the k the next step runs at (one step), None when not exploring
+    exploring: int | None = None  # the k the current exploring block runs at, None when not exploring
+    explore_left: int = 0  # steps left in the exploring block
+    unit: int = 0  # exploring blocks started so far
+    recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=EXPLORE_STEPS - 1))
+    block: list[float] = field(default_factory=lambda: [0.0, 0.0, 0])  # the exploring block's counted steps
+    before: Block | None = None  # the current k's counted steps just before the exploring block
+    after: tuple[int, Block, list[float]] | None = None  # (k, explored block, current k's steps after it)
+    units: dict[int, deque[tuple[Block, Block]]] = field(default_factory=dict)  # k → (before, explored) pairs
     verifying: dict[str, Any] | None = None  # after an apply: from_k, baseline rate, the new window
     cells: dict[int, _Cell] = field(default_factory=dict)
     suggested: set[tuple[int, int]] = field(default_factory=set)
@@ -118,6 +137,7 @@ class OnlineTuner:
         clock: Callable[[], float] = time.time,
         run_id: str | None = None,
         engine: int | None = None,
+        lag: int = 1,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"SPECOBS_TUNE={mode}: expected one of {', '.join(MODES)}")
@@ -138,6 +158,8 @@ class OnlineTuner:
             for size in range(b.low, b.high + 1):
                 self._by_batch[size] = i
         self.decisions: deque[TunerDecision] = deque(maxlen=MAX_DECISIONS)
+        self._attribution = StepAttribution(lag)
+        self._rng = random.Random(0)
         self.decisions_total: dict[str, int] = dict.fromkeys(ACTIONS, 0)
 
     # --- the table --------------------------------------------------------------------------------
@@ -158,30 +180,96 @@ class OnlineTuner:
 
     # --- one step ---------------------------------------------------------------------------------
     def on_step(self, batch_size: int, k: int, tokens: int | None, seconds: float | None) -> None:
+        counted = self._attribution.add(k)  # the step before drafted at the same k
         if not 0 < batch_size < len(self._by_batch):
             return
         bucket = self.buckets[self._by_batch[batch_size]]
         bucket.steps += 1
-        if bucket.exploring is not None:  # the exploring step is done: back to the bucket's k
-            bucket.exploring = None
-            self._set(bucket, bucket.k)
-        if tokens and seconds and seconds > 0:
+        useful = counted and bool(tokens) and seconds is not None and seconds > 0
+        if useful:
+            assert tokens is not None and seconds is not None
+            if bucket.exploring is not None and k == bucket.exploring:
+                bucket.block[0] += tokens
+                bucket.block[1] += seconds
+                bucket.block[2] += 1
+            elif k == bucket.k and bucket.after is not None:
+                self._after_block(bucket, float(tokens), seconds)
+            elif k == bucket.k:
+                bucket.recent.append((float(tokens), seconds))
             cell = bucket.cells.setdefault(k, _Cell())
             if cell.add(tokens, seconds, self.chunk_steps):
                 self._after_chunk(bucket, k)
-        if self.mode != "observe" and bucket.verifying is None:
+        if bucket.exploring is not None:
+            bucket.explore_left -= 1
+            if bucket.explore_left <= 0:  # the block is done: pair it, back to the bucket's k
+                self._close_block(bucket)
+        idle = bucket.exploring is None and bucket.after is None
+        if self.mode != "observe" and bucket.verifying is None and idle:
             self._maybe_explore(bucket)
 
+    def _close_block(self, bucket: _Bucket) -> None:
+        k = bucket.exploring
+        assert k is not None
+        tokens, seconds, steps = bucket.block
+        explored = Block(bucket.unit, k, tokens, seconds, int(steps))
+        if steps and seconds > 0:
+            if bucket.before is not None:
+                self._pair(bucket, k, bucket.before, explored)
+            else:  # the current k's steps right after the block are its pair
+                bucket.after = (k, explored, [0.0, 0.0, 0])
+        bucket.exploring = None
+        bucket.before = None
+        self._set(bucket, bucket.k)
+
+    def _after_block(self, bucket: _Bucket, tokens: float, seconds: float) -> None:
+        assert bucket.after is not None
+        k, explored, sums = bucket.after
+        sums[0] += tokens
+        sums[1] += seconds
+        sums[2] += 1
+        if sums[2] >= EXPLORE_STEPS - 1:
+            bucket.after = None
+            self._pair(bucket, k, Block(bucket.unit, bucket.k, sums[0], sums[1], int(sums[2])), explored)
+
+    def _pair(self, bucket: _Bucket, k: int, current: Block, explored: Block) -> None:
+        bucket.units.setdefault(k, deque(maxlen=MAX_UNITS)).append((current, explored))
+        if self.mode == "apply" and bucket.verifying is None:
+            self._consider(bucket)
+
     def _maybe_explore(self, bucket: _Bucket) -> None:
-        if self.share <= 0 or (bucket.explored + 1) > self.share * bucket.steps:
+        if self.share <= 0 or (bucket.explored + EXPLORE_STEPS) > self.share * bucket.steps:
             return
         options = [k for k in (bucket.k - 1, bucket.k + 1) if 0 <= k <= self.max_k]
-        if not options:
+        # A random start and a random side for its pair (the current k's steps before or after
+        # it): exploring never locks onto a periodic load, and drift within a unit cancels.
+        if not options or self._rng.random() >= 0.25:
             return
-        k = min(options, key=lambda o: (len(bucket.cells[o].chunks) if o in bucket.cells else 0, o))
+        before = self._rng.random() < 0.5
+        if before and len(bucket.recent) < (bucket.recent.maxlen or 0):  # nothing yet to pair it with
+            return
+        k = min(options, key=lambda o: (len(bucket.units.get(o, ())), o))
+        bucket.unit += 1
+        steps = list(bucket.recent)
+        bucket.before = (
+            Block(bucket.unit, bucket.k, sum(t for t, _ in steps), sum(s for _, s in steps), len(steps))
+            if before
+            else None
+        )
+        bucket.recent.clear()
+        bucket.block = [0.0, 0.0, 0]
         bucket.exploring = k
-        bucket.explored += 1
+        bucket.explore_left = EXPLORE_STEPS
+        bucket.explored += EXPLORE_STEPS
         self._set(bucket, k)
+
+    def paired_gain(self, bucket: _Bucket, k: int) -> tuple[float, float, float] | None:
+        """k's gain over the bucket's current k from its exploring blocks, each paired with the
+        current k's steps just before it (:func:`specobs.tuning.paired.ratio`, 95%)."""
+        pairs = [p for p in bucket.units.get(k, ()) if p[0].candidate == bucket.k]
+        if len(pairs) < self.min_chunks:
+            return None
+        r = ratio([new for _, new in pairs], [old for old, _ in pairs])
+        return r.estimate - 1, r.low - 1, r.high - 1
 
     def _after_chunk(self, bucket: _Bucket, k: int) -> None:
         if bucket.verifying is not None:
@@ -198,7 +286,7 @@ class OnlineTuner:
         for k, cell in bucket.cells.items():
             if k == bucket.k or len(cell.chunks) < self.min_chunks:
                 continue
-            gain = _gain(cell, current)
+            gain = self.paired_gain(bucket, k) if bucket.units.get(k) else _gain(cell, current)
             if gain is not None and gain[1] > self.margin and (best is None or gain[0] > best[0][0]):
                 best = (gain, k)
         if best is None:
@@ -224,6 +312,7 @@ class OnlineTuner:
         bucket.verifying = {"from_k": bucket.k, "baseline": rate, "window": _Cell()}
         bucket.k = k
         bucket.exploring = None
+        bucket.before = bucket.after = None
         self._set(bucket, k)
 
     def _verify(self, bucket: _Bucket, k: int) -> None:

@@ -331,6 +331,8 @@ class Capture:
         tuner = OnlineTuner(
             mode, scheduler.dynamic_sd_lookup, max_k, share=self.config.tune_share,
             chunk_steps=self.config.tune_chunk_steps, run_id=labels.get("run_id"), engine=labels.get("engine"),
+            # Under async scheduling the scheduler runs a step ahead: two steps after a switch mix ks.
+            lag=2 if getattr(getattr(scheduler, "scheduler_config", None), "async_scheduling", False) else 1,
         )  # fmt: skip
         logger.info("specobs: online tuning on (%s, k up to %d, %.0f%% of steps may explore)", mode, max_k,
                     100 * tuner.share)  # fmt: skip
