@@ -614,9 +614,9 @@ def tune(
         str, typer.Option(help="Folder for tune.json, the plot, the captured steps and the engine logs.")
     ] = "specobs-tune",
     min_round_seconds: Annotated[
-        float, typer.Option(help="A round repeats its generate call until it has lasted this long.")
+        float, typer.Option(help="Each engine's stretch in a round generates again until it has lasted this long.")
     ] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed of the round order.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the round and cycle orders.")] = 0,
     output_format: FormatOption = OutputFormat.rich,
 ) -> None:
     """Measure every k in one live vLLM engine against a plain engine, choose a k per batch size,

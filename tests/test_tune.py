@@ -91,7 +91,7 @@ class KnownBench:
         self.now += seconds
         return tokens, seconds
 
-    def stretch(self, engine, schedules, batch_size, round_index, seed):
+    def stretch(self, engine, schedules, batch_size, round_index, seed, seconds=None):
         order_rng = random.Random(seed)
         attribution = StepAttribution(1)
         blocks: dict[tuple[int, int], list[float]] = {}
@@ -115,7 +115,7 @@ class KnownBench:
                         block[0] += tokens
                         block[1] += seconds
                         block[2] += 1
-            if self.now - started >= self.round_s:
+            if self.now - started >= (self.round_s if seconds is None else seconds):
                 break
         return [Block(c, i, t, s, n) for (c, i), (t, s, n) in blocks.items()]
 

@@ -198,7 +198,13 @@ class VllmBench:
         self.start_seconds = time.monotonic() - started
 
     def stretch(
-        self, engine: str, schedules: Sequence[Schedule], batch_size: int | None, round_index: int, seed: int
+        self,
+        engine: str,
+        schedules: Sequence[Schedule],
+        batch_size: int | None,
+        round_index: int,
+        seed: int,
+        seconds: float | None = None,
     ) -> list[Block]:
         answer = self.workers[engine].call(
             op="stretch",
@@ -206,6 +212,7 @@ class VllmBench:
             batch=batch_size,
             offset=round_index,
             seed=seed,
+            seconds=seconds,
         )
         return [Block(*row) for row in answer["blocks"]]
 
@@ -357,9 +364,9 @@ class _Engine:  # pragma: no cover - runs in the worker process
         return sum(len(o.outputs[0].token_ids) for o in outputs), time.perf_counter() - started
 
     def _stretch(
-        self, schedules: list[list[list[int]]], batch: int | None, offset: int, seed: int
+        self, schedules: list[list[list[int]]], batch: int | None, offset: int, seed: int, min_seconds: float
     ) -> list[list[float]]:
-        """Generate for at least ``min_round_s``, switching the k table between ``schedules``
+        """Generate for at least ``min_seconds`` (0: once), switching the k table between ``schedules``
         every :data:`BLOCK_STEPS` steps in cycles of a random order; each block's counted steps
         (:class:`specobs.tuning.paired.StepAttribution`) as [cycle, candidate, tokens, seconds,
         steps]. ``batch`` requests of ``max_tokens`` each (a step counts only while all of them
@@ -382,7 +389,8 @@ class _Engine:  # pragma: no cover - runs in the worker process
         engine = self.llm.llm_engine
         attribution = StepAttribution(2 if self.async_scheduling else 1)
         blocks: dict[tuple[int, int], list[float]] = {}
-        cycle, queue, current, left = -1, [], 0, 0
+        cycle, current, left = -1, 0, 0
+        queue: list[int] = []
         started = time.perf_counter()
         call = 0
         while True:
@@ -410,7 +418,7 @@ class _Engine:  # pragma: no cover - runs in the worker process
                 previous = ((cycle, current) if counted else None, tokens, start)
             if previous is not None and previous[0] is not None:
                 self._count(blocks, previous[0], previous[1], time.perf_counter() - previous[2])
-            if time.perf_counter() - started >= self.min_round_s:
+            if time.perf_counter() - started >= min_seconds:
                 break
         return [[c, i, t, s, n] for (c, i), (t, s, n) in blocks.items()]
 
@@ -429,14 +437,19 @@ class _Engine:  # pragma: no cover - runs in the worker process
             return {"flushed": True, "cpu_before": before, "cpu_after": time.process_time()}
         if op != "stretch":
             raise ValueError(f"unknown command {op!r}")
-        started = time.perf_counter()
+        begun = time.perf_counter()
         batch = command.get("batch")
+        seconds = command.get("seconds")
         blocks = self._stretch(
-            command["schedules"], None if batch is None else int(batch), int(command["offset"]), int(command["seed"])
+            command["schedules"],
+            None if batch is None else int(batch),
+            int(command["offset"]),
+            int(command["seed"]),
+            self.min_round_s if seconds is None else float(seconds),
         )
-        seconds = time.perf_counter() - started
         if not blocks:
             raise ValueError("no step counted")
+        seconds = time.perf_counter() - begun
         return {"blocks": blocks, "seconds": seconds, "cpu_before": before, "cpu_after": time.process_time()}
 
 

@@ -138,7 +138,7 @@ def ratio(a: Sequence[Block], b: Sequence[Block], level: float = 0.95) -> Ratio:
     sb = sum(ub[u][1] for u in units)
 
     def log_ratio(dta: float, dsa: float, dtb: float, dsb: float) -> float:
-        rest = (ta - dta, sa - dsa, tb - dtb, sb - dsb)
+        rest: tuple[float, ...] = (ta - dta, sa - dsa, tb - dtb, sb - dsb)
         if min(rest) <= 0:  # one unit held (to rounding) all of a side: the others, summed afresh
             others = [u for u in units if (ua[u], ub[u]) != ((dta, dsa), (dtb, dsb))] or units
             rest = tuple(math.fsum(side[u][i] for u in others) for side, i in ((ua, 0), (ua, 1), (ub, 0), (ub, 1)))

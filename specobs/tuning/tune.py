@@ -27,7 +27,8 @@ numbers say (:mod:`specobs.tuning.paired` says how two candidates are compared):
 3. **Verify.** The chosen schedule and the best single static k share the speculative engine's
    mixed-batch generations (requests of staggered lengths, so the batch shrinks from the
    largest size to 1), switched block by block; the plain engine runs the same workload in
-   alternate order. Rounds repeat until both gains' 95% intervals are within
+   alternate order, one generation per stretch (short rounds: drift between the engines'
+   stretches is what limits that comparison). Rounds repeat until both gains' 95% intervals are within
    :data:`HALF_WIDTH` (relative) or the budget ends.
 """
 
@@ -96,12 +97,19 @@ class Bench(Protocol):
     """What the loop needs from the engines."""
 
     def stretch(
-        self, engine: str, schedules: Sequence[Schedule], batch_size: int | None, round_index: int, seed: int
+        self,
+        engine: str,
+        schedules: Sequence[Schedule],
+        batch_size: int | None,
+        round_index: int,
+        seed: int,
+        seconds: float | None = None,
     ) -> list[Block]:
-        """Generate in ``engine`` for about a round, at ``batch_size`` requests at once (None: the
-        mixed workload), switching between ``schedules`` every few steps in cycles of a random
-        order (a plain engine gets one empty schedule). Returns each block's counted steps:
-        ``unit`` is the cycle, ``candidate`` the index into ``schedules``."""
+        """Generate in ``engine`` for at least ``seconds`` (None: the bench's round length; 0: one
+        generation), at ``batch_size`` requests at once (None: the mixed workload), switching
+        between ``schedules`` every few steps in cycles of a random order (a plain engine gets
+        one empty schedule). Returns each block's counted steps: ``unit`` is the cycle,
+        ``candidate`` the index into ``schedules``."""
 
     def steps(self) -> Any:
         """The captured windows so far (a polars frame), or None when nothing was captured."""
@@ -465,12 +473,12 @@ def verify(
         engines = [PLAIN, SPECULATIVE] if n % 2 == 0 else [SPECULATIVE, PLAIN]
         for engine in engines:
             if engine == PLAIN:
-                got = bench.stretch(PLAIN, [()], None, n, rng.randrange(2**31))
+                got = bench.stretch(PLAIN, [()], None, n, rng.randrange(2**31), seconds=0.0)
                 blocks["plain"] += [Block(cycles + b.unit, 0, b.tokens, b.seconds, b.steps) for b in got]
                 rounds["plain"].append(_sum_block(n, got))
             else:
                 schedules = [speculative[x].schedule for x in names]
-                got = bench.stretch(SPECULATIVE, schedules, None, n, rng.randrange(2**31))
+                got = bench.stretch(SPECULATIVE, schedules, None, n, rng.randrange(2**31), seconds=0.0)
                 for i, name in enumerate(names):
                     mine = [b for b in got if b.candidate == i]
                     blocks[name] += [Block(cycles + b.unit, 0, b.tokens, b.seconds, b.steps) for b in mine]
