@@ -91,31 +91,45 @@ class KnownBench:
         self.now += seconds
         return tokens, seconds
 
-    def stretch(self, engine, schedules, batch_size, round_index, seed, seconds=None):
+    def stretch(self, engine, schedules, batch_size, round_index, seed, min_seconds=None):
+        """``batch_size`` requests for as long as the round lasts, or (None) the mixed workload as
+        the real engine runs it: requests of staggered lengths, each advancing by its step's
+        tokens, so the batch shrinks as they finish and each configuration spends its own
+        number of steps at each batch size."""
         order_rng = random.Random(seed)
         attribution = StepAttribution(1)
         blocks: dict[tuple[int, int], list[float]] = {}
         started = self.now
-        cycle, queue, current, left = -1, [], 0, 0
-        sizes = [batch_size] if batch_size is not None else list(range(self.largest, 0, -1))
+        state = {"cycle": -1, "queue": [], "current": 0, "left": 0}
+
+        def step(batch: int) -> float:
+            if state["left"] == 0:
+                if not state["queue"]:
+                    state["cycle"] += 1
+                    state["queue"] = order_rng.sample(range(len(schedules)), len(schedules))
+                state["current"], state["left"] = state["queue"].pop(), BLOCK_STEPS
+            state["left"] -= 1
+            current = state["current"]
+            k = None if engine == PLAIN else self.k(schedules[current], batch)
+            tokens, seconds = self._step(k, batch)
+            if attribution.add((current, k)):
+                block = blocks.setdefault((state["cycle"], current), [0.0, 0.0, 0])
+                block[0] += tokens
+                block[1] += seconds
+                block[2] += 1
+            return tokens
+
+        limit = self.round_s if min_seconds is None else min_seconds
         while True:
-            for batch in sizes:
-                for _ in range(8 if batch_size is None else 1):
-                    if left == 0:
-                        if not queue:
-                            cycle += 1
-                            queue = order_rng.sample(range(len(schedules)), len(schedules))
-                        current, left = queue.pop(), BLOCK_STEPS
-                    left -= 1
-                    schedule = schedules[current]
-                    k = None if engine == PLAIN else self.k(schedule, batch)
-                    tokens, seconds = self._step(k, batch)
-                    if attribution.add((current, k)):
-                        block = blocks.setdefault((cycle, current), [0.0, 0.0, 0])
-                        block[0] += tokens
-                        block[1] += seconds
-                        block[2] += 1
-            if self.now - started >= (self.round_s if seconds is None else seconds):
+            if batch_size is not None:
+                step(batch_size)
+            else:
+                attribution.reset()  # a new generation: its prefill counts for nothing
+                remaining = [float(n) for n in mixed_lengths(self.largest, 96)]
+                while remaining:
+                    advance = step(len(remaining)) / len(remaining)
+                    remaining = [r - advance for r in remaining if r - advance > 0]
+            if self.now - started >= limit:
                 break
         return [Block(c, i, t, s, n) for (c, i), (t, s, n) in blocks.items()]
 
@@ -161,15 +175,23 @@ def run(truth, *, budget=600.0, seed=0, bench_seed=1, max_k=4, **bench):
     return bench_, result
 
 
-def true_mixed_rate(bench: KnownBench, config: Config) -> float:
-    """tokens/s of ``config`` on the bench's mixed stretch: equal steps at every batch size."""
-    tokens = seconds = 0.0
-    for b in range(1, bench.largest + 1):
-        k = None if config.engine == PLAIN else bench.k(config.schedule, b)
-        step_tokens = b * (1 + 0.6 * (k or 0))
-        tokens += step_tokens
-        seconds += step_tokens / bench.truth(k, b) * (bench.engine_bias if k is None else 1.0)
-    return tokens / seconds
+def true_mixed_gain(bench: KnownBench, a: Config, b: Config) -> float:
+    """a over b on the mixed workload (requests of staggered lengths), less 1: between the
+    n-th and (n+1)-th request finishing, every configuration generates the same tokens at the
+    same batch size, so its time there is those tokens over its true tokens/s."""
+
+    def seconds(config: Config) -> float:
+        lengths = sorted(mixed_lengths(bench.largest, 96))
+        total, done = 0.0, 0
+        for i, length in enumerate(lengths):
+            batch = len(lengths) - i
+            k = None if config.engine == PLAIN else bench.k(config.schedule, batch)
+            bias = bench.engine_bias if config.engine == PLAIN else 1.0
+            total += (length - done) * batch * bias / bench.truth(k, batch)
+            done = length
+        return total
+
+    return seconds(b) / seconds(a) - 1
 
 
 @pytest.mark.slow
@@ -195,7 +217,7 @@ def test_the_exact_k_on_30_machines_with_and_without_a_background_load(load):
         assert v.target_met == all(h <= 0.05 for h in v.half_widths)
         met += v.target_met
         chosen = Config("speculative", result.schedule)
-        true_gain = true_mixed_rate(bench, chosen) / true_mixed_rate(bench, Config(PLAIN)) - 1
+        true_gain = true_mixed_gain(bench, chosen, Config(PLAIN))
         assert v.gain_vs_plain_low <= true_gain <= v.gain_vs_plain_high, bench_seed
     assert all(n >= 27 for n in exact.values()), exact
     assert met >= 24
@@ -234,11 +256,12 @@ def test_verification_measures_the_gain_the_truth_implies(engine_bias):
     v = result.verification
     chosen = Config("speculative", result.schedule)
     static = Config.static(v.best_static_num_speculative_tokens, 16)
-    true_vs_static = true_mixed_rate(bench, chosen) / true_mixed_rate(bench, static)
-    true_vs_plain = true_mixed_rate(bench, chosen) / true_mixed_rate(bench, Config(PLAIN))
-    assert v.gain_vs_best_static_low <= true_vs_static - 1 <= v.gain_vs_best_static_high
-    assert v.gain_vs_plain_low <= true_vs_plain - 1 <= v.gain_vs_plain_high
-    assert v.cycles > 10 * v.rounds  # many short cycles inside a few rounds
+    true_vs_static = true_mixed_gain(bench, chosen, static)
+    true_vs_plain = true_mixed_gain(bench, chosen, Config(PLAIN))
+    # Within 1% of the interval: the per-cycle weights approximate the workload's tokens per batch.
+    assert v.gain_vs_best_static_low - 0.01 <= true_vs_static <= v.gain_vs_best_static_high + 0.01
+    assert v.gain_vs_plain_low <= true_vs_plain <= v.gain_vs_plain_high
+    assert v.cycles > 3 * v.rounds  # several short cycles inside every interleaved generation
     if engine_bias == 1.0:
         assert v.target_met and max(v.half_widths) <= 0.05
         assert "undecided" not in tune_headline(result)
@@ -255,10 +278,8 @@ def test_the_engines_bias_is_measured_and_widens_the_plain_comparison():
     truth = (1 / 1.25) / 0.97  # plain over k=0 (which pays a 3% tax the bench's steps do not show)
     assert abs(math.log(n.engine_bias / truth)) < 0.03 and n.engine_bias_high < 1
     v = result.verification
-    true_vs_plain = true_mixed_rate(bench, Config("speculative", result.schedule)) / true_mixed_rate(
-        bench, Config(PLAIN)
-    )
-    assert v.gain_vs_plain_low <= true_vs_plain - 1 <= v.gain_vs_plain_high
+    true_vs_plain = true_mixed_gain(bench, Config("speculative", result.schedule), Config(PLAIN))
+    assert v.gain_vs_plain_low <= true_vs_plain <= v.gain_vs_plain_high
 
 
 def test_no_speculation_when_the_plain_engine_wins_everywhere():
@@ -272,7 +293,9 @@ def test_no_speculation_when_the_plain_engine_wins_everywhere():
     assert all(b.num_speculative_tokens == 0 and b.basis == "plain engine" for b in result.buckets)
     v = result.verification
     assert v.gain_vs_plain == 0.0
-    assert v.gain_vs_best_static_low > 0.1  # plain measured faster than the best static k, by ~20%
+    # Plain measured faster than the best static k (truth: 1.3×). Without captured steps the k=0 tax
+    # is unknown, so the k=0 engine's 20% deficit counts as engine bias and widens the interval.
+    assert v.gain_vs_best_static > 0.2 and v.gain_vs_best_static_low > 0
     assert "without speculative decoding" in tune_to_markdown(result)
 
 
@@ -288,7 +311,9 @@ def test_a_tie_is_decided_as_a_tie():
             assert 0.98 < m.vs_leader <= 1
     v = result.verification
     assert v.gain_vs_best_static_low > -0.05 and v.gain_vs_best_static_high < 0.05
-    assert v.gain_vs_plain_low > 0.2  # 1.3× plain, measured
+    # 1.3× plain, measured; the k=0 engine's 10% deficit (its tax, unknown without captured steps)
+    # counts as engine bias and widens the interval.
+    assert v.gain_vs_plain > 0.2 and v.gain_vs_plain_low > 0.1
 
 
 def test_an_undecided_race_takes_its_measured_leader_and_says_so():

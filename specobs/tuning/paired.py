@@ -10,8 +10,9 @@ after a switch mix two ks and count for neither (:class:`StepAttribution`).
 cycle of a few hundred milliseconds inside one engine, or a round of each engine in turn when
 the candidates live in two processes. Two candidates are compared over the units both ran: the
 ratio of their tokens per second (generated tokens over the wall time of their counted steps,
-start to start, so scheduling and Python count as a user feels them), with a jackknife interval
-over units and Student's t (n − 1 df). Drift of the machine slower than a unit hits both alike.
+start to start, so scheduling and Python count as a user feels them; each unit weighed by the
+tokens generated in it), with a jackknife interval over units and Student's t (n − 1 df).
+Drift of the machine slower than a unit hits both alike.
 
 The offline race (``specobs tune``) and the online tuner (``SPECOBS_TUNE``) both decide on
 :func:`ratio`; the race looks at it several times, so each look is taken at
@@ -126,28 +127,33 @@ def _per_unit(blocks: Iterable[Block]) -> dict[int, tuple[float, float]]:
 
 
 def ratio(a: Sequence[Block], b: Sequence[Block], level: float = 0.95) -> Ratio:
-    """``a`` over ``b`` over their common units, with a jackknife interval over units."""
+    """``a`` over ``b`` in tokens per second over their common units, with a jackknife interval.
+
+    Each unit weighs by the tokens both generated in it: the ratio is of seconds per token,
+    Σ w·(s_b/t_b) / Σ w·(s_a/t_a) with w = t_a + t_b. Within a unit both ran the same batch, so
+    where the batch changes (the mixed workload), a k that generates more tokens per step does
+    not get more weight at the batch sizes where everyone is fast."""
     ua, ub = _per_unit(a), _per_unit(b)
     units = [u for u in ua if u in ub and ua[u][1] > 0 and ub[u][1] > 0 and ua[u][0] > 0 and ub[u][0] > 0]
     n = len(units)
     if n == 0:
         return Ratio(math.nan, 0.0, math.inf, 0, level)
-    ta = sum(ua[u][0] for u in units)
-    sa = sum(ua[u][1] for u in units)
-    tb = sum(ub[u][0] for u in units)
-    sb = sum(ub[u][1] for u in units)
-
-    def log_ratio(dta: float, dsa: float, dtb: float, dsb: float) -> float:
-        rest: tuple[float, ...] = (ta - dta, sa - dsa, tb - dtb, sb - dsb)
-        if min(rest) <= 0:  # one unit held (to rounding) all of a side: the others, summed afresh
-            others = [u for u in units if (ua[u], ub[u]) != ((dta, dsa), (dtb, dsb))] or units
-            rest = tuple(math.fsum(side[u][i] for u in others) for side, i in ((ua, 0), (ua, 1), (ub, 0), (ub, 1)))
-        return math.log(rest[0] / rest[1]) - math.log(rest[2] / rest[3])
-
-    theta = log_ratio(0, 0, 0, 0)
+    num = {u: (ua[u][0] + ub[u][0]) * ub[u][1] / ub[u][0] for u in units}  # weighted seconds per token of b
+    den = {u: (ua[u][0] + ub[u][0]) * ua[u][1] / ua[u][0] for u in units}  # … of a
+    total_num = math.fsum(num.values())
+    total_den = math.fsum(den.values())
+    theta = math.log(total_num / total_den)
     if n < 2:
         return Ratio(math.exp(theta), 0.0, math.inf, n, level)
-    leave_one_out = [log_ratio(*ua[u], *ub[u]) for u in units]
+
+    def leave_out(u: int) -> float:
+        rest_num, rest_den = total_num - num[u], total_den - den[u]
+        if rest_num <= 0 or rest_den <= 0:  # one unit held (to rounding) everything: sum the others afresh
+            rest_num = math.fsum(v for x, v in num.items() if x != u)
+            rest_den = math.fsum(v for x, v in den.items() if x != u)
+        return math.log(rest_num / rest_den)
+
+    leave_one_out = [leave_out(u) for u in units]
     mean = math.fsum(leave_one_out) / n
     variance = (n - 1) / n * math.fsum((x - mean) ** 2 for x in leave_one_out)
     half = t_quantile(n - 1, level) * math.sqrt(variance)

@@ -24,12 +24,12 @@ numbers say (:mod:`specobs.tuning.paired` says how two candidates are compared):
    (:func:`specobs.tuning.recommend.recommend`) picks between the neighbours' choices. When the
    plain engine is predicted at least as fast as the schedule on the verification workload, the
    answer is no speculative config at all.
-3. **Verify.** The chosen schedule and the best single static k share the speculative engine's
-   mixed-batch generations (requests of staggered lengths, so the batch shrinks from the
-   largest size to 1), switched block by block; the plain engine runs the same workload in
-   alternate order, one generation per stretch (short rounds: drift between the engines'
-   stretches is what limits that comparison). Rounds repeat until both gains' 95% intervals are within
-   :data:`HALF_WIDTH` (relative) or the budget ends.
+3. **Verify.** On the mixed-batch workload (requests of staggered lengths, so the batch shrinks
+   from the largest size to 1), in rounds of single generations in a random order: the plain
+   engine's and the chosen configuration's whole generations (paired by round: short rounds,
+   since drift between the engines' stretches is what limits that comparison), and one where
+   the chosen schedule and the best static k switch block by block. Rounds repeat until both
+   gains' 95% intervals are within :data:`HALF_WIDTH` (relative) or the budget ends.
 """
 
 from __future__ import annotations
@@ -440,29 +440,29 @@ def verify(
     on_round: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> TuneVerification:
-    """Step 3: the chosen config vs the best static k (block by block in the same generations)
-    vs plain (round by round, alternate order, widened by ``log_bias``) on the mixed workload,
-    until both 95% intervals are within ``half_width`` or out of time. A configuration
+    """Step 3 on the mixed workload, in rounds of single generations in a random order: the
+    plain engine's; the chosen configuration's on its own (the gain over plain: whole
+    generations paired by round, widened by ``log_bias``); and one where the chosen schedule and
+    the best static k switch every few steps (the gain over the best static k, paired by
+    cycle). Until both 95% intervals are within ``half_width`` or out of time. A configuration
     identical to another (the schedule is the best static k, or plain decoding was chosen) runs
     once and its gain over the other is 0 by construction."""
-    speculative: dict[str, Config] = {}
-    if chosen.engine == SPECULATIVE:
-        speculative["schedule"] = chosen
-    if chosen.engine == PLAIN or {k for *_, k in chosen.schedule} != {static.k}:
-        speculative["static"] = static
-    names = list(speculative)
-    blocks: dict[str, list[Block]] = {n: [] for n in [*names, "plain"]}
-    rounds: dict[str, list[Block]] = {n: [] for n in [*names, "plain"]}
+    plain_chosen = chosen.engine == PLAIN
+    main = static if plain_chosen else chosen  # the speculative configuration run whole
+    interleave = not plain_chosen and {k for *_, k in chosen.schedule} != {static.k}
+    blocks: dict[str, list[Block]] = {"schedule": [], "static": []}
+    whole: dict[str, list[Block]] = {"speculative": [], "plain": []}
     cycles = 0
     last_round = 0.0
     n = 0
 
     def gains() -> tuple[Ratio | None, Ratio | None]:
         """(schedule vs best static, schedule vs plain); None: the same configuration."""
-        if chosen.engine == PLAIN:
-            return ratio(rounds["plain"], rounds["static"], 0.95).widened(log_bias), None
-        vs_static = ratio(blocks["schedule"], blocks["static"]) if "static" in names else None
-        return vs_static, ratio(rounds["schedule"], rounds["plain"]).widened(log_bias)
+        versus_plain = ratio(whole["speculative"], whole["plain"]).widened(log_bias)
+        if plain_chosen:
+            return Ratio(1 / versus_plain.estimate, 1 / versus_plain.high, 1 / versus_plain.low,
+                         versus_plain.units, versus_plain.level), None  # fmt: skip
+        return (ratio(blocks["schedule"], blocks["static"]) if interleave else None), versus_plain
 
     while n < max_rounds:
         if n >= min_rounds:
@@ -470,20 +470,19 @@ def verify(
             if all(done) or clock() + last_round > deadline:
                 break
         started = clock()
-        engines = [PLAIN, SPECULATIVE] if n % 2 == 0 else [SPECULATIVE, PLAIN]
-        for engine in engines:
-            if engine == PLAIN:
-                got = bench.stretch(PLAIN, [()], None, n, rng.randrange(2**31), seconds=0.0)
-                blocks["plain"] += [Block(cycles + b.unit, 0, b.tokens, b.seconds, b.steps) for b in got]
-                rounds["plain"].append(_sum_block(n, got))
+        jobs = ["plain", "speculative", *(["interleaved"] if interleave else [])]
+        rng.shuffle(jobs)
+        for job in jobs:
+            seed = rng.randrange(2**31)
+            if job == "interleaved":
+                got = bench.stretch(SPECULATIVE, [chosen.schedule, static.schedule], None, n, seed, 0.0)
+                for i, name in enumerate(("schedule", "static")):
+                    blocks[name] += [Block(cycles + b.unit, 0, b.tokens, b.seconds, b.steps) for b in got
+                                     if b.candidate == i]  # fmt: skip
+                cycles += 1 + max((b.unit for b in got), default=0)
             else:
-                schedules = [speculative[x].schedule for x in names]
-                got = bench.stretch(SPECULATIVE, schedules, None, n, rng.randrange(2**31), seconds=0.0)
-                for i, name in enumerate(names):
-                    mine = [b for b in got if b.candidate == i]
-                    blocks[name] += [Block(cycles + b.unit, 0, b.tokens, b.seconds, b.steps) for b in mine]
-                    rounds[name].append(_sum_block(n, mine))
-            cycles += 1 + max((b.unit for b in got), default=0)
+                engine, schedule = (PLAIN, ()) if job == "plain" else (SPECULATIVE, main.schedule)
+                whole[job].append(_sum_block(n, bench.stretch(engine, [schedule], None, n, seed, 0.0)))
         n += 1
         last_round = clock() - started
         if on_round is not None:
@@ -492,15 +491,17 @@ def verify(
     zero = (0.0, 0.0, 0.0)
     g_static = _gain(vs_static) if vs_static is not None else zero
     g_plain = _gain(vs_plain) if vs_plain is not None else zero
-    main = "static" if chosen.engine == PLAIN else "schedule"
     target_met = all(g.half_width <= half_width for g in (vs_static, vs_plain) if g is not None)
+    speculative_rate = rate(whole["speculative"])
+    plain_rate = rate(whole["plain"])
+    static_rate = speculative_rate if not interleave else speculative_rate / (1 + g_static[0])
     return TuneVerification(
         rounds=n,
         workload=workload,
-        schedule_tokens_per_second=rate(rounds["plain" if chosen.engine == PLAIN else "schedule"]),
+        schedule_tokens_per_second=plain_rate if plain_chosen else speculative_rate,
         best_static_num_speculative_tokens=static.k,
-        best_static_tokens_per_second=rate(rounds["static" if "static" in names else main]),
-        plain_tokens_per_second=rate(rounds["plain"]),
+        best_static_tokens_per_second=static_rate,
+        plain_tokens_per_second=plain_rate,
         gain_vs_best_static=g_static[0],
         gain_vs_best_static_low=g_static[1],
         gain_vs_best_static_high=g_static[2],
