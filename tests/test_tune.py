@@ -200,7 +200,8 @@ def test_the_exact_k_on_30_machines_with_and_without_a_background_load(load):
     """Neighbouring ks 4% apart, steps 25% noisy, a drifting machine, a plain engine process 10%
     slower, and (``load``) a background process slowing the machine by 30% half of the time:
     the exact k at every measured batch size on ≥ 90% of 30 machines, never one slower than the
-    best by more than 3%, and the verification within 5% where the budget allowed it."""
+    best by more than 3%, the gain over the best static k within ±5% on ≥ 90% of them, and the
+    gain over plain holding the truth."""
     exact = {1: 0, 4: 0, 16: 0}
     met = 0
     for bench_seed in range(1, 31):
@@ -215,12 +216,12 @@ def test_the_exact_k_on_30_machines_with_and_without_a_background_load(load):
             exact[batch] += regret == 0
         v = result.verification
         assert v.target_met == all(h <= 0.05 for h in v.half_widths)
-        met += v.target_met
+        met += v.half_widths[0] <= 0.05  # in one engine; against plain the 10% engine bias widens it
         chosen = Config("speculative", result.schedule)
         true_gain = true_mixed_gain(bench, chosen, Config(PLAIN))
         assert v.gain_vs_plain_low <= true_gain <= v.gain_vs_plain_high, bench_seed
     assert all(n >= 27 for n in exact.values()), exact
-    assert met >= 24
+    assert met >= 27
 
 
 def test_the_race_finds_the_true_best_k_at_every_measured_batch_size():

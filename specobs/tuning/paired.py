@@ -126,32 +126,53 @@ def _per_unit(blocks: Iterable[Block]) -> dict[int, tuple[float, float]]:
     return out
 
 
-def ratio(a: Sequence[Block], b: Sequence[Block], level: float = 0.95) -> Ratio:
+def ratio(a: Sequence[Block], b: Sequence[Block], level: float = 0.95, *, by_unit: bool = False) -> Ratio:
     """``a`` over ``b`` in tokens per second over their common units, with a jackknife interval.
 
-    Each unit weighs by the tokens both generated in it: the ratio is of seconds per token,
-    Σ w·(s_b/t_b) / Σ w·(s_a/t_a) with w = t_a + t_b. Within a unit both ran the same batch, so
-    where the batch changes (the mixed workload), a k that generates more tokens per step does
-    not get more weight at the batch sizes where everyone is fast."""
+    Pooled: Σ t_a / Σ s_a over Σ t_b / Σ s_b, for units of the same work (one batch size, or
+    whole generations). ``by_unit``: each unit's seconds per token, weighed by the tokens both
+    generated in it, Σ w·(s_b/t_b) / Σ w·(s_a/t_a) with w = t_a + t_b — for blocks inside a
+    generation whose batch shrinks (the mixed workload): within a unit both ran the same batch,
+    so a k that generates more tokens per step gets no more weight at the batch sizes where
+    everyone is fast."""
     ua, ub = _per_unit(a), _per_unit(b)
     units = [u for u in ua if u in ub and ua[u][1] > 0 and ub[u][1] > 0 and ua[u][0] > 0 and ub[u][0] > 0]
     n = len(units)
     if n == 0:
         return Ratio(math.nan, 0.0, math.inf, 0, level)
-    num = {u: (ua[u][0] + ub[u][0]) * ub[u][1] / ub[u][0] for u in units}  # weighted seconds per token of b
-    den = {u: (ua[u][0] + ub[u][0]) * ua[u][1] / ua[u][0] for u in units}  # … of a
+    if by_unit:  # weighted seconds per token of b (num) and of a (den)
+        num = {u: (ua[u][0] + ub[u][0]) * ub[u][1] / ub[u][0] for u in units}
+        den = {u: (ua[u][0] + ub[u][0]) * ua[u][1] / ua[u][0] for u in units}
+    else:  # tokens per second pooled: (Σ t_a / Σ s_a) / (Σ t_b / Σ s_b) = (Σ t_a · Σ s_b) / (Σ s_a · Σ t_b)
+        num, den = {}, {}
+    sums = [math.fsum(side[u][i] for u in units) for side, i in ((ua, 0), (ua, 1), (ub, 0), (ub, 1))]
     total_num = math.fsum(num.values())
     total_den = math.fsum(den.values())
-    theta = math.log(total_num / total_den)
+
+    def log_ratio(drop: int | None) -> float:
+        """θ, or (``drop``) θ without that unit (sums of the others afresh when rounding would
+        leave nothing)."""
+        if by_unit:
+            rest_num = total_num - (num[drop] if drop is not None else 0.0)
+            rest_den = total_den - (den[drop] if drop is not None else 0.0)
+            if rest_num <= 0 or rest_den <= 0:
+                rest_num = math.fsum(v for x, v in num.items() if x != drop)
+                rest_den = math.fsum(v for x, v in den.items() if x != drop)
+            return math.log(rest_num / rest_den)
+        rest = sums
+        if drop is not None:
+            rest = [sums[0] - ua[drop][0], sums[1] - ua[drop][1], sums[2] - ub[drop][0], sums[3] - ub[drop][1]]
+            if min(rest) <= 0:
+                others = [u for u in units if u != drop]
+                rest = [math.fsum(side[u][i] for u in others) for side, i in ((ua, 0), (ua, 1), (ub, 0), (ub, 1))]
+        return math.log(rest[0] / rest[1]) - math.log(rest[2] / rest[3])
+
+    theta = log_ratio(None)
     if n < 2:
         return Ratio(math.exp(theta), 0.0, math.inf, n, level)
 
     def leave_out(u: int) -> float:
-        rest_num, rest_den = total_num - num[u], total_den - den[u]
-        if rest_num <= 0 or rest_den <= 0:  # one unit held (to rounding) everything: sum the others afresh
-            rest_num = math.fsum(v for x, v in num.items() if x != u)
-            rest_den = math.fsum(v for x, v in den.items() if x != u)
-        return math.log(rest_num / rest_den)
+        return log_ratio(u)
 
     leave_one_out = [leave_out(u) for u in units]
     mean = math.fsum(leave_one_out) / n

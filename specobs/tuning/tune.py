@@ -462,7 +462,7 @@ def verify(
         if plain_chosen:
             return Ratio(1 / versus_plain.estimate, 1 / versus_plain.high, 1 / versus_plain.low,
                          versus_plain.units, versus_plain.level), None  # fmt: skip
-        return (ratio(blocks["schedule"], blocks["static"]) if interleave else None), versus_plain
+        return (ratio(blocks["schedule"], blocks["static"], by_unit=True) if interleave else None), versus_plain
 
     while n < max_rounds:
         if n >= min_rounds:
