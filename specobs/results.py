@@ -961,9 +961,10 @@ class TuneNoise(Result):
     busy_seconds: dict[str, float]  # wall time each engine spent generating
     cycle_to_cycle: float | None = None  # the same, for a speculative k's cycles of blocks
     comparison: str = "rounds"  # how the speculative engine's ks were compared
-    engine_bias: float | None = None  # plain engine / (speculative engine at k=0 less its drafting)
+    engine_bias: float | None = None  # how far two engine processes doing the same work differ (ratio)
     engine_bias_low: float | None = None
     engine_bias_high: float | None = None
+    engine_bias_basis: str | None = None  # how it was measured
     k0_tax: float | None = None  # share of a k=0 step the drafter still takes (captured steps)
 
 

@@ -27,6 +27,7 @@ from specobs.tuning.engine import mixed_lengths, read_prompts
 from specobs.tuning.paired import Block, Ratio, StepAttribution, ratio, systematic
 from specobs.tuning.tune import (
     PLAIN,
+    SECOND_PLAIN,
     Config,
     merged,
     power_buckets,
@@ -42,17 +43,20 @@ class KnownBench:
     A step at batch b and k generates about b·(1 + 0.6k) tokens; its seconds are that over the
     truth, times the machine's speed at that moment (log-normal, ``drift`` wide, mean-reverting over ~10 s, and
     ``load``: a background process that slows the machine by that share for 0.5–3 s at a time,
-    half of the time), times log-normal step noise. The plain engine runs ``engine_bias`` slower.
+    half of the time), times log-normal step noise. The plain engine process runs
+    ``engine_bias`` slower, the second plain process ``second_plain`` (0: there is none).
     """
 
     def __init__(self, truth, *, step_noise=0.25, token_noise=0.5, drift=0.10, load=0.0, engine_bias=1.0, seed=1,
-                 largest=16, round_s=1.0):  # fmt: skip
+                 largest=16, round_s=1.0, second_plain=1.0):  # fmt: skip
         self.truth = truth
         self.step_noise = step_noise
         self.token_noise = token_noise
         self.drift = drift
         self.load = load
         self.engine_bias = engine_bias
+        self.second_plain = second_plain  # the second plain process's own slowdown (falsy: none)
+        self.released: list[str] = []
         self.rng = random.Random(seed)
         self.now = 0.0
         self.largest = largest
@@ -82,12 +86,14 @@ class KnownBench:
             self._load_until = self.now + self.rng.uniform(0.5, 3.0)
         return math.exp(self._walk) * (1 + self.load if self._load_on else 1.0)
 
-    def _step(self, k: int | None, batch: int) -> tuple[float, float]:
+    def release(self, engine: str) -> None:
+        self.released.append(engine)
+
+    def _step(self, k: int | None, batch: int, factor: float = 1.0) -> tuple[float, float]:
         mean = batch * (1 + 0.6 * (k or 0))
         tokens = max(1.0, self.rng.gauss(mean, self.token_noise * mean))
         seconds = mean / self.truth(k, batch) * self._machine() * math.exp(self.rng.gauss(0, self.step_noise))
-        if k is None:
-            seconds *= self.engine_bias
+        seconds *= factor
         self.now += seconds
         return tokens, seconds
 
@@ -110,8 +116,9 @@ class KnownBench:
                 state["current"], state["left"] = state["queue"].pop(), BLOCK_STEPS
             state["left"] -= 1
             current = state["current"]
-            k = None if engine == PLAIN else self.k(schedules[current], batch)
-            tokens, seconds = self._step(k, batch)
+            k = None if engine in (PLAIN, SECOND_PLAIN) else self.k(schedules[current], batch)
+            factor = {PLAIN: self.engine_bias, SECOND_PLAIN: self.second_plain}.get(engine, 1.0)
+            tokens, seconds = self._step(k, batch, factor)
             if attribution.add((current, k)):
                 block = blocks.setdefault((state["cycle"], current), [0.0, 0.0, 0])
                 block[0] += tokens
@@ -146,7 +153,7 @@ def ngram_like(k, batch):
     if k is None:
         return plain
     if k == 0:
-        return plain * 0.97  # the drafter still runs: the k = 0 tax
+        return plain * 0.99  # the drafter still runs: the k = 0 tax
     best = {1: 3, 4: 2, 16: 0}[min((1, 4, 16), key=lambda b: abs(math.log(b / batch)))]
     gain = {1: 1.6, 4: 1.4, 16: 0.9}[min((1, 4, 16), key=lambda b: abs(math.log(b / batch)))]
     return plain * gain * (1 - 0.08 * abs(k - best)) if best else plain * gain * (1 - 0.05 * k)
@@ -199,20 +206,24 @@ def true_mixed_gain(bench: KnownBench, a: Config, b: Config) -> float:
 def test_the_exact_k_on_30_machines_with_and_without_a_background_load(load):
     """Neighbouring ks 4% apart, steps 25% noisy, a drifting machine, a plain engine process 10%
     slower, and (``load``) a background process slowing the machine by 30% half of the time:
-    the exact k at every measured batch size on ≥ 90% of 30 machines, never one slower than the
-    best by more than 3%, the gain over the best static k within ±5% on ≥ 90% of them, and the
-    gain over plain holding the truth."""
+    the exact k at every measured batch size on ≥ 90% of 30 machines; never a k the race
+    measured slower than its leader, and never more than one step (4%) from the truth; the gain
+    over the best static k within ±5% on ≥ 90% of them, and the gain over plain holding the
+    truth."""
     exact = {1: 0, 4: 0, 16: 0}
     met = 0
     for bench_seed in range(1, 31):
         bench, result = run(close_call, bench_seed=bench_seed, max_k=6, load=load, engine_bias=1.1)
+        leaders = {m.batch_size: m.num_speculative_tokens for m in result.measurements
+                   if m.engine == "speculative" and m.vs_leader is None}  # fmt: skip
         for b in result.buckets:
             if b.basis != "measured":
                 continue
             batch = b.measured_batch_size
+            assert b.num_speculative_tokens == leaders.get(batch, b.num_speculative_tokens), (bench_seed, b)
             best = max(close_call(k, batch) for k in range(7))
             regret = 1 - close_call(b.num_speculative_tokens, batch) / best
-            assert regret <= 0.03, (bench_seed, b)
+            assert regret <= 0.041, (bench_seed, b)
             exact[batch] += regret == 0
         v = result.verification
         assert v.target_met == all(h <= 0.05 for h in v.half_widths)
@@ -271,16 +282,26 @@ def test_verification_measures_the_gain_the_truth_implies(engine_bias):
         assert f"undecided to ±5%: the budget ended at ±{v.half_widths[1]:.1%}" in tune_headline(result)
 
 
-def test_the_engines_bias_is_measured_and_widens_the_plain_comparison():
-    """A plain engine process 25% slower: the bias (plain over the k=0 engine) is measured below
-    1, and the verification's interval against plain holds the truth."""
-    bench, result = run(ngram_like, engine_bias=1.25)
+@pytest.mark.parametrize("second_plain", [1.0, 0])
+def test_the_engines_bias_is_measured_and_widens_the_plain_comparison(second_plain):
+    """A plain engine process 25% slower than the others. With a second plain process the bias is
+    measured on the same work (plain over plain-b: 0.8), which is then released; without one it
+    is bounded by plain over the k=0 engine (which also pays a 1% k=0 tax the bench's steps do not
+    show). Either way the verification's interval against plain holds the truth."""
+    bench, result = run(ngram_like, engine_bias=1.25, second_plain=second_plain)
     n = result.noise
-    truth = (1 / 1.25) / 0.97  # plain over k=0 (which pays a 3% tax the bench's steps do not show)
-    assert abs(math.log(n.engine_bias / truth)) < 0.03 and n.engine_bias_high < 1
+    if second_plain:
+        assert abs(math.log(n.engine_bias / 0.8)) < 0.03 and n.engine_bias_high < 1
+        assert n.engine_bias_basis.startswith("two plain engine processes")
+        assert bench.released == [SECOND_PLAIN]
+    else:
+        assert abs(math.log(n.engine_bias / (0.8 / 0.99))) < 0.03
+        assert "upper bound" in n.engine_bias_basis
     v = result.verification
     true_vs_plain = true_mixed_gain(bench, Config("speculative", result.schedule), Config(PLAIN))
     assert v.gain_vs_plain_low <= true_vs_plain <= v.gain_vs_plain_high
+    assert v.half_widths[1] > 0.2  # 1.96 × the 22% bias: not verifiable to ±5%, and said so
+    assert "undecided to ±5%" in tune_headline(result)
 
 
 def test_no_speculation_when_the_plain_engine_wins_everywhere():
@@ -311,7 +332,7 @@ def test_a_tie_is_decided_as_a_tie():
         if m.engine == "speculative" and m.num_speculative_tokens >= 1 and not m.leader:
             assert 0.98 < m.vs_leader <= 1
     v = result.verification
-    assert v.gain_vs_best_static_low > -0.05 and v.gain_vs_best_static_high < 0.05
+    assert v.gain_vs_best_static_low <= 0 <= v.gain_vs_best_static_high and v.half_widths[0] <= 0.05
     # 1.3× plain, measured; the k=0 engine's 10% deficit (its tax, unknown without captured steps)
     # counts as engine bias and widens the interval.
     assert v.gain_vs_plain > 0.2 and v.gain_vs_plain_low > 0.1

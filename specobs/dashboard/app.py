@@ -293,7 +293,7 @@ def tune_runs(ctx: Context) -> None:
             _chart(st, charts.tune_measurements(tune_frame(result)), stretch=False)
         st.dataframe(_rows_table(render.TUNE_BUCKET_HEADERS, render.tune_bucket_rows(result)), hide_index=True)
         if v is not None:
-            st.markdown(f"Verification: {v.workload}, {v.rounds} interleaved round(s)")
+            st.markdown(f"Verification: {v.workload}, {v.rounds} round(s), {v.cycles} cycle(s)")
             st.dataframe(_rows_table(render.TUNE_VERIFY_HEADERS, render.tune_verification_rows(result)),
                          hide_index=True)  # fmt: skip
         with st.expander("Every measurement"):

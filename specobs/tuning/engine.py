@@ -3,11 +3,13 @@
 Each engine lives in its own worker process (``python -m specobs.tuning.engine``) running an
 offline ``vllm.LLM`` in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so the scheduler's
 batch-size → k lookup (``scheduler.dynamic_sd_lookup``, the table behind
-``num_speculative_tokens_per_batch_size``) can be rewritten between rounds: every k is measured
-in the same process. The parent sends one JSON command per line and waits for the answer, so
-only one engine works at a time; the other is blocked reading its pipe and uses no CPU (the
-idle CPU seconds are measured and reported). specobs capture records every step of both
-engines into ``events/`` under the output folder; vLLM's own log goes beside it.
+``num_speculative_tokens_per_batch_size``) can be rewritten every few steps: every k is
+measured in the same process. The parent sends one JSON command per line and waits for the
+answer, so only one engine works at a time; the others are blocked reading their pipes and use
+no CPU (the idle CPU seconds are measured and reported). A third, plain engine (``plain-b``)
+measures at the start how far two processes doing the same work differ, then stops. specobs
+capture records every step of every engine into ``events/`` under the output folder; vLLM's
+own log goes beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 from specobs.errors import InputError, SpecobsError
 from specobs.results import TuneResult
 from specobs.tuning.paired import Block, StepAttribution
-from specobs.tuning.tune import PLAIN, SPECULATIVE, Schedule, tune
+from specobs.tuning.tune import PLAIN, SECOND_PLAIN, SPECULATIVE, Schedule, tune
 
 #: Engine arguments specobs sets unless ``--engine-args`` says otherwise.
 DEFAULT_ENGINE_ARGS: dict[str, Any] = {"seed": 0, "gpu_memory_utilization": 0.4}
@@ -168,8 +170,11 @@ class VllmBench:
         out: Path,
         workload: str | None = None,
         min_round_s: float = MIN_ROUND_S,
+        second_plain: bool = True,
     ) -> None:
         self.largest = max(batch_sizes)
+        #: A second plain engine process runs first, to measure how far two processes differ.
+        self.second_plain = second_plain
         self.max_tokens = max_tokens
         self.events = out / "events"
         self.events.mkdir(parents=True, exist_ok=True)
@@ -184,6 +189,7 @@ class VllmBench:
             "largest": self.largest, "min_round_s": min_round_s, "events": str(self.events), "workload": workload,
         }  # fmt: skip
         self.workers: dict[str, _Worker] = {}
+        self.released: dict[str, tuple[float, float]] = {}  # busy seconds, idle CPU of stopped engines
         started = time.monotonic()
         try:  # one after the other: two engines starting at once slow each other
             self.workers[PLAIN] = _Worker(PLAIN, {**common, "speculative_config": None, "run_id": "tune-plain"},
@@ -192,6 +198,11 @@ class VllmBench:
                 SPECULATIVE, {**common, "speculative_config": spec, "run_id": "tune-speculative"},
                 out / "engine-speculative.log",
             )  # fmt: skip
+            if second_plain:
+                self.workers[SECOND_PLAIN] = _Worker(
+                    SECOND_PLAIN, {**common, "speculative_config": None, "run_id": "tune-plain-b"},
+                    out / "engine-plain-b.log",
+                )  # fmt: skip
         except BaseException:
             self.close()
             raise
@@ -216,8 +227,15 @@ class VllmBench:
         )
         return [Block(*row) for row in answer["blocks"]]
 
+    def release(self, engine: str) -> None:
+        """Stop one engine for good (the second plain process, once it has measured the bias)."""
+        worker = self.workers.pop(engine, None)
+        if worker is not None:
+            self.released[engine] = (worker.busy_seconds, worker.idle_cpu)
+            worker.close()
+
     def steps(self) -> Any:
-        """Every step captured so far, as windows (both engines flushed first)."""
+        """Every step captured so far, as windows (every engine still running flushed first)."""
         from specobs.ingest import load
 
         for worker in self.workers.values():
@@ -227,10 +245,14 @@ class VllmBench:
         return load([str(self.events)]).windows
 
     def busy_seconds(self) -> dict[str, float]:
-        return {name: w.busy_seconds for name, w in self.workers.items()}
+        return {name: w.busy_seconds for name, w in self.workers.items()} | {
+            name: busy for name, (busy, _) in self.released.items()
+        }
 
     def idle_cpu_seconds(self) -> dict[str, float]:
-        return {name: w.idle_cpu for name, w in self.workers.items()}
+        return {name: w.idle_cpu for name, w in self.workers.items()} | {
+            name: idle for name, (_, idle) in self.released.items()
+        }
 
     def close(self) -> None:
         for worker in self.workers.values():
