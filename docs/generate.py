@@ -584,7 +584,10 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "noise.round_to_round": "median relative standard deviation of a candidate's rounds",
         "noise.cycle_to_cycle": "the same for a speculative k's cycles",
         "noise.comparison": "how the speculative engine's ks were compared",
-        "noise.engine_bias": "plain engine over the speculative engine at k=0 less its drafting (1: alike)",
+        "noise.engine_bias": "how far two engine processes doing the same work differ: the plain engine over a "
+        "second plain process (1: alike)",
+        "noise.engine_bias_basis": "how it was measured (without a second process: plain over the speculative "
+        "engine at k=0 less its drafting, an upper bound)",
         "noise.engine_bias_low": "95% interval, lower end",
         "noise.engine_bias_high": "upper end",
         "noise.k0_tax": "share of a k=0 step the drafter still takes (captured steps; null: not captured)",

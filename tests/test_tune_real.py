@@ -3,8 +3,10 @@
 Runs the installed command line end to end (engines in worker processes, the race, the fit on
 the captured steps, the verification) with ngram and with a layer-truncated draft model, and
 checks what a reviewer would: every JSON key, every k measured in the one speculative engine,
-the verified gain over the best static k not excluding zero, the draft model (slower than
-plain decoding at every batch size on this CPU) switched off, and the idle engine idle.
+the verified gain over the best static k not excluding zero, the measured leader taken at every
+batch size (decided or not), the verification's half-widths and whether they met ±5%, the
+engines' bias measured on a second plain process, the draft model (slower than plain decoding
+at every batch size on this CPU) switched off, and the idle engines idle.
 """
 
 from __future__ import annotations
@@ -91,6 +93,19 @@ def check_common(data: dict, out: Path, max_k: int) -> None:
     spec_steps = steps.filter(pl.col("run_id") == "tune-speculative")
     assert set(spec_steps["num_spec_tokens"].unique().to_list()) == set(range(max_k + 1))
     assert steps.filter(pl.col("run_id") == "tune-plain")["num_drafts"].sum() == 0
+    assert steps.filter(pl.col("run_id") == "tune-plain-b").height > 0  # the second plain process measured
+    assert noise["engine_bias_basis"].startswith("two plain engine processes")
+    assert noise["engine_bias_low"] <= noise["engine_bias"] <= noise["engine_bias_high"]
+    # The verification reports its precision, and says whether it met ±5%.
+    halves = [(v[f"{g}_high"] - v[f"{g}_low"]) / (2 * (1 + v[g])) for g in ("gain_vs_best_static", "gain_vs_plain")]
+    assert v["target_met"] == all(h <= v["half_width_target"] for h in halves)
+    # Every measured batch size takes the speculative engine's measured leader, decided or not.
+    leaders = {m["batch_size"]: m["num_speculative_tokens"] for m in data["measurements"]
+               if m["engine"] == "speculative" and m["vs_leader"] is None}  # fmt: skip
+    if data["speculative_config"] is not None:
+        for b in data["buckets"]:
+            if b["basis"] == "measured":
+                assert b["num_speculative_tokens"] == leaders[b["measured_batch_size"]]
     assert (out / "tune.png").stat().st_size > 10_000
     assert (out / "engine-speculative.log").exists()
 

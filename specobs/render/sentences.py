@@ -837,13 +837,12 @@ def tune_notes(result: TuneResult) -> list[str]:
             "standard deviation) from round to round, so candidates were compared round by round (paired)."
         ]
     if n.engine_bias is not None:
-        tax = f"{n.k0_tax:.1%}" if n.k0_tax is not None else "not measured (no captured steps)"
+        tax = f"{n.k0_tax:.1%}" if n.k0_tax is not None else "not captured"
         low = f"{n.engine_bias_low:.2f}" if n.engine_bias_low is not None else "–"
         high = f"{n.engine_bias_high:.2f}" if n.engine_bias_high is not None else "–"
         out.append(
-            f"Engine bias: the plain engine ran {n.engine_bias:.2f}× [{low}–{high}] the speculative engine at k=0 "
-            f"less its drafting (the k=0 tax, {tax} of a step); what of it is more than noise widens every "
-            "plain-vs-speculative interval."
+            f"Engine bias {n.engine_bias:.2f}× [{low}–{high}] ({n.engine_bias_basis}): what of it is more than "
+            f"noise, at 95%, widens every plain-vs-speculative interval. The drafter takes {tax} of a k=0 step."
         )
     undecided = [b for b in result.buckets if b.basis == "measured" and not b.decided]
     if undecided:
