@@ -16,8 +16,9 @@ engines:
 4. tune's own verification half-widths (target ≤ 5%) and the budget it used.
 
 ``--load core`` keeps one core busy for the whole run with a documented load: one Python process
-running a tight arithmetic loop (``LOAD``), started before the engines and stopped after; it
-stands for the scheduler, tokenizer and HTTP work that shares a production host's CPUs.
+running a tight arithmetic loop (``LOADS["core"]``), started before the engines and stopped
+after; ``--load light`` runs the same loop 10 ms in every 33 ms (``LOADS["light"]``), like the
+few light processes (tokenizer, HTTP, a shell) that share a production host's CPUs.
 Appends the results to benchmarks/RESULTS.md.
 """
 
@@ -44,10 +45,19 @@ from specobs.tuning.engine import VllmBench
 from specobs.tuning.tune import PLAIN, SPECULATIVE, decide, race, tune
 
 BATCH_SIZES = (1, 4, 16)
+LOAD_WORDS = {"none": "no background load", "light": "a light background load (`LOADS['light']`)",
+              "core": "one core kept busy (`LOADS['core']`)"}  # fmt: skip
 MAX_TOKENS = 96
 ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 512}
-#: The background load: one process, one core, busy with arithmetic until stopped.
-LOAD = "x = 0\nwhile True:\n    x = (x * 1103515245 + 12345) % 2147483648\n"
+#: The background loads: one process on one core, busy with arithmetic until stopped — all the
+#: time (``core``), or 10 ms in every 33 ms (``light``: ~30% of a core, like a few light
+#: processes beside the server: a tokenizer, an HTTP front end, a shell).
+LOADS = {
+    "core": "x = 0\nwhile True:\n    x = (x * 1103515245 + 12345) % 2147483648\n",
+    "light": "import time\nx = 0\nwhile True:\n    end = time.perf_counter() + 0.010\n"
+    "    while time.perf_counter() < end:\n        x = (x * 1103515245 + 12345) % 2147483648\n"
+    "    time.sleep(0.023)\n",
+}
 
 
 def workloads(models: Path) -> dict[str, tuple[str, dict]]:
@@ -60,12 +70,12 @@ def workloads(models: Path) -> dict[str, tuple[str, dict]]:
 
 
 @contextlib.contextmanager
-def background(load: bool) -> Iterator[None]:
-    """The documented load (one busy core) for the duration, or nothing."""
-    if not load:
+def background(load: str) -> Iterator[None]:
+    """The documented load (:data:`LOADS`) for the duration, or nothing (``none``)."""
+    if load == "none":
         yield
         return
-    process = subprocess.Popen([sys.executable, "-c", LOAD])
+    process = subprocess.Popen([sys.executable, "-c", LOADS[load]])
     try:
         yield
     finally:
@@ -73,7 +83,7 @@ def background(load: bool) -> Iterator[None]:
         process.wait()
 
 
-def one(name: str, spec: dict, models: Path, args: argparse.Namespace, load: bool) -> list[str]:
+def one(name: str, spec: dict, models: Path, args: argparse.Namespace, load: str) -> list[str]:
     out = Path(tempfile.mkdtemp(prefix="bench-tune-"))
     engines = dict(model=str(models / "target"), speculative_config=spec, prompts=PROMPTS, batch_sizes=BATCH_SIZES,
                    max_tokens=MAX_TOKENS, engine_args=ENGINE_ARGS, out=out, min_round_s=args.min_round)  # fmt: skip
@@ -114,7 +124,7 @@ def one(name: str, spec: dict, models: Path, args: argparse.Namespace, load: boo
     undecided = [str(b.measured_batch_size) for b in result.buckets if b.basis == "measured" and not b.decided]
     bias = result.noise.engine_bias
     return [
-        f"**{name}**, {'one core kept busy (`LOAD`)' if load else 'no background load'} "
+        f"**{name}**, {LOAD_WORDS[load]} "
         f"(k up to {spec['num_speculative_tokens']}, batch sizes {', '.join(map(str, BATCH_SIZES))}, "
         f"{MAX_TOKENS} tokens per request):",
         "",
@@ -142,7 +152,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=300.0, help="tune's budget in seconds")
     parser.add_argument("--oracle-rounds", type=int, default=20)
     parser.add_argument("--min-round", type=float, default=1.0, help="seconds a stretch lasts at least")
-    parser.add_argument("--load", choices=("none", "core", "both"), default="both")
+    parser.add_argument("--load", choices=("none", "light", "core", "both", "all"), default="both",
+                        help="both: none and core; all: none, light and core")  # fmt: skip
     parser.add_argument("--workload", choices=("ngram", "draft", "both"), default="both")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-write", action="store_true")
@@ -156,7 +167,7 @@ def main() -> None:
     )
     lines = [f"## specobs tune vs an independent per-batch oracle ({dt.date.today()})", "",
              machine(f", vLLM {vllm.__version__}") + f" Command: `{command}`.", ""]  # fmt: skip
-    loads = {"none": [False], "core": [True], "both": [False, True]}[args.load]
+    loads = {"both": ["none", "core"], "all": ["none", "light", "core"]}.get(args.load, [args.load])
     with tempfile.TemporaryDirectory() as tmp:
         models = Path(tmp)
         build(models)

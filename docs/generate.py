@@ -497,7 +497,7 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "stats lines, a scrape's generation counter) at matched running requests, per batch bucket and `overall`: "
         "objects with `method`, `draft_model`, `num_speculative_tokens`, `batch_size_min`/`max`, `running` (the "
         "running-request counts matched), `speedup` and its 95% `interval`, `tokens_per_second` and "
-        "`plain_tokens_per_second`, `intervals`/`plain_intervals`, `tokens_per_step` (docs/model.md, \"Measured from "
+        '`plain_tokens_per_second`, `intervals`/`plain_intervals`, `tokens_per_step` (docs/model.md, "Measured from '
         "serving throughput\"); empty without a plain server's lines",
         "bands[]": "per method whose input has no step timing: not measured, a modelled band per k (docs/model.md, "
         "Inputs without timing); empty when every method was timed",
@@ -548,8 +548,7 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "measurements[].batch_size": "concurrent requests",
         "measurements[].num_speculative_tokens": "k (0 on the `plain` engine: plain decoding; on the "
         "`speculative` engine: drafting off by the schedule)",
-        "measurements[].tokens_per_second": "generated tokens over the wall time (start to start) of its counted "
-        "steps",
+        "measurements[].tokens_per_second": "generated tokens over the wall time (start to start) of its counted steps",
         "measurements[].low": "95% jackknife interval over its cycles (plain engine: rounds), lower end",
         "measurements[].high": "upper end",
         "measurements[].rounds": "rounds it ran in",
@@ -577,8 +576,7 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "verification.gain_vs_best_static_low": "95% jackknife interval, lower end",
         "verification.gain_vs_best_static_high": "upper end",
         "verification.gain_vs_plain": "chosen vs plain (0 when the chosen configuration is the plain engine)",
-        "verification.gain_vs_plain_low": "95% jackknife interval over rounds, widened by the engines' bias, lower "
-        "end",
+        "verification.gain_vs_plain_low": "95% jackknife interval over rounds, widened by the engines' bias, lower end",
         "verification.gain_vs_plain_high": "upper end",
         "noise": "how noisy the measurements were and how they were compared",
         "noise.round_to_round": "median relative standard deviation of a candidate's rounds",
@@ -596,7 +594,7 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "noise.busy_seconds": "engine → wall seconds it spent generating",
         "seconds": "wall time: `engine_start`, `race`, `fit`, `verification`, `total`",
         "seconds.engine_start": "starting both engines (not counted in `--budget`)",
-        "seconds.race": "the race",
+        "seconds.race": "measuring the engines' bias on two plain processes, then the race",
         "seconds.fit": "reading the captured steps and fitting the model",
         "seconds.verification": "the verification",
         "seconds.total": "all of it",
@@ -717,9 +715,10 @@ def json_outputs() -> dict[str, dict[str, Any]]:
         "report": report,
         "tune": json.loads(TUNE_EXAMPLE.read_text(encoding="utf-8")),
         # The sweep is timed, so it has no bands: those come from the bundled (untimed) ngram log.
-        "recommend": {**_run_cli("recommend", str(SWEEP), "--bootstrap", "0"), "bands": _run_cli(
-            "recommend", str(NGRAM_LOG)
-        )["bands"]},
+        "recommend": {
+            **_run_cli("recommend", str(SWEEP), "--bootstrap", "0"),
+            "bands": _run_cli("recommend", str(NGRAM_LOG))["bands"],
+        },
         "compare": _run_cli("compare", ngram, draft),
     }
 

@@ -607,7 +607,8 @@ def tune(
     batch_sizes: Annotated[str, typer.Option(help="Batch sizes to measure (concurrent requests).")] = "1,4,16,64",
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request in a round.")] = 128,
     budget: Annotated[
-        str, typer.Option(help="Time for the race and the verification (engine start-up not counted).")
+        str,
+        typer.Option(help="Time for measuring: the engines' bias, the race, the verification (start-up not counted)."),
     ] = "10m",
     engine_args: Annotated[str, typer.Option(help="JSON: more vllm.LLM arguments for both engines.")] = "{}",
     out: Annotated[
