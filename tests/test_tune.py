@@ -18,7 +18,7 @@ import random
 import pytest
 from typer.testing import CliRunner
 
-from specobs.analysis.intervals import mean_interval, t95
+from specobs.analysis.intervals import mean_interval, t95, t_quantile
 from specobs.cli import app
 from specobs.render import to_json
 from specobs.render.sentences import tune_headline
@@ -402,6 +402,12 @@ def test_a_bias_that_is_noise_alone_adds_nothing():
 def test_intervals_and_buckets():
     assert t95(1) == pytest.approx(12.706, abs=1e-3)
     assert t95(100) == pytest.approx(1.984, abs=0.002)
+    # Other levels (the race's per-look level): exact at 1 and 2 df, Cornish–Fisher above (tables).
+    assert t_quantile(1, 0.99) == pytest.approx(63.657, abs=1e-3)
+    assert t_quantile(2, 0.99) == pytest.approx(9.925, abs=1e-3)
+    assert t_quantile(10, 0.999) == pytest.approx(4.587, rel=1e-3)
+    assert t_quantile(30, 0.99) == pytest.approx(2.750, rel=1e-3)
+    assert t_quantile(7, 0.95) == t95(7)
     mean, low, high = mean_interval([10.0, 12.0, 11.0])
     assert mean == 11.0 and low == pytest.approx(11 - 4.3027 / math.sqrt(3), abs=1e-3) and high > mean
     assert power_buckets(16) == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 16)]

@@ -40,6 +40,17 @@ def wilson_bounds(successes: float, trials: float, z: float = Z95) -> tuple[floa
     return max(centre - half, 0.0), min(centre + half, 1.0)
 
 
+def _cornish_fisher(z: float, nu: int) -> float:
+    """Student's t quantile from the normal one ``z``: the Cornish–Fisher expansion in 1/nu."""
+    terms = (
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    )
+    return float(z + sum(term / nu ** (i + 1) for i, term in enumerate(terms)))
+
+
 def t95(df: float) -> float:
     """Student's t 97.5% quantile (the two-sided 95% interval's); df rounded down (conservative),
     Cornish–Fisher from df = 4 (within 0.001 of the exact value), exact values below."""
@@ -49,14 +60,7 @@ def t95(df: float) -> float:
     nu = max(1, math.floor(df))
     if nu in exact:
         return exact[nu]
-    z = Z95
-    terms = (
-        (z**3 + z) / 4,
-        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
-        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
-        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
-    )
-    return float(z + sum(term / nu ** (i + 1) for i, term in enumerate(terms)))
+    return _cornish_fisher(Z95, nu)
 
 
 def t_quantile(df: float, level: float = 0.95) -> float:
@@ -74,13 +78,7 @@ def t_quantile(df: float, level: float = 0.95) -> float:
         return math.tan(math.pi * (p - 0.5))
     if nu == 2:
         return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-    terms = (
-        (z**3 + z) / 4,
-        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
-        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
-        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
-    )
-    return float(z + sum(term / nu ** (i + 1) for i, term in enumerate(terms)))
+    return _cornish_fisher(z, nu)
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
