@@ -2,7 +2,7 @@
 
     python benchmarks/bench_recommend.py [--no-write]
 
-1. Simulated cases (specobs/tuning/simulate.py) with a known oracle: fit from one speculative
+1. Simulated cases (specobs/advice/simulate.py) with a known oracle: fit from one speculative
    run (k = 6, or 4) and a plain run, recommend k per batch size, and report the regret
    against the oracle's best throughput (target ≤ 3% in every case).
 2. The bundled real sweep (examples/data/vllm-cpu-sweep): fit each method on its k = 6 run plus
@@ -30,8 +30,8 @@ SWEEP = HERE.parent / "examples" / "data" / "vllm-cpu-sweep"
 
 def simulated_regrets() -> list[tuple[str, float]]:
     from specobs.ingest.events import steps_to_windows
-    from specobs.tuning import simulate as sim
-    from specobs.tuning.recommend import recommend
+    from specobs.advice import simulate as sim
+    from specobs.advice.recommend import recommend
 
     cases = [(name, sim.Scenario(methods=(spec,), seed=3), 6) for name, spec in sim.PROFILES.items()]
     compute_bound = sim.MethodSpec("draft_model", tuple(sim.profile("iid", 0.6)), (0.0, 0.0, 0.002, 0.0001))
@@ -59,8 +59,8 @@ def headline_against_measured() -> list[str]:
     """The recommendation on the full sweep, bucket by bucket, against what the sweep measured."""
     from specobs.ingest import load
     from specobs.render.tuning import headline
-    from specobs.tuning.recommend import recommend
-    from specobs.tuning.validate import measured_throughput
+    from specobs.advice.recommend import recommend
+    from specobs.advice.validate import measured_throughput
 
     windows = load([str(SWEEP)]).windows.collect()
     rec = recommend(windows, bootstrap=30)
@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     from specobs.ingest import load
-    from specobs.tuning.validate import validate
+    from specobs.advice.validate import validate
 
     regrets = simulated_regrets()
     result = validate(load([str(SWEEP)]).windows, batch_sizes=[1, 4, 16])

@@ -807,7 +807,7 @@ def json_table(document: str) -> str:
 def tune_example() -> str:
     """The bundled ``specobs tune`` run as ``-f markdown`` prints it."""
     from specobs.render.tuning import tune_to_markdown
-    from specobs.results import TuneResult
+    from specobs.records import TuneResult
 
     return tune_to_markdown(TuneResult.from_dict(json_outputs()["tune"]))
 

@@ -45,7 +45,7 @@ def run_one(method: str, models: Path, out: Path) -> None:
 
     from specobs.capture.config import CaptureConfig
     from specobs.capture.sinks import JsonlSink
-    from specobs.capture.vllm import instrument
+    from specobs.vllm import instrument
     from specobs.testing.tiny_llama import PROMPTS
 
     spec = None

@@ -10,7 +10,7 @@ The public API (docs/api.md)::
     cmp = specobs.compare(before.windows, after.windows)    # did B get slower than A, and why?
     steps = specobs.simulate("ngram", ks=[0, 4])            # what-if steps from the model
 
-Every result is a frozen dataclass from :mod:`specobs.results` whose ``to_dict()`` is the JSON
+Every result is a frozen dataclass from :mod:`specobs.records` whose ``to_dict()`` is the JSON
 the CLI prints. Names are imported on first use, so ``import specobs`` stays cheap inside a
 vLLM process (the plugin imports this package).
 """
@@ -27,30 +27,30 @@ _EXPORTS = {
     "load": "specobs.ingest",
     "Ingested": "specobs.ingest",
     "SourceReport": "specobs.ingest",
-    "analyze": "specobs.reporting",
+    "analyze": "specobs.advice.report_builder",
     "summarize": "specobs.analysis.acceptance",
-    "recommend": "specobs.tuning.recommend",
-    "compare": "specobs.tuning.compare",
-    "simulate": "specobs.tuning.simulate",
-    "run_tune": "specobs.tuning.engine",
-    "Report": "specobs.results",
-    "Summary": "specobs.results",
-    "GroupSummary": "specobs.results",
-    "PositionRate": "specobs.results",
-    "Finding": "specobs.results",
-    "BatchTiming": "specobs.results",
-    "Recommendation": "specobs.results",
-    "Recommended": "specobs.results",
-    "BucketChoice": "specobs.results",
-    "Prediction": "specobs.results",
-    "SpeedupBand": "specobs.results",
-    "KBand": "specobs.results",
-    "ServedSpeedup": "specobs.results",
-    "MethodWin": "specobs.results",
-    "Comparison": "specobs.results",
-    "Throughput": "specobs.results",
-    "TuneResult": "specobs.results",
-    "TunerDecision": "specobs.results",
+    "recommend": "specobs.advice.recommend",
+    "compare": "specobs.advice.compare",
+    "simulate": "specobs.advice.simulate",
+    "run_tune": "specobs.loops.vllm_bench",
+    "Report": "specobs.records",
+    "Summary": "specobs.records",
+    "GroupSummary": "specobs.records",
+    "PositionRate": "specobs.records",
+    "Finding": "specobs.records",
+    "BatchTiming": "specobs.records",
+    "Recommendation": "specobs.records",
+    "Recommended": "specobs.records",
+    "BucketChoice": "specobs.records",
+    "Prediction": "specobs.records",
+    "SpeedupBand": "specobs.records",
+    "KBand": "specobs.records",
+    "ServedSpeedup": "specobs.records",
+    "MethodWin": "specobs.records",
+    "Comparison": "specobs.records",
+    "Throughput": "specobs.records",
+    "TuneResult": "specobs.records",
+    "TunerDecision": "specobs.records",
     "SpecobsError": "specobs.errors",
     "InputError": "specobs.errors",
     "Skipped": "specobs.errors",
@@ -91,11 +91,15 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from specobs.advice.compare import compare
+    from specobs.advice.recommend import recommend
+    from specobs.advice.report_builder import analyze
+    from specobs.advice.simulate import simulate
     from specobs.analysis.acceptance import summarize
     from specobs.errors import InputError, Skipped, SpecobsError
-    from specobs.ingest import Ingested, SourceReport, load
-    from specobs.reporting import analyze
-    from specobs.results import (
+    from specobs.ingest import Ingested, load
+    from specobs.loops.vllm_bench import run_tune
+    from specobs.records import (
         BatchTiming,
         BucketChoice,
         Comparison,
@@ -112,10 +116,6 @@ if TYPE_CHECKING:
         TunerDecision,
         TuneResult,
     )
-    from specobs.tuning.compare import compare
-    from specobs.tuning.engine import run_tune
-    from specobs.tuning.recommend import recommend
-    from specobs.tuning.simulate import simulate
 
 
 def __getattr__(name: str) -> Any:

@@ -225,7 +225,7 @@ def report(
     It opens with a summary that fits one screen (what was read, the acceptance length, the
     recommendation with its --speculative-config, the findings that matter most); the details
     follow, unless --brief."""
-    from specobs.reporting import analyze
+    from specobs.advice.report_builder import analyze
 
     if brief and output_format is OutputFormat.json:
         raise SpecobsError("--brief shortens rich and Markdown output; --format json always holds the whole report")
@@ -399,8 +399,8 @@ def recommend(
     The --speculative-config is the drafter that ran (draft model, prompt lookup bounds, every
     setting the input's run metadata shows) at the recommended k; one the input cannot complete
     is printed as incomplete, naming the fields to add."""
-    from specobs.reporting import recommendation_input
-    from specobs.tuning.recommend import recommend as run
+    from specobs.advice.recommend import recommend as run
+    from specobs.advice.report_builder import recommendation_input
 
     _check_prometheus_options(since, step)
     _prometheus_only(ctx, prometheus)
@@ -453,7 +453,7 @@ def compare(
     Exit status: 0 compared (improvement, no significant change, configuration changed, or no
     verdict possible) · 2 bad usage or an unreadable input · 3 regression (B slower than A
     beyond noise, or without timing and with the same configuration, lower acceptance length)."""
-    from specobs.tuning.compare import compare as run
+    from specobs.advice.compare import compare as run
 
     _require_inputs("compare", [a, b])
     side_a, side_b = _load([a], input_format), _load([b], input_format)
@@ -474,7 +474,7 @@ def _acceptance_profile(spec: str) -> list[float]:
     acceptance per position. A rate (``A``, ``B0``) and a step (``D``) lie in [0, 1]; ``N`` is a
     number of positions (a whole number, 1 or more). Anything else is a :class:`SpecobsError`
     naming the bad value."""
-    from specobs.tuning import simulate as sim
+    from specobs.advice import simulate as sim
 
     forms = ", ".join(f"{kind}:{form}" for kind, (form, _) in ACCEPTANCE_FORMS.items())
     kind, *parts = spec.split(":")
@@ -530,8 +530,8 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
     """Write simulated engine steps from the documented generative model (docs/model.md)."""
+    from specobs.advice import simulate as sim
     from specobs.capture.sinks import JsonlSink
-    from specobs.tuning import simulate as sim
 
     if method not in sim.PROFILES:
         raise SpecobsError(f"unknown --method {method} (choose from {', '.join(sim.PROFILES)})")
@@ -626,7 +626,7 @@ def tune(
     from pathlib import Path
 
     from specobs.ingest.prometheus_api import parse_duration
-    from specobs.tuning.engine import MAX_PROMPTS, read_prompts, run_tune
+    from specobs.loops.vllm_bench import MAX_PROMPTS, read_prompts, run_tune
 
     spec = _json_object("--speculative-config", speculative_config)
     args = _json_object("--engine-args", engine_args)

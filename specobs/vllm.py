@@ -1,20 +1,74 @@
-"""``specobs.vllm``: capture for vLLM — ``instrument(llm, sink=...)`` and ``StatLogger``.
+"""``specobs.vllm``: the vLLM entry point — the general plugin (``register``), ``instrument(llm,
+sink=...)`` for an offline ``LLM``, and ``StatLogger``.
 
-See docs/vllm.md. ``StatLogger`` imports vLLM; ``instrument`` imports it when called.
+This is where the capture is wired to what sits above it: the exporters (``SPECOBS_PROMETHEUS``,
+``SPECOBS_OTEL``) and the online tuner (``SPECOBS_TUNE``), through
+:class:`specobs.capture.vllm.hooks.Wiring`. See docs/vllm.md. Importing this module does not
+import vLLM; ``StatLogger`` does (it subclasses vLLM's ``StatLoggerBase``), so it is loaded on
+first use. Without ``SPECOBS_ENABLE`` the plugin returns at once: nothing is patched or started.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+import logging
+import os
+from typing import TYPE_CHECKING, Any
 
-from specobs.capture.vllm import instrument
+from specobs.capture.config import SPECOBS_RUN_ID, CaptureConfig
 
-__all__ = ["StatLogger", "instrument"]  # noqa: F822 - StatLogger is loaded lazily
+if TYPE_CHECKING:
+    from specobs.capture.recorder import Sink
+    from specobs.capture.vllm import hooks
+
+logger = logging.getLogger("specobs")
+
+
+def wiring() -> hooks.Wiring:
+    """The capture with everything plugged in: event files and exporters, and the online tuner."""
+    # Imported on use (all below this module): every vLLM process loads the plugin, and one
+    # without SPECOBS_ENABLE must not pay for polars, prometheus_client or the tuner.
+    from specobs.capture.vllm import hooks
+    from specobs.exporters.wiring import capture_sinks
+    from specobs.loops import online
+
+    return hooks.Wiring(sinks=capture_sinks, tuner=online.start)
+
+
+def register() -> None:
+    """vLLM general plugin (entry point ``vllm.general_plugins``), loaded in every vLLM process:
+    install the hooks when ``SPECOBS_ENABLE`` is set (idempotent). Only the engine-core process
+    (where the scheduler and the model run) produces rows; its recorder starts on the first row."""
+    config = CaptureConfig.from_env()
+    if not config.enabled or not config.hooks:
+        return
+    # Engine-core processes start from this one: let them share its run id.
+    os.environ.setdefault(SPECOBS_RUN_ID.name, config.run_id)
+    try:
+        from specobs.capture.vllm import hooks
+
+        hooks.install(config, wiring=wiring())
+    except Exception as exc:  # never break vLLM's start-up
+        logger.warning("specobs: capture not started (%s: %s)", type(exc).__name__, exc)
+
+
+def instrument(llm: Any = None, sink: Sink | None = None, *, config: CaptureConfig | None = None) -> hooks.Capture:
+    """Install the hooks in this process and send rows to ``sink`` (default: event files per env).
+
+    The hooks live in the process that runs the engine core. An offline ``LLM`` runs it in
+    this process when ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; otherwise set ``SPECOBS_ENABLE=1``
+    before creating the ``LLM`` so the plugin installs them in the engine-core process.
+    Returns the capture state (``.recorder.flush()``, ``.recorder.counters``).
+    """
+    from specobs.capture.vllm.instrument import instrument_engine
+
+    return instrument_engine(llm, sink, config=config, wiring=wiring())
 
 
 def __getattr__(name: str) -> Any:
-    if name == "StatLogger":
-        from specobs.capture.vllm.stat_logger import StatLogger
-
-        return StatLogger
+    if name in ("StatLogger", "PluginStatLogger"):
+        return getattr(importlib.import_module("specobs.capture.vllm.stat_logger"), name)
     raise AttributeError(name)
+
+
+__all__ = ["StatLogger", "instrument", "register", "wiring"]  # noqa: F822 - StatLogger is loaded lazily

@@ -136,8 +136,8 @@ def test_parquet_labels_are_read_as_codes_and_mix_with_text_sources(tmp_path):
     """A Parquet event file is decoded once with its labels as categoricals (``schema.conform``
     keeps them); read beside a JSON-lines file (labels as text) the windows concatenate, and
     every label reads back as the text each file holds, with the report the same either way."""
+    from specobs.advice.report_builder import analyze
     from specobs.ingest import load
-    from specobs.reporting import analyze
 
     def steps(method: str, run: str, n: int) -> pl.DataFrame:
         rows = [

@@ -13,7 +13,7 @@ from conftest import assert_same_json, run_cli
 
 import specobs
 from specobs.ingest import load
-from specobs.results import Comparison, Recommendation, Report
+from specobs.records import Comparison, Recommendation, Report
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "examples" / "data" / "vllm-cpu-sweep"
@@ -134,8 +134,8 @@ def test_results_are_frozen_and_typed():
 
 
 def test_a_format_a_command_cannot_write_is_refused():
+    from specobs.records import Finding
     from specobs.render import emit
-    from specobs.results import Finding
 
     with pytest.raises(specobs.SpecobsError, match="--format markdown is not available"):
         emit(Finding("x", "y"), "markdown")  # type: ignore[arg-type]

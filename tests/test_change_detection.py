@@ -11,8 +11,9 @@ import pytest
 
 from specobs import schema
 from specobs.analysis.acceptance import DEFAULT_BY, group_columns, with_group_columns
-from specobs.analysis.timeseries import CONFIGURATION, Change, acceptance_over_time, change_points, detect_changes
+from specobs.analysis.timeseries import CONFIGURATION, acceptance_over_time, change_points, detect_changes
 from specobs.ingest import load
+from specobs.records import Change
 
 SWEEP = Path(__file__).resolve().parent.parent / "examples" / "data" / "vllm-cpu-sweep"
 

@@ -17,7 +17,7 @@ from conftest import report_json, run_cli
 from test_vllm_log import CURRENT, DP_PAIRS, GEN1
 
 from specobs import __version__
-from specobs.results import SUMMARY_KEYS
+from specobs.records import SUMMARY_KEYS
 
 
 def test_version_and_help_show_examples():
@@ -278,9 +278,9 @@ def test_json_writer_turns_non_finite_floats_into_null():
     import dataclasses
     import math
 
+    from specobs.advice.recommend import recommend
     from specobs.ingest import load
     from specobs.render import to_json
-    from specobs.tuning.recommend import recommend
 
     result = recommend(load([SWEEP]).windows, bootstrap=0)
     assert result is not None
@@ -308,7 +308,7 @@ def test_a_panic_in_a_compiled_library_is_one_line_exit_70():
     assert not issubclass(pl.exceptions.PanicException, Exception)
     result = _cli_with_patched_command(
         "import polars as pl\n"
-        "import specobs.reporting as reporting\n"
+        "import specobs.advice.report_builder as reporting\n"
         "def boom(*a, **k):\n    raise pl.exceptions.PanicException('index out of bounds: the len is 0')\n"
         "reporting.analyze = boom"
     )

@@ -17,9 +17,10 @@ import pytest
 from conftest import run_cli
 
 from specobs import schema
+from specobs.advice.compare import Z95, compare, compare_throughput
 from specobs.analysis.intervals import t95 as t_quantile_975
 from specobs.ingest import load
-from specobs.tuning.compare import Z95, compare, compare_throughput
+from specobs.render.sentences import verdict
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data"
 SWEEP = DATA / "vllm-cpu-sweep"
@@ -136,7 +137,7 @@ def test_a_real_acceptance_drop_near_one_is_detected():
     rng = np.random.default_rng(7)
     result = compare(log_windows(rng, 20, 200, 0.08), log_windows(rng, 20, 200, 0.03))
     assert result.kind == "regression"
-    assert result.verdict.startswith("acceptance length fell")
+    assert verdict(result).startswith("acceptance length fell")
     assert result.acceptance.z < -Z95 and result.configuration.changed is False
     rose = compare(log_windows(rng, 20, 200, 0.03), log_windows(rng, 20, 200, 0.08))
     assert rose.kind == "improvement"
@@ -160,8 +161,8 @@ def test_throughput_decides_and_acceptance_explains():
     result = compare(a, slow)
     tp = result.throughput
     assert result.kind == "regression" and tp.direction == "fell" and tp.high < 1
-    assert result.verdict.startswith("Throughput fell")
-    assert "Acceptance length" in result.verdict and "steps took" in result.verdict
+    assert verdict(result).startswith("Throughput fell")
+    assert "Acceptance length" in verdict(result) and "steps took" in verdict(result)
     assert {b.batch_bucket for b in tp.buckets} == {"1", "4-7", "16-31"}
     assert all(b.tested and b.runs_a == b.runs_b == 3 for b in tp.buckets)
     # Steps-weighted geometric mean of the per-bucket ratios.
@@ -175,14 +176,14 @@ def test_throughput_decides_and_acceptance_explains():
     # A single run per bucket has no spread to test against: acceptance decides, throughput is named.
     one = compare(timed_steps(rng, rounds=1), timed_steps(rng, rounds=1, slower=1.4))
     assert one.throughput.direction is None and one.kind == "unchanged"
-    assert "one run per side" in one.verdict
+    assert "one run per side" in verdict(one)
 
 
 def test_per_bucket_throughput_is_the_reports():
     rng = np.random.default_rng(5)
     a, b = timed_steps(rng), timed_steps(rng)
+    from specobs.advice.report_builder import analyze
     from specobs.ingest import Ingested
-    from specobs.reporting import analyze
 
     expected = [(t.batch_bucket, t.generated_tokens_per_second) for t in analyze(Ingested(a.lazy()), tune=False).timing]
     got = [(x.batch_bucket, x.tokens_per_second_a) for x in compare(a, b).throughput.buckets]
@@ -195,7 +196,7 @@ def test_configuration_change_is_named_first_and_is_not_a_regression():
     a = load([str(DATA / "vllm-cpu-ngram-k3.log")]).windows
     b = load([str(DATA / "vllm-cpu-draft-k3.log")]).windows
     result = compare(a, b)
-    assert result.verdict.startswith("A and B differ in configuration: method ngram → draft_model.")
+    assert verdict(result).startswith("A and B differ in configuration: method ngram → draft_model.")
     assert result.kind == "configuration_changed"
     assert result.acceptance.direction == "fell"  # acceptance did fall: but across methods
     assert result.throughput is None  # vLLM's log line carries no step timing
@@ -206,7 +207,7 @@ def test_sweep_k3_against_k6_is_a_configuration_change_decided_by_throughput():
     windows = load([str(SWEEP)]).windows.collect().filter(pl.col("method") == "ngram")
     k3, k6 = (windows.filter(pl.col("num_spec_tokens") == k) for k in (3, 6))
     result = compare(k3, k6)
-    assert result.verdict.startswith("A and B differ in configuration: k 3 → 6.")
+    assert verdict(result).startswith("A and B differ in configuration: k 3 → 6.")
     assert result.acceptance.direction == "rose"  # more tokens per step ...
     tp = result.throughput
     assert tp.ratio < 1  # ... but fewer tokens per second
@@ -226,7 +227,7 @@ def test_schedule_difference_is_a_configuration_change():
     result = compare(a, b)
     fields = [d.field for d in result.configuration.differences]
     assert fields == ["schedule"]
-    assert result.verdict.startswith("A and B differ in configuration: schedule 1: 2, 16-31: 4 → 1: 4, 16-31: 2.")
+    assert verdict(result).startswith("A and B differ in configuration: schedule 1: 2, 16-31: 4 → 1: 4, 16-31: 2.")
 
 
 @pytest.mark.slow

@@ -249,9 +249,9 @@ def test_predicted_speedup_gauge_uses_the_recommendations_estimates():
 
     from prometheus_client import CollectorRegistry
 
+    from specobs.advice.recommend import recommend
     from specobs.exporters.prometheus import PrometheusMetrics
     from specobs.ingest import load
-    from specobs.tuning.recommend import recommend
 
     sweep = Path(__file__).resolve().parents[1] / "examples" / "data" / "vllm-cpu-sweep"
     rec = recommend(load([str(sweep)]).windows, bootstrap=0)
@@ -271,9 +271,9 @@ def test_predicted_speedup_gauge_uses_the_recommendations_estimates():
 def test_tuning_gauges_show_every_bucket_and_only_the_latest_refit():
     from prometheus_client import CollectorRegistry
 
+    from specobs.advice import simulate as sim
+    from specobs.advice.recommend import recommend
     from specobs.exporters.prometheus import PrometheusMetrics
-    from specobs.tuning import simulate as sim
-    from specobs.tuning.recommend import recommend
 
     # A simulated fleet that ran batch sizes up to 512: buckets 128-255 and 256-511 are distinct
     # (they all used to collapse onto one "128+" series, showing only the last bucket's k).

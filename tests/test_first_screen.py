@@ -17,15 +17,15 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
+from specobs.advice.compare import compare
+from specobs.advice.recommend import recommend
+from specobs.advice.report_builder import analyze, recommendation_input
 from specobs.ingest import load
+from specobs.records import Finding, Report, Summary, TunerDecision, TuneResult
 from specobs.render import emit, fit
 from specobs.render.fit import Col, layout, shorten_path
 from specobs.render.sentences import headline
 from specobs.render.summary import SUMMARY_FINDINGS, key_findings, rank
-from specobs.reporting import analyze, recommendation_input
-from specobs.results import Finding, Report, Summary, TunerDecision, TuneResult
-from specobs.tuning.compare import compare
-from specobs.tuning.recommend import recommend
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,12 +15,12 @@ import pytest
 from conftest import report_json, run_cli
 
 from specobs import schema
+from specobs.advice import simulate as sim
+from specobs.advice.model import fit_acceptance
+from specobs.advice.recommend import recommend
 from specobs.analysis import acceptance
 from specobs.ingest import load
 from specobs.ingest.events import steps_to_windows
-from specobs.tuning import simulate as sim
-from specobs.tuning.model import fit_acceptance
-from specobs.tuning.recommend import recommend
 
 DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 SWEEP = DATA / "vllm-cpu-sweep"

@@ -97,8 +97,8 @@ def test_parquet_rows_are_validated_with_row_numbers(tmp_path):
 
 
 def test_negative_batch_size_in_parquet_does_not_reach_analysis(tmp_path):
+    from specobs.advice.report_builder import analyze
     from specobs.ingest import load
-    from specobs.reporting import analyze
 
     path = tmp_path / "e.parquet"
     rows = [_row(ts=float(i), batch_size=-3 if i == 5 else 4) for i in range(20)]

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from specobs.capture.sinks import JsonlSink, MemorySink
 from specobs.exporters.prometheus import PrometheusMetrics
 from specobs.ingest import load
-from specobs.tuning.online import OnlineTuner, refusal
+from specobs.loops.online import OnlineTuner, refusal
 
 LARGEST = 16
 

@@ -19,13 +19,13 @@ import polars as pl
 import pytest
 from conftest import assert_same_json
 
+from specobs.advice.recommend import recommend
+from specobs.advice.report_builder import ReportSums, analyze, recommendation_input, whole_span
 from specobs.analysis import acceptance
 from specobs.analysis.timeseries import MAX_POINTS
 from specobs.errors import InputError
 from specobs.ingest import events, load, read_source
 from specobs.ingest.source import open_source
-from specobs.reporting import ReportSums, analyze, recommendation_input, whole_span
-from specobs.tuning.recommend import recommend
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data"
 

@@ -23,8 +23,8 @@ import polars as pl
 import pytest
 from conftest import run_cli
 
+from specobs.advice import simulate as sim
 from specobs.capture.sinks import JsonlSink
-from specobs.tuning import simulate as sim
 
 pytestmark = [
     pytest.mark.prometheus,

@@ -14,13 +14,12 @@ import polars as pl
 import pytest
 
 from specobs import schema
+from specobs.advice.report_builder import analyze
 from specobs.analysis import requests as analysis
 from specobs.capture import JsonlSink, MemorySink, ParquetSink
 from specobs.capture.config import CaptureConfig
 from specobs.capture.vllm import hooks
 from specobs.ingest import load
-from specobs.reporting import analyze
-from specobs.results import RequestAcceptance
 from tests.conftest import report_json, run_cli
 
 
@@ -309,13 +308,13 @@ def test_histogram_bins_from_one_with_the_last_closed():
 
 
 def test_result_and_its_json():
-    result = RequestAcceptance.from_frame(frame(FOUR))
+    result = analysis.request_acceptance(frame(FOUR))
     assert result is not None
     data = result.to_dict()
     assert data["overall"]["label"] is None and data["overall"]["num_accepted_tokens"] == 16
     assert [g["label"] for g in data["by_workload"]] == ["chat", "code"]
     assert sum(b["requests"] for b in data["histogram"]) == 3
-    assert RequestAcceptance.from_frame(schema.empty(schema.REQUESTS)) is None
+    assert analysis.request_acceptance(schema.empty(schema.REQUESTS)) is None
 
 
 # --- the report -------------------------------------------------------------------------------

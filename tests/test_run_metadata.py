@@ -11,7 +11,8 @@ from conftest import run_cli
 
 from specobs import analyze, load
 from specobs.analysis.integrity import integrity, schedule_lookup
-from specobs.results import RunMetadata
+from specobs.records import RunMetadata
+from specobs.render import document
 from specobs.schema import METADATA_KEY
 
 BASE = dict(run_id="r", engine=0, model="m", method="eagle3", platform="rocm", device="AMD Instinct MI300X")
@@ -124,7 +125,7 @@ def test_an_ignored_schedule_is_found_and_an_obeyed_one_is_not(tmp_path):
     clean = integrity(load([str(write(tmp_path / "y", obeyed))]).windows, meta)
     assert [i.kind for i in clean if i.kind == "schedule_ignored"] == []
     text = " ".join(
-        analyze(load([str(write(tmp_path / "z", ignored, [metadata(schedule=schedule)]))])).to_dict()["findings"]
+        document(analyze(load([str(write(tmp_path / "z", ignored, [metadata(schedule=schedule)]))])))["findings"]
     )
     assert "schedule is being ignored" in text and "60 of 60 steps" in text
 
@@ -140,7 +141,7 @@ def test_accepted_tokens_past_the_end_synthetic_sampling_and_short_drafts_are_fi
     short = kinds["short_drafts"]  # 2 tokens drafted where k=4 allowed 4
     assert (short.affected, short.checked, short.observed) == (200, 400, 0.5)
     assert "synthetic_rejection" in kinds
-    findings = report.to_dict()["findings"]
+    findings = document(report)["findings"]
     assert findings[0].startswith("Rejection sampling is synthetic") or findings[0].startswith("10 accepted")
     assert any("50.0% as counted, 45.0% without them" in f for f in findings)
 
@@ -184,7 +185,7 @@ def test_log_start_up_lines_give_run_metadata_and_a_schedule_vllm_dropped(tmp_pa
     report = analyze(ingested)
     (issue,) = [i for i in report.integrity if i.kind == "schedule_disabled"]
     assert (issue.affected, issue.max_k, issue.method) == (2, 3, "eagle3")
-    assert report.to_dict()["findings"][0].startswith("The batch-size schedule was configured")
+    assert document(report)["findings"][0].startswith("The batch-size schedule was configured")
 
 
 def test_gpu_steps_timed_on_the_host_clock_are_named(tmp_path):

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+from specobs.advice.recommend import recommend
 from specobs.analysis.intervals import t95
 from specobs.ingest import load
-from specobs.tuning.recommend import recommend
 
 DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 SERVE = DATA / "vllm-cpu-serve"

@@ -20,10 +20,10 @@ from conftest import run_cli
 from test_run_metadata import metadata, step, write
 
 import specobs
+from specobs.advice import speculative
+from specobs.advice.recommend import recommend
 from specobs.capture.vllm import speculative as vllm_speculative
-from specobs.results import RunMetadata
-from specobs.tuning import speculative
-from specobs.tuning.recommend import recommend
+from specobs.records import RunMetadata
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "examples" / "data"

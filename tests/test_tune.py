@@ -18,21 +18,21 @@ import random
 import pytest
 from typer.testing import CliRunner
 
+from specobs import buckets
+from specobs.advice.paired import Block, Ratio, StepAttribution, ratio, systematic
 from specobs.analysis.intervals import mean_interval, t95, t_quantile
 from specobs.cli import app
-from specobs.render import to_json
-from specobs.render.sentences import tune_headline
-from specobs.render.tuning import tune_to_markdown
-from specobs.tuning.engine import mixed_lengths, read_prompts
-from specobs.tuning.paired import Block, Ratio, StepAttribution, ratio, systematic
-from specobs.tuning.tune import (
+from specobs.loops.offline import (
     PLAIN,
     SECOND_PLAIN,
     Config,
     merged,
-    power_buckets,
     tune,
 )
+from specobs.loops.vllm_bench import mixed_lengths, read_prompts
+from specobs.render import to_json
+from specobs.render.sentences import tune_headline
+from specobs.render.tuning import tune_to_markdown
 
 BLOCK_STEPS = 4
 
@@ -410,8 +410,8 @@ def test_intervals_and_buckets():
     assert t_quantile(7, 0.95) == t95(7)
     mean, low, high = mean_interval([10.0, 12.0, 11.0])
     assert mean == 11.0 and low == pytest.approx(11 - 4.3027 / math.sqrt(3), abs=1e-3) and high > mean
-    assert power_buckets(16) == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 16)]
-    assert power_buckets(20)[-1] == (16, 20)
+    assert buckets.spans(16) == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 16)]
+    assert buckets.spans(20)[-1] == (16, 20)
     assert mixed_lengths(4, 100) == [25, 50, 75, 100]
 
 
@@ -479,7 +479,7 @@ def test_the_bundled_tune_example_has_the_keys_of_a_fresh_result():
     exactly the keys a tune run writes now (rerun examples/make_tune_example.py when they change)."""
     from pathlib import Path
 
-    from specobs.results import TuneResult
+    from specobs.records import TuneResult
 
     def keys(value, prefix=""):
         if isinstance(value, dict):

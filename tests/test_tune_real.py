@@ -135,8 +135,8 @@ def test_tune_says_what_it_measured_of_a_draft_model_near_break_even(models, tmp
     were timed). Whatever tune picks, plain decoding is chosen only when measured at least as
     fast as the best static k, and the headline calls a gain over plain verified only when its
     interval excludes a loss."""
+    from specobs.records import TuneResult
     from specobs.render.sentences import tune_headline
-    from specobs.results import TuneResult
 
     spec = {"method": "draft_model", "model": str(models / "draft"), "num_speculative_tokens": 3}
     data, out = tune(models, tmp_path, spec, max_tokens=48, budget="60s")

@@ -10,11 +10,12 @@ import polars as pl
 import pytest
 from conftest import run_cli
 
+from specobs.advice import leviathan
+from specobs.advice import simulate as sim
+from specobs.advice.model import fit_acceptance
+from specobs.advice.recommend import recommend
 from specobs.ingest.events import steps_to_windows
-from specobs.tuning import leviathan
-from specobs.tuning import simulate as sim
-from specobs.tuning.model import fit_acceptance
-from specobs.tuning.recommend import recommend
+from specobs.render.sentences import explanations
 
 SWEEP = Path(__file__).resolve().parents[1] / "examples" / "data" / "vllm-cpu-sweep"
 
@@ -77,7 +78,7 @@ def test_off_at_large_batches_when_verification_turns_compute_bound():
     rec = recommend(windows(frames), max_k=6, bootstrap=0)
     by = {r.batch_size_min: r.num_speculative_tokens for r in rec.by_batch_size}
     assert by[1] > 0 and by[64] == 0
-    assert any("switch speculation off" in line for line in rec.explanations)
+    assert any("switch speculation off" in line for line in explanations(rec))
     assert worst_regret(scenario, "draft_model", fit_ks=(0, 4), max_k=6) <= 0.03
     table = json.loads(rec.recommended.speculative_config)["num_speculative_tokens_per_batch_size"]
     assert table[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in itertools.pairwise(table))
@@ -109,8 +110,8 @@ def test_recommend_without_timing_gives_a_band_not_a_point(write):
     No speedup, no config: a band per k, computed here by hand from the printed line."""
     from test_vllm_log import CURRENT
 
+    from specobs.advice.band import COST_CLASSES
     from specobs.analysis.intervals import wilson_bounds
-    from specobs.tuning.band import COST_CLASSES
 
     path = write("a.log", CURRENT + "\n")
     result = run_cli("recommend", str(path), "--format", "json", "--cost-ratio", "0.05")
@@ -169,8 +170,8 @@ def tiled(frame: pl.DataFrame, times: int) -> pl.DataFrame:
 
 
 def test_cells_keep_every_sum_and_bound_the_rows():
-    from specobs.tuning.model import CELLS_PER_CONFIGURATION, cells
-    from specobs.tuning.recommend import LABELS
+    from specobs.advice.model import CELLS_PER_CONFIGURATION, cells
+    from specobs.advice.recommend import LABELS
 
     rows = tiled(sweep_windows(), 20)
     merged = cells(rows, LABELS)
@@ -211,7 +212,7 @@ def test_cells_keep_every_sum_and_bound_the_rows():
 def test_point_estimates_do_not_depend_on_how_rows_are_merged(monkeypatch):
     """One cell per step or one cell per configuration: every predicted speedup and throughput
     is the same, because the fit reads sums only (only the bootstrap sees the cells)."""
-    from specobs.tuning import model
+    from specobs.advice import model
 
     frame = sweep_windows()
     monkeypatch.setattr(model, "CELLS_PER_CONFIGURATION", 10**9)
@@ -232,9 +233,9 @@ def test_log_intervals_merge_into_blocks_with_the_same_point_estimates(monkeypat
     572K intervals were as many cells, and its bootstrap resampled all of them): the counts are
     kept, the cells are bounded, and every point estimate is the one-cell-per-interval one. An
     interval whose counts are unknown keeps its printed rate, alone in its cell."""
+    from specobs.advice import model
+    from specobs.advice.recommend import LABELS
     from specobs.ingest import load
-    from specobs.tuning import model
-    from specobs.tuning.recommend import LABELS
 
     log = tiled(load([str(SWEEP.parent / "vllm-cpu-sweep.log")]).windows.collect(), 300)
     drafted = log.filter(pl.col("num_drafts") > 0)  # intervals with a SpecDecoding line print its rates
@@ -278,8 +279,8 @@ def test_log_intervals_merge_into_blocks_with_the_same_point_estimates(monkeypat
 def test_cells_survive_a_hash_collision(monkeypatch):
     """Every configuration hashing alike (a collision) must not mix configurations: the check
     hash disagrees and the merge is redone on the columns, with the same result."""
-    from specobs.tuning import model
-    from specobs.tuning.recommend import LABELS
+    from specobs.advice import model
+    from specobs.advice.recommend import LABELS
 
     rows = tiled(sweep_windows(), 3)
     expected = model.cells(rows, LABELS)
@@ -290,7 +291,7 @@ def test_cells_survive_a_hash_collision(monkeypatch):
 
 
 def test_validate_says_when_the_fit_run_has_no_timing():
-    from specobs.tuning.validate import validate
+    from specobs.advice.validate import validate
 
     scenario = sim.Scenario(methods=(sim.PROFILES["eagle3"],))
     untimed = sim.simulate_run(scenario, "eagle3", 4, [1, 4], 40).with_columns(
@@ -333,8 +334,8 @@ def test_drafter_kind_comes_from_measurement_when_two_k_are_measured(method, kin
     """With draft times at k = 2 and 6 the measurement decides, whatever the method's name says:
     eagle3's grow with k, a block drafter's do not; a drafter of the other kind under the same
     name is classed by what it measured, and the assumptions say so."""
-    from specobs.tuning.model import cells, fit_cost
-    from specobs.tuning.recommend import LABELS
+    from specobs.advice.model import cells, fit_cost
+    from specobs.advice.recommend import LABELS
 
     for spec, expected in ((sim.PROFILES[method], kind), (_other_draft_kind(sim.PROFILES[method]), None)):
         scenario = sim.Scenario(methods=(spec,))

@@ -16,8 +16,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from specobs.advice.validate import validate
 from specobs.ingest import load
-from specobs.tuning.validate import validate
 
 SWEEP = Path(__file__).resolve().parent.parent / "examples" / "data" / "vllm-cpu-sweep"
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from specobs import schema
+from specobs.advice.report_builder import analyze
 from specobs.ingest import load
-from specobs.reporting import analyze
 
 pytestmark = [
     pytest.mark.vllm,

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from conftest import SERVE_LEVELS
 
+from specobs.advice.recommend import recommend
 from specobs.ingest import load
 from specobs.testing.serve import speculative_config
-from specobs.tuning.recommend import recommend
 
 pytestmark = [
     pytest.mark.vllm,

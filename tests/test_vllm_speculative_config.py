@@ -28,7 +28,7 @@ from test_vllm_capture import run_scenario  # noqa: E402
 from vllm_scenarios import spec_config  # noqa: E402
 
 import specobs  # noqa: E402
-from specobs.tuning.recommend import recommend  # noqa: E402
+from specobs.advice.recommend import recommend  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 METHODS = [("ngram", "ngram"), ("draft", "draft_model"), ("eagle", "eagle")]

@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from specobs.advice.recommend import recommend
 from specobs.analysis.cost import (
     COARSE_OUTLIER_FACTOR,
     MIN_STEPS_TO_JUDGE,
@@ -28,7 +29,6 @@ from specobs.analysis.cost import (
     unsteady_counts,
 )
 from specobs.ingest import load
-from specobs.tuning.recommend import recommend
 
 pytestmark = [
     pytest.mark.vllm,

@@ -37,7 +37,7 @@ def main() -> None:
 
     from specobs.capture.config import CaptureConfig
     from specobs.capture.sinks import JsonlSink
-    from specobs.capture.vllm import instrument
+    from specobs.vllm import instrument
 
     spec = None
     if which == "ngram":

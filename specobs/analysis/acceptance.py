@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import polars as pl
 from polars.lazyframe.group_by import LazyGroupBy
 
+from specobs import buckets
 from specobs.analysis.intervals import Z95, wilson
+from specobs.records import PositionBound, Summary, Truncation
 
 #: Default grouping: every source, engine, model and method separately.
 DEFAULT_BY = ("source", "engine", "model", "method")
@@ -65,34 +67,12 @@ WASTED_THRESHOLD = 0.10
 MATERIAL_IID_GAP = 0.05
 
 
-def bucket_label(low: int, high: int) -> str:
-    """The :func:`batch_bucket` label of the bucket ``low``–``high`` (for results keyed by bounds)."""
-    return str(low) if low == high else f"{low}-{high}"
-
-
-#: Bucket labels by the bucket's lowest batch size (a lookup is 4× faster than building strings).
-_BUCKET_LABELS = {2**e: bucket_label(2**e, 2 ** (e + 1) - 1) for e in range(62)}
-
-
-def bucket_of(batch_size: int | None) -> str | None:
-    """The :func:`batch_bucket` label of one batch size (None for an unknown or empty batch)."""
-    if not batch_size or batch_size < 1:
-        return None
-    return _BUCKET_LABELS[1 << (int(batch_size).bit_length() - 1)]
-
-
-def batch_bucket(batch_size: pl.Expr) -> pl.Expr:
-    """Power-of-two batch-size buckets: ``1``, ``2-3``, ``4-7``, ``8-15``, ... (null stays null)."""
-    exponent = batch_size.clip(lower_bound=1).cast(pl.Float64).log(2).floor().cast(pl.Int64)
-    return pl.lit(2, pl.Int64).pow(exponent).replace_strict(_BUCKET_LABELS, return_dtype=pl.String)
-
-
 def with_group_columns(windows: pl.LazyFrame) -> pl.LazyFrame:
     """Add the derived grouping columns ``batch_bucket`` and ``hour`` (to rows, or to
     :func:`cells`, which hold the hour's number)."""
     hour = pl.col(HOUR_NUMBER) if HOUR_NUMBER in windows.collect_schema().names() else hour_number()
     return windows.with_columns(
-        batch_bucket=batch_bucket(pl.col("batch_size")),
+        batch_bucket=buckets.expr(pl.col("batch_size")),
         hour=(hour * 3600 * 1_000_000).cast(pl.Datetime("us", "UTC")).dt.strftime("%Y-%m-%d %H:00"),
     )
 
@@ -697,3 +677,23 @@ def accepted_length_counts(drafts: int, num_accepted_tokens_per_pos: Sequence[in
         exactly = reached[j] - (reached[j + 1] if j + 1 < len(reached) else 0)
         counts[min(j, longest)] += max(exactly, 0)
     return counts
+
+
+def summary_of(row: Mapping[str, Any]) -> Summary:
+    """The typed :class:`Summary` of a row of :func:`summarize` (the one place that computes it)."""
+    values: dict[str, Any] = {}
+    for f in fields(Summary):
+        if f.name in row:
+            value = row[f.name]  # polars gives lists for List columns: kept as tuples (frozen)
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    drafts, tokens = row.get("drafts_for_pos"), row.get("tokens_for_pos")
+    bounds = interval_bias(row)
+    rates = row.get("acceptance_rate_per_position") or []
+    return Summary(
+        **values,
+        draft_tokens_per_draft=tokens / drafts if drafts and tokens is not None else None,
+        supported_positions=tuple(supported_positions(row)),
+        wasted_positions=tuple(wasted_positions(rates, WASTED_THRESHOLD)),
+        truncation=tuple(Truncation(**t) for t in truncation(rates)),
+        position_bounds=None if bounds is None else tuple(PositionBound(**b) for b in bounds),
+    )

@@ -9,14 +9,12 @@ outliers: :func:`steady_state`) are left out of every timing here and of the cos
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import polars as pl
 
 from specobs.analysis.acceptance import Term, cells, grouped_terms, is_cells, key_hash, with_group_columns
-
-if TYPE_CHECKING:
-    from specobs.results import ScheduleTax
+from specobs.records import ScheduleTax
 
 T = TypeVar("T", float, pl.Expr)
 
@@ -379,6 +377,5 @@ def schedule_tax_from(sums: pl.DataFrame) -> list[ScheduleTax]:
         )
         .sort("method")
     )
-    from specobs.results import ScheduleTax  # results import the analysis: resolved at call time
 
     return [ScheduleTax(**{**row, "batch_sizes": tuple(row["batch_sizes"])}) for row in rows.iter_rows(named=True)]

@@ -1,7 +1,7 @@
 """Config integrity: where the numbers do not measure what the configuration says they do.
 
 Each check reads the steps (and the run metadata) once and returns typed facts
-(:class:`specobs.results.IntegrityIssue`); :mod:`specobs.render.sentences` words them.
+(:class:`specobs.records.IntegrityIssue`); :mod:`specobs.render.sentences` words them.
 
 - ``schedule_ignored``: a batch-size → k schedule is configured, yet drafts are longer than
   the k it allows at their batch size (as reported for Model Runner V2, which drafts the
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from specobs.results import IntegrityIssue, RunMetadata, TunerDecision
+from specobs.records import IntegrityIssue, RunMetadata, TunerDecision
 
 #: Steps below the schedule's maximum k needed before calling the schedule ignored.
 MIN_STEPS = 20

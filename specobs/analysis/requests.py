@@ -29,8 +29,8 @@ from typing import Any
 
 import polars as pl
 
-from specobs import schema
-from specobs.analysis.acceptance import batch_bucket
+from specobs import buckets, schema
+from specobs.records import LengthBin, RequestAcceptance, RequestGroup
 
 #: Width of the acceptance-length histogram's bins (tokens per step).
 BIN_WIDTH = 0.25
@@ -56,7 +56,7 @@ def acceptance_length() -> pl.Expr:
 def length_bucket(column: str) -> pl.Expr:
     """Power-of-two bucket of a token count (``1``, ``2-3``, …); null for 0 or unknown."""
     count = pl.col(column)
-    return pl.when(count > 0).then(batch_bucket(count)).otherwise(None)
+    return pl.when(count > 0).then(buckets.expr(count)).otherwise(None)
 
 
 def per_request(requests: pl.DataFrame) -> pl.DataFrame:
@@ -187,3 +187,16 @@ __all__ = [
     "per_request",
     "summarize",
 ]
+
+
+def request_acceptance(requests: pl.DataFrame) -> RequestAcceptance | None:
+    """The typed :class:`RequestAcceptance` of a ``requests`` frame (None when it has no rows)."""
+    if requests.height == 0:
+        return None
+    frame = per_request(requests)
+    overall = RequestGroup.from_row(summarize(frame).row(0, named=True))
+    groups = {
+        name: tuple(RequestGroup.from_row(row, row[column]) for row in summarize(frame, column).iter_rows(named=True))
+        for name, column in GROUPINGS.items()
+    }
+    return RequestAcceptance(overall=overall, histogram=tuple(LengthBin(**b) for b in histogram(frame)), **groups)

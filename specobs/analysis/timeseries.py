@@ -21,14 +21,15 @@ switch as a configuration change, with what changed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from specobs.analysis.acceptance import with_group_columns
+from specobs.records import Change, ChangePoint
 
 #: Above this many windows, the series is bucketed in time to at most this many points.
 MAX_POINTS = 2000
@@ -130,21 +131,6 @@ def acceptance_over_time(
     return series_from_sums(time_sums(windows, keys, TimeSpan.of(windows), max_points), keys)
 
 
-@dataclass(frozen=True)
-class ChangePoint:
-    """A step change in acceptance length between two stretches of windows."""
-
-    index: int  # first window (0-based, in series order) after the change
-    ts: float | None
-    before: float
-    after: float
-    z: float
-
-    @property
-    def kind(self) -> str:
-        return "regression" if self.after < self.before else "improvement"
-
-
 def _split_scores(accepted: np.ndarray, drafts: np.ndarray, min_size: int) -> tuple[np.ndarray, ...]:
     """Change index, both sides' lengths and the z statistic of every split whose sides hold
     ``min_size`` windows or more and whose z is finite, from prefix sums (O(n)).
@@ -211,38 +197,6 @@ def change_points(
 
 #: Columns that make a configuration: within one, an acceptance step is a real change.
 CONFIGURATION = ("method", "num_spec_tokens", "batch_bucket", "workload")
-
-
-@dataclass(frozen=True)
-class Change:
-    """A detected step in acceptance length, classified.
-
-    ``kind``: ``regression`` / ``improvement`` (within one configuration) or
-    ``configuration_change`` (the step coincides with a switch of method, k, batch bucket or
-    workload; ``changed`` says which, before → after). ``labels`` are the group's values of the
-    requested keys, ``configuration`` the configuration it happened within (or switched to),
-    ``change`` where it is and how large (its own ``kind`` is only the direction).
-    """
-
-    kind: str
-    labels: Mapping[str, Any]
-    configuration: Mapping[str, Any]
-    change: ChangePoint
-    changed: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form: the labels, then ``ts``, ``kind``, ``before``, ``after``, ``z``,
-        ``configuration`` and ``changed`` (field → [before, after])."""
-        return {
-            **self.labels,
-            "ts": self.change.ts,
-            "kind": self.kind,
-            "before": round(self.change.before, 4),
-            "after": round(self.change.after, 4),
-            "z": round(self.change.z, 2),
-            "configuration": dict(self.configuration),
-            "changed": {name: list(pair) for name, pair in self.changed.items()},
-        }
 
 
 def _dominant(part: pl.DataFrame, columns: Sequence[str]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -226,31 +227,10 @@ class CaptureConfig:
             tune_chunk_steps=max(int(SPECOBS_TUNE_CHUNK_STEPS.number(env)), 1),
         )
 
-    def sinks(self, engine: int = 0, health=None, resource: dict[str, str] | None = None) -> list:
-        """Every sink these settings ask for: event files, and the exporters when configured.
-
-        ``health`` (the recorder's counters) feeds ``specobs_dropped_events_total`` and
-        ``specobs_hook_errors_total``; the Prometheus port is offset by the engine index so that
-        data-parallel engine cores on one host do not collide.
-        """
-        sinks = [self.sink()]
-        if self.prometheus:
-            from specobs.exporters.prometheus import PrometheusMetrics, PrometheusSink, serve
-
-            host, _, port = self.prometheus.rpartition(":")
-            metrics = PrometheusMetrics(health=health)
-            serve(metrics, f"{host or '127.0.0.1'}:{int(port) + engine}")
-            sinks.append(PrometheusSink(metrics))
-        if self.otel:
-            from specobs.exporters.otel import OtelMetrics, OtelSink
-
-            otel = OtelMetrics.from_environment(resource)
-            if otel is not None:
-                sinks.append(OtelSink(otel))
-        return sinks
-
-    def sink(self):
+    def sink(self) -> Any:
         """The event-file sink these settings ask for."""
+        # Imported here, not above: the plugin reads these settings in every vLLM process, and
+        # the sinks pull in polars, which a process without capture must not pay for.
         from specobs.capture.sinks import JsonlSink, ParquetSink
 
         if self.format == "parquet":

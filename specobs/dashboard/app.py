@@ -18,8 +18,11 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
+from specobs.advice.compare import compare
+from specobs.advice.recommend import recommend
+from specobs.advice.report_builder import analyze
 from specobs.analysis.acceptance import GROUP_KEYS
-from specobs.dashboard import charts, views
+from specobs.dashboard import views
 from specobs.dashboard.data import (
     Filters,
     Inputs,
@@ -32,13 +35,10 @@ from specobs.dashboard.data import (
 )
 from specobs.errors import SpecobsError
 from specobs.ingest import Ingested
-from specobs.render import sentences, to_json
+from specobs.records import RequestAcceptance
+from specobs.render import charts, sentences, to_json
 from specobs.render.sentences import config_check_note, config_warning, headline
 from specobs.render.tuning import BAND_HEADERS, band_rows, band_title
-from specobs.reporting import analyze
-from specobs.results import RequestAcceptance
-from specobs.tuning.compare import compare
-from specobs.tuning.recommend import recommend
 
 PAGES = ("Overview", "Cost", "Tuning", "Compare", "Sources")
 #: Grouping the Overview and Cost pages start with (``--by`` names).
@@ -205,7 +205,7 @@ def overview(ctx: Context) -> None:
     cols[3].metric("Accepted tokens", _fmt(s.num_accepted_tokens, "{:,}"))
     skipped = len(ctx.loaded.skipped) + len(ctx.loaded.failed)
     cols[4].metric("Skipped input lines", f"{skipped:,}", help="Details on the Sources page.")
-    for finding in report.findings():
+    for finding in sentences.report_findings(report):
         if finding.kind != "requests":  # said under the per-request distribution
             st.markdown(f"- {finding.text}")
     if report.requests is not None:
@@ -377,7 +377,7 @@ def tuning(ctx: Context) -> None:
     for band in rec.bands:
         st.subheader(band_title(band))
         st.dataframe(pl.DataFrame(band_rows(band), schema=[*list(BAND_HEADERS[:-1]), "note"], orient="row"))
-    for line in rec.explanations:
+    for line in sentences.explanations(rec):
         st.markdown(f"- {line}")
     if rec.predicted:
         predicted = views.predicted_frame(rec)
@@ -390,9 +390,9 @@ def tuning(ctx: Context) -> None:
     if rec.method_comparison:
         st.subheader("Best speedup per method")
         st.dataframe(views.method_comparison_table(rec), hide_index=True)
-    if rec.assumptions:
+    if sentences.assumptions(rec):
         with st.expander("Assumptions"):
-            for line in rec.assumptions:
+            for line in sentences.assumptions(rec):
                 st.markdown(f"- {line}")
 
 
@@ -413,7 +413,7 @@ def compare_page(ctx: Context) -> None:
         return
     result = ctx.comparison(dimension, a, b)
     show = {"regression": st.error, "improvement": st.success}.get(result.kind, st.info)
-    show(result.verdict)
+    show(sentences.verdict(result))
     labels = (f"A: {a}", f"B: {b}")
     table = views.compare_table(result, labels)
     st.dataframe(table, hide_index=True)

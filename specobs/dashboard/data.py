@@ -18,9 +18,9 @@ import polars as pl
 from specobs import schema
 from specobs.analysis.cost import steady_state
 from specobs.errors import Skipped, SpecobsError
-from specobs.ingest import SourceReport, add_prometheus, counted_sources, load
+from specobs.ingest import add_prometheus, counted_sources, load
 from specobs.ingest.source import expand_paths
-from specobs.results import RunMetadata, TunerDecision, TuneResult
+from specobs.records import RunMetadata, SourceReport, TunerDecision, TuneResult
 from specobs.schema import categorical_labels
 
 #: The bundled real recording the app opens on when given nothing (present in a checkout).

@@ -1,6 +1,6 @@
 """Frames for the app's charts and tables, reshaped from the package's results.
 
-Each function takes the typed results (``specobs.results``: a report, a recommendation, a
+Each function takes the typed results (``specobs.records``: a report, a recommendation, a
 comparison) that analysis and tuning computed and returns a polars frame in the long shape a chart
 wants (one row per mark), with units in the column names where they are not plain counts.
 Reshaping only: no estimate is computed here.
@@ -13,11 +13,12 @@ from typing import Any
 
 import polars as pl
 
-from specobs.analysis.acceptance import GROUP_KEYS, bucket_label, with_group_columns
+from specobs import buckets
+from specobs.advice.validate import measured_throughput
+from specobs.analysis.acceptance import GROUP_KEYS, with_group_columns
 from specobs.analysis.cost import timing_by_batch
 from specobs.analysis.timeseries import acceptance_over_time
-from specobs.results import Comparison, GroupSummary, Recommendation, RequestAcceptance, RequestGroup, Summary
-from specobs.tuning.validate import measured_throughput
+from specobs.records import Comparison, GroupSummary, Recommendation, RequestAcceptance, RequestGroup, Summary
 
 #: The two per-position curves: (name shown, the ``PositionRate`` attribute prefix).
 CURVES = (
@@ -46,11 +47,6 @@ def group_label(row: Mapping[str, Any], columns: Sequence[str]) -> str:
     a method is the plain engine."""
     parts = [PLAIN if c == "method" and row.get(c) is None else row.get(c) for c in columns]
     return " · ".join(str(p) for p in parts if p is not None) or "all"
-
-
-def bucket_order(labels: Sequence[str | None]) -> list[str]:
-    """Batch bucket labels (``1``, ``2-3``, ``16-31``…) in increasing batch size."""
-    return sorted({label for label in labels if label}, key=lambda label: int(label.split("-")[0]))
 
 
 def _time(column: str) -> pl.Expr:
@@ -217,7 +213,7 @@ def predicted_frame(rec: Recommendation) -> pl.DataFrame:
             {
                 "method": _method_label(p.method, p.draft_model),
                 "k": p.num_speculative_tokens,
-                "batch": bucket_label(p.batch_size_min, p.batch_size_max),
+                "batch": buckets.label(p.batch_size_min, p.batch_size_max),
                 "batch_min": p.batch_size_min,
                 "batch_size": p.batch_size,
                 "speedup": p.estimate,
@@ -269,7 +265,7 @@ def by_batch_table(rec: Recommendation) -> pl.DataFrame:
         [
             {
                 "method": row.method,
-                "batch": bucket_label(row.batch_size_min, row.batch_size_max),
+                "batch": buckets.label(row.batch_size_min, row.batch_size_max),
                 "k": "off" if row.num_speculative_tokens == 0 else str(row.num_speculative_tokens),
                 "predicted speedup": row.predicted_speedup,
                 "low": (row.interval or (None, None))[0],
@@ -296,7 +292,7 @@ def method_comparison_table(rec: Recommendation) -> pl.DataFrame:
     """Best predicted speedup per method and batch bucket, and the winner."""
     records = []
     for row in rec.method_comparison:
-        record: dict[str, Any] = {"batch": bucket_label(row.batch_size_min, row.batch_size_max)}
+        record: dict[str, Any] = {"batch": buckets.label(row.batch_size_min, row.batch_size_max)}
         record.update({f"{m} speedup": v for m, v in row.speedups.items()})
         record["winner"] = row.winner
         records.append(record)

@@ -54,11 +54,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from specobs import schema
-from specobs.analysis.acceptance import bucket_label, bucket_of, drafts_per_position
+from specobs.advice.recommend import traffic_speedup
+from specobs.analysis.acceptance import drafts_per_position
 from specobs.analysis.cost import cost_ratio, draft_positions, draft_share
+from specobs.buckets import label as bucket_label
+from specobs.buckets import label_of as bucket_of
 from specobs.capture.sinks import is_step
-from specobs.results import Recommendation
-from specobs.tuning.recommend import traffic_speedup
+from specobs.records import TUNER_ACTIONS, Recommendation
 
 LABELS = ("model_name", "engine", "method")
 MAX_POSITIONS = 16
@@ -498,10 +500,9 @@ class PrometheusMetrics:
 
     def observe_decision(self, row: dict[str, Any]) -> None:
         """One row of the online tuner's decision log (``TunerDecision.to_row()``)."""
-        from specobs.tuning.online import ACTIONS
 
         action = row.get("tuner_action")
-        if action not in ACTIONS:
+        if action not in TUNER_ACTIONS:
             return
         self.tuner_decisions.labels(action).inc()
         low = row.get("batch_size_min")

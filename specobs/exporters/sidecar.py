@@ -169,8 +169,8 @@ class Sidecar:
         self._warn(f"skip {reason} {key}", f"specobs exporter: skipped {message} (further ones counted only)")
 
     def _tune(self) -> None:
+        from specobs.advice.recommend import recommend
         from specobs.ingest.events import steps_to_windows
-        from specobs.tuning.recommend import recommend
 
         try:
             frame = pl.DataFrame(list(self.recent), infer_schema_length=None)

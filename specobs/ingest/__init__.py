@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import polars as pl
@@ -23,9 +23,7 @@ from specobs.ingest import decisions, events, metadata, prometheus_text, request
 from specobs.ingest.columns import reference_year
 from specobs.ingest.scan import find_lines
 from specobs.ingest.source import Source, expand_paths, open_bytes, open_source
-
-if TYPE_CHECKING:
-    from specobs.results import RunMetadata, TunerDecision, TuneResult
+from specobs.records import RunMetadata, SourceReport, TunerDecision, TuneResult
 
 #: Rows a report holds at once when Parquet event files hold more together (``load(part_rows=)``):
 #: a part of this many step rows peaks near 1.4 GB while it is reduced to sums (a larger file
@@ -52,19 +50,6 @@ _VLLM_PREFIX = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \
 _SGLANG_PREFIX = re.compile(rb"(?m)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z_]+\d+)*\] ")
 _PROM_LINE = re.compile(rb"^(?:# (?:HELP|TYPE|EOF|UNIT)\b.*|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?\s+\S+(?:\s+\d+)?)$")
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
-
-
-@dataclass
-class SourceReport:
-    """What was read from one input."""
-
-    name: str
-    format: str
-    lines: int | None
-    windows: int
-    skipped: int
-    #: Run metadata the input itself holds (engine start-up lines of a log).
-    metadata: tuple[RunMetadata, ...] = ()
 
 
 @dataclass

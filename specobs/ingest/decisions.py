@@ -8,13 +8,11 @@ and the action is known; any other line is skipped and named (FILE:LINE).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specobs.errors import Skipped
 from specobs.ingest.source import Source, first_record_has, read_records
-
-if TYPE_CHECKING:  # results imports ingest: imported where used
-    from specobs.results import TunerDecision
+from specobs.records import TUNER_ACTIONS, TunerDecision
 
 FORMAT = "tuner-decisions"
 KEY = "tuner_action"
@@ -33,14 +31,12 @@ def _number(value: Any) -> bool:
 
 def parse(record: Any) -> tuple[TunerDecision | None, str | None]:
     """(decision, None) or (None, why)."""
-    from specobs.results import TunerDecision
-    from specobs.tuning.online import ACTIONS
 
     if not isinstance(record, dict):
         return None, "not a JSON object"
     action = record.get(KEY)
-    if action not in ACTIONS:
-        return None, f"{KEY} is not one of {', '.join(ACTIONS)}"
+    if action not in TUNER_ACTIONS:
+        return None, f"{KEY} is not one of {', '.join(TUNER_ACTIONS)}"
     if not _number(record.get("ts")):
         return None, "ts is not a number"
     for name in _INTS:

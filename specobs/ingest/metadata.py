@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specobs.errors import Skipped
 from specobs.ingest.source import Source, first_record_has, read_records
+from specobs.records import RunMetadata
 from specobs.schema import METADATA_KEY, METADATA_VERSION
-
-if TYPE_CHECKING:  # results imports ingest: imported where used
-    from specobs.results import RunMetadata
 
 FORMAT = "run-metadata"
 _INTS = ("engine", "pid", "num_speculative_tokens", "max_num_seqs", "tensor_parallel_size", "data_parallel_size")
@@ -34,7 +32,6 @@ def looks_like_metadata(head: bytes) -> bool:
 
 def parse(record: Any, source: str | None = None) -> tuple[RunMetadata | None, str | None]:
     """(metadata, None) or (None, why)."""
-    from specobs.results import RunMetadata
 
     if not isinstance(record, dict):
         return None, "not a JSON object"

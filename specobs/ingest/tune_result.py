@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from specobs.errors import InputError
 from specobs.ingest.source import Source, read_whole
-
-if TYPE_CHECKING:  # results imports ingest: imported where used
-    from specobs.results import TuneResult
+from specobs.records import TuneResult
 
 FORMAT = "specobs-tune"
 
@@ -21,7 +18,6 @@ def looks_like_tune_result(head: bytes) -> bool:
 
 def read(src: Source) -> TuneResult:
     """The whole file as one :class:`TuneResult`; :class:`InputError` when it is not one."""
-    from specobs.results import TuneResult
 
     data, cut = read_whole(src)
     if cut is not None:

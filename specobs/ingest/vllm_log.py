@@ -34,7 +34,7 @@ Counting conventions (see docs/formats.md):
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
@@ -42,9 +42,7 @@ from specobs.errors import Skipped
 from specobs.ingest import columns as C
 from specobs.ingest.metadata import settings
 from specobs.ingest.scan import Fields, FoundLines
-
-if TYPE_CHECKING:  # results imports ingest: imported where used
-    from specobs.results import RunMetadata
+from specobs.records import RunMetadata
 
 FORMAT = "vllm-log"
 
@@ -387,7 +385,6 @@ def run_metadata(found: FoundLines, source: str) -> list[RunMetadata]:
     which vLLM drops with data parallel > 1, the rejection sampler). The attention backend and
     device are not in these lines: left unknown.
     """
-    from specobs.results import RunMetadata
 
     frame = found.frame
     if frame.is_empty():

@@ -1,8 +1,8 @@
 """Presenting results: one dispatch keyed by result type and output format.
 
-``emit(result, fmt)`` writes a :mod:`specobs.results` object to stdout as rich tables, one JSON
-object (``result.to_dict()``, the JSON contract) or Markdown, and refuses a format it has no
-renderer for. No math here: renderers read attributes and word them (``sentences``).
+``emit(result, fmt)`` writes a :mod:`specobs.records` object to stdout as rich tables, one JSON
+object (:func:`document`: ``result.to_dict()`` and the sentences worded here) or Markdown, and
+refuses a format it has no renderer for. No math here: renderers read attributes and word them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 from rich.console import Console
 
 from specobs.errors import SpecobsError
-from specobs.results import Comparison, Recommendation, Report, Result, TuneResult
+from specobs.records import Comparison, Recommendation, Report, Result, TuneResult, jsonable
+from specobs.render import report, sentences, tuning
 
 FORMATS = ("rich", "json", "markdown")
 #: Width of rich tables when stdout is not a terminal (a pipe, a file) and ``COLUMNS`` is unset:
@@ -37,10 +38,49 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _after(data: dict[str, Any], key: str, added: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with ``added`` placed right after ``key`` (the JSON's documented order)."""
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        out[name] = value
+        if name == key:
+            out.update(added)
+    return out
+
+
+def _worded(result: Any, data: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(result, Report):
+        words = {
+            "findings": [f.text for f in sentences.report_findings(result)],
+            # Each group's own sentences (printed under its per-position table), beside `groups`
+            # so that each of those keeps exactly the summary keys.
+            "group_findings": [
+                {**jsonable(g.labels), "findings": [f.text for f in sentences.acceptance_findings(g.summary)]}
+                for g in result.groups
+            ],
+        }
+        data = _after(data, "details", words)
+        if result.recommendation is not None and data.get("recommendation") is not None:
+            data["recommendation"] = _worded(result.recommendation, data["recommendation"])
+    elif isinstance(result, Recommendation):
+        words = {"assumptions": sentences.assumptions(result), "explanations": sentences.explanations(result)}
+        data = _after(data, "predicted", words)
+    elif isinstance(result, Comparison):
+        data = {"verdict": sentences.verdict(result), **data}
+    return data
+
+
+def document(result: Result) -> dict[str, Any]:
+    """The JSON contract as a dict: the record's ``to_dict()`` (its numbers) with the sentences
+    worded here (a report's findings, a recommendation's explanations and assumptions, a
+    comparison's verdict)."""
+    return _worded(result, result.to_dict())
+
+
 def to_json(result: Result) -> str:
-    """The JSON contract: ``result.to_dict()``, with any NaN or infinity written as ``null``
+    """The JSON contract (:func:`document`), with any NaN or infinity written as ``null``
     (strict JSON never holds them; a corrupt input must not make the writer fail)."""
-    return json.dumps(_finite(result.to_dict()), indent=2, allow_nan=False)
+    return json.dumps(_finite(document(result)), indent=2, allow_nan=False)
 
 
 class _StdoutConsole(Console):
@@ -61,8 +101,6 @@ def stdout_console() -> Console:
 
 
 def _renderers() -> dict[tuple[type, str], Callable[..., str | None]]:
-    from specobs.render import report, tuning
-
     return {
         (Report, "rich"): lambda r, console, names, brief: report.to_rich(r, console, brief=brief),
         (Report, "markdown"): lambda r, console, names, brief: report.to_markdown(r, brief=brief),
@@ -104,4 +142,4 @@ def _available(result: Any) -> str:
     return ", ".join(f for f in FORMATS if can_render(type(result), f))
 
 
-__all__ = ["FORMATS", "PIPE_WIDTH", "can_render", "emit", "stdout_console", "to_json"]
+__all__ = ["FORMATS", "PIPE_WIDTH", "can_render", "document", "emit", "stdout_console", "to_json"]

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specobs.results import TuneResult
+from specobs.records import TuneResult
 
 if TYPE_CHECKING:
     import polars as pl
@@ -30,7 +30,7 @@ def save_tune_plot(result: TuneResult, path: Path) -> Path | None:
     """Measured tokens/s against k per batch size as a PNG; None without Altair or vl-convert."""
     if not result.measurements or any(importlib.util.find_spec(m) is None for m in ("altair", "vl_convert")):
         return None
-    from specobs.dashboard.charts import tune_measurements
+    from specobs.render.charts import tune_measurements
 
     tune_measurements(tune_frame(result)).save(str(path), format="png", scale_factor=2)
     return path

@@ -1,4 +1,4 @@
-"""Render a :class:`specobs.results.Report` as rich tables, Markdown or JSON. No math here."""
+"""Render a :class:`specobs.records.Report` as rich tables, Markdown or JSON. No math here."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from specobs.records import GroupSummary, Report, RequestAcceptance, RequestGroup, Summary
 from specobs.render import sentences, tuning
 from specobs.render.fit import Col, Kind, cols, print_table, shorten_path
 from specobs.render.markdown import md_table
 from specobs.render.summary import first_screen
-from specobs.results import GroupSummary, Report, RequestAcceptance, RequestGroup, Summary
 
 BAR_WIDTH = 20
 
@@ -185,9 +185,12 @@ POSITION_COLS = (
 def _sections(report: Report) -> list[tuple[str, Summary, list[str]]]:
     """One section per group (and the overall one when there are several): title, summary, findings."""
     cols = _shown_columns(report)
-    overall = [f.text for f in report.findings() if f.kind != "requests"]  # said in the per-request section
+    overall = [
+        f.text for f in sentences.report_findings(report) if f.kind != "requests"
+    ]  # said in the per-request section
     sections = [
-        (_label(g.labels, cols), g.summary, [f.text for f in report.findings(g.summary)]) for g in _shown_groups(report)
+        (_label(g.labels, cols), g.summary, [f.text for f in sentences.acceptance_findings(g.summary)])
+        for g in _shown_groups(report)
     ]
     if len(report.groups) == 1 and len(sections) == 1:
         return [(sections[0][0], sections[0][1], overall)]

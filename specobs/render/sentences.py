@@ -1,5 +1,5 @@
 """Every sentence specobs says: findings, explanations, assumptions and verdicts, worded from
-the typed results (``specobs.results``). Numbers are read, never computed, here."""
+the typed results (``specobs.records``). Numbers are read, never computed, here."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 
 from specobs.analysis.acceptance import MATERIAL_IID_GAP, WASTED_THRESHOLD
 from specobs.analysis.requests import MATERIAL_MEAN_GAP
-from specobs.analysis.timeseries import Change
-from specobs.results import (
+from specobs.records import (
     AcceptanceTest,
     BucketChoice,
+    Change,
     Comparison,
     Difference,
     Finding,

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specobs.analysis.acceptance import MATERIAL_IID_GAP
+from specobs.records import Finding, Report
 from specobs.render import sentences
-from specobs.results import Finding, Report
 
 #: Which findings the summary shows, most important first (a lower rank first):
 #: 0 the numbers do not measure what the configuration says (config integrity, counts that
@@ -61,7 +61,7 @@ def key_findings(report: Report, most: int = SUMMARY_FINDINGS) -> list[Finding]:
     """The report's findings that its summary shows (:func:`rank`)."""
     s = report.summary
     misleads = s.conditional_trend in ("falling", "rising") and (s.iid_max_gap or 0.0) >= MATERIAL_IID_GAP
-    return rank(report.findings(), iid_misleads=misleads, most=most)
+    return rank(sentences.report_findings(report), iid_misleads=misleads, most=most)
 
 
 @dataclass(frozen=True)

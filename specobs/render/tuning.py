@@ -6,6 +6,8 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
+from specobs.records import Comparison, Recommendation, Recommended, SpeedupBand, TuneResult
+from specobs.render import sentences
 from specobs.render.fit import PADDING, TEXT_FLOOR, Col, cols, print_table, shorten_path
 from specobs.render.markdown import md_table
 from specobs.render.sentences import (
@@ -22,7 +24,6 @@ from specobs.render.sentences import (
     tune_headline,
     tune_notes,
 )
-from specobs.results import Comparison, Recommendation, Recommended, SpeedupBand, TuneResult
 
 
 def _fmt(value: float | int | None, fmt: str = "{:.2f}") -> str:
@@ -118,11 +119,11 @@ def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
             for row in rec.method_comparison
         ]  # fmt: skip
         print_table(console, columns, rows, "Best speedup per method")
-    for line in rec.explanations:
+    for line in sentences.explanations(rec):
         console.print(Text(f"• {line}"))
-    if rec.assumptions:
+    if sentences.assumptions(rec):
         console.print(Text("Assumptions", style="dim"))
-        for line in rec.assumptions:
+        for line in sentences.assumptions(rec):
             console.print(Text(f"  - {line}", style="dim"))
 
 
@@ -144,9 +145,9 @@ def recommendation_to_markdown(rec: Recommendation) -> str:
         parts += ["", f"{band_title(band)}:", "", *md_table(BAND_HEADERS, band_rows(band))]
         if line := ran_config_line(band):
             parts += ["", line]
-    parts += [""] + [f"- {line}" for line in rec.explanations]
-    if rec.assumptions:
-        parts += ["", "Assumptions:", ""] + [f"- {line}" for line in rec.assumptions]
+    parts += [""] + [f"- {line}" for line in sentences.explanations(rec)]
+    if sentences.assumptions(rec):
+        parts += ["", "Assumptions:", ""] + [f"- {line}" for line in sentences.assumptions(rec)]
     return "\n".join(parts) + "\n"
 
 
@@ -226,7 +227,7 @@ def _combined(cmp: Comparison) -> str:
 
 def comparison_to_rich(cmp: Comparison, console: Console, names: tuple[str, str]) -> None:
     style = {"regression": "bold red", "improvement": "bold green", "configuration_changed": "bold yellow"}
-    console.print(Text(cmp.verdict, style=style.get(cmp.kind, "bold")))
+    console.print(Text(sentences.verdict(cmp), style=style.get(cmp.kind, "bold")))
     # Each side is headed by its name, shortened from the left; where even its file name would not
     # fit a narrow console beside the labels, the headers say A and B and a line above names them.
     room = (console.width - 3 * PADDING - 2 - TEXT_FLOOR) // 2
@@ -248,7 +249,7 @@ def comparison_to_rich(cmp: Comparison, console: Console, names: tuple[str, str]
 
 
 def comparison_to_markdown(cmp: Comparison, names: tuple[str, str]) -> str:
-    parts = [f"**{cmp.verdict}**", ""]
+    parts = [f"**{sentences.verdict(cmp)}**", ""]
     parts += md_table(["", f"A: {names[0]}", f"B: {names[1]}"], _comparison_rows(cmp))
     notes = _comparison_notes(cmp)
     if notes:

@@ -32,6 +32,8 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from specobs.capture.config import CaptureConfig
@@ -45,6 +47,24 @@ logger = logging.getLogger("specobs")
 
 #: Steps whose timing is kept while waiting for the scheduler to finish them.
 MAX_OPEN_STEPS = 256
+
+
+def event_files_only(config: CaptureConfig, engine: int, health: Any, resource: dict[str, str]) -> list:
+    """The capture's own sinks: event files (the exporters are added by the entry point)."""
+    return [config.sink()]
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What the entry point plugs into the capture, so that the capture imports neither the
+    exporters nor the online tuner: ``sinks(config, engine, health, resource)`` gives the
+    recorder's sinks, ``tuner(config, scheduler, labels, recorder)`` starts an engine's online
+    tuner (None: off). ``specobs.vllm.wiring()`` is the full one."""
+
+    sinks: Callable[[CaptureConfig, int, Any, dict[str, str]], list] = event_files_only
+    tuner: Callable[[CaptureConfig, Any, dict[str, Any], Any], Any] | None = None
+
+
 #: Run-metadata fields every row carries as labels (the rest is in the metadata file).
 METADATA_LABELS = ("vllm_version", "attention_backend", "graph_mode")
 _MAKE_STATS_PARAMS = ["self", "spec_decoding_stats", "num_draft_tokens", "num_accepted_tokens",
@@ -140,8 +160,15 @@ def _per_position(lengths: dict[tuple[int, int], int], k: int) -> tuple[int, lis
 class Capture:
     """Per-process capture state shared by the hooks."""
 
-    def __init__(self, config: CaptureConfig, recorder: Recorder | NullRecorder | None = None, clock=None) -> None:
+    def __init__(
+        self,
+        config: CaptureConfig,
+        recorder: Recorder | NullRecorder | None = None,
+        clock=None,
+        wiring: Wiring | None = None,
+    ) -> None:
         self.config = config
+        self.wiring = wiring or Wiring()
         self._recorder = recorder
         self.clock = clock or clock_for_device()
         self._steps: OrderedDict[int, _Step] = OrderedDict()
@@ -166,7 +193,9 @@ class Capture:
         recorder = Recorder([], capacity=self.config.queue_size)
         resource = {f"specobs.{k}": str(labels[k]) for k in ("model", "platform", "device") if labels.get(k)}
         try:
-            recorder.sinks = self.config.sinks(labels.get("engine") or 0, lambda: recorder.counters, resource)
+            recorder.sinks = self.wiring.sinks(
+                self.config, labels.get("engine") or 0, lambda: recorder.counters, resource
+            )
         except Exception as exc:  # an exporter that cannot start must not stop event files
             recorder.sinks = [self.config.sink()]
             recorder.error("starting exporters", exc)
@@ -311,32 +340,10 @@ class Capture:
             recorder.error("online tuner", exc)
 
     def _start_tuner(self, scheduler: Any, recorder: Recorder | NullRecorder) -> Any:
-        from specobs.results import TunerDecision
-        from specobs.tuning.online import MODES, OnlineTuner, refusal
-
-        mode = self.config.tune
-        labels = self.labels(scheduler)
-        if mode not in MODES:
-            logger.warning("specobs: SPECOBS_TUNE=%s: expected observe, explore or apply; online tuning off", mode)
+        if self.wiring.tuner is None:
+            logger.warning("specobs: SPECOBS_TUNE needs the vLLM plugin (specobs.vllm); online tuning off")
             return None
-        max_k = int(getattr(scheduler, "num_spec_tokens", 0) or 0)
-        reason = "no speculative decoding in this engine" if max_k <= 0 else refusal(scheduler)
-        if reason is not None:
-            logger.warning("specobs: online tuning off: %s", reason)
-            largest = int(getattr(getattr(scheduler, "scheduler_config", None), "max_num_seqs", 1) or 1)
-            refused = TunerDecision(time.time(), 1, largest, "refuse", max_k, max_k, None, None, None, None, reason,
-                                    labels.get("run_id"), labels.get("engine"))  # fmt: skip
-            recorder.record(refused.to_row())
-            return None
-        tuner = OnlineTuner(
-            mode, scheduler.dynamic_sd_lookup, max_k, share=self.config.tune_share,
-            chunk_steps=self.config.tune_chunk_steps, run_id=labels.get("run_id"), engine=labels.get("engine"),
-            # Under async scheduling the scheduler runs a step ahead: two steps after a switch mix ks.
-            lag=2 if getattr(getattr(scheduler, "scheduler_config", None), "async_scheduling", False) else 1,
-        )  # fmt: skip
-        logger.info("specobs: online tuning on (%s, k up to %d, %.0f%% of steps may explore)", mode, max_k,
-                    100 * tuner.share)  # fmt: skip
-        return tuner
+        return self.wiring.tuner(self.config, scheduler, self.labels(scheduler), recorder)
 
     def labels(self, scheduler: Any) -> dict[str, Any]:
         """The labels of every row of this engine, its run metadata's low-cardinality fields too."""
@@ -461,17 +468,19 @@ def install(
     scheduler: type | None = None,
     runners: dict[str, type] | None = None,
     clock: Any = None,
+    wiring: Wiring | None = None,
 ) -> Capture:
     """Install the hooks in this process (idempotent) and return the capture state.
 
     ``scheduler`` and ``runners`` (``{"v1": cls, "v2": cls}``, Model Runner V1 and V2) are the
-    classes to patch, vLLM's by default; ``clock`` makes the spans (default: the device's).
+    classes to patch, vLLM's by default; ``clock`` makes the spans (default: the device's);
+    ``wiring`` plugs in the exporters and the online tuner (:func:`specobs.vllm.wiring`).
     Tests pass fakes shaped like vLLM's (tests/test_capture_accounting.py).
     """
     global _CAPTURE
     with _LOCK:
         if _CAPTURE is None:
-            capture = Capture(config or CaptureConfig.from_env(), recorder, clock)
+            capture = Capture(config or CaptureConfig.from_env(), recorder, clock, wiring)
             _patch_all(capture, scheduler, runners)
             _CAPTURE = capture
             if capture.missing:

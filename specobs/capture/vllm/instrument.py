@@ -1,4 +1,4 @@
-"""``specobs.vllm.instrument(llm, sink=...)``: capture for an offline ``LLM`` in this process."""
+"""Capture for an offline ``LLM`` in this process (``specobs.vllm.instrument`` wires the rest)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,26 @@ from typing import Any
 
 from specobs.capture.config import CaptureConfig
 from specobs.capture.recorder import Recorder, Sink
+from specobs.capture.vllm import hooks
 
 logger = logging.getLogger("specobs")
 
 
-def instrument(llm: Any = None, sink: Sink | None = None, *, config: CaptureConfig | None = None):
+def instrument_engine(
+    llm: Any = None,
+    sink: Sink | None = None,
+    *,
+    config: CaptureConfig | None = None,
+    wiring: hooks.Wiring | None = None,
+) -> hooks.Capture:
     """Install the hooks in this process and send rows to ``sink`` (default: event files per env).
 
-    The hooks live in the process that runs the engine core. An offline ``LLM`` runs it in
-    this process when ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; otherwise set ``SPECOBS_ENABLE=1``
-    before creating the ``LLM`` so the plugin installs them in the engine-core process.
-    Returns the capture state (``.recorder.flush()``, ``.recorder.counters``).
+    The hooks live in the process that runs the engine core: an offline ``LLM`` runs it in this
+    process when ``VLLM_ENABLE_V1_MULTIPROCESSING=0``. ``wiring`` plugs in the online tuner.
     """
-    from specobs.capture.vllm import hooks
-
     config = config or CaptureConfig.from_env()
     recorder = Recorder([sink if sink is not None else config.sink()], capacity=config.queue_size)
-    capture = hooks.install(config, recorder)
+    capture = hooks.install(config, recorder, wiring=wiring)
     client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     if client is not None and "Inproc" not in type(client).__name__:
         logger.warning(

@@ -7,7 +7,7 @@ record per engine at its first step (the runner has chosen its
 attention backends by then) and carries the low-cardinality fields on every step row as labels.
 
 Every field is read on its own and left None when it cannot be: metadata never stops a step.
-The record is a plain dict with the fields of :class:`specobs.results.RunMetadata` (which the
+The record is a plain dict with the fields of :class:`specobs.records.RunMetadata` (which the
 ingest side builds from it), so that the engine process never imports the analysis stack.
 """
 

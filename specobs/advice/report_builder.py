@@ -1,7 +1,7 @@
-"""The acceptance report: ingest → analysis → one :class:`specobs.results.Report`, which every surface renders.
+"""The acceptance report: ingest → analysis → one :class:`specobs.records.Report`, which every surface renders.
 
 The JSON form (``Report.to_dict``) is a public contract: ``summary`` and each entry of
-``groups`` carry exactly the keys in :data:`specobs.results.SUMMARY_KEYS` (plus, for groups,
+``groups`` carry exactly the keys in :data:`specobs.records.SUMMARY_KEYS` (plus, for groups,
 their labels); intervals, diagnoses and plain-language findings live under ``details``,
 ``findings``, ``group_findings`` and ``change_points``. See docs/report.md.
 
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from specobs.advice.recommend import recommend, recommendation_cells, with_method
 from specobs.analysis import acceptance
 from specobs.analysis.cost import (
     schedule_tax_from,
@@ -28,12 +29,11 @@ from specobs.analysis.cost import (
     unsteady_counts,
 )
 from specobs.analysis.integrity import IntegritySums, integrity
-from specobs.analysis.requests import as_windows
+from specobs.analysis.requests import as_windows, request_acceptance
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.ingest import Ingested, counted_sources
-from specobs.results import BatchTiming, GroupSummary, Report, RequestAcceptance, Summary
+from specobs.records import BatchTiming, GroupSummary, Report, Summary
 from specobs.schema import categorical_labels
-from specobs.tuning.recommend import recommend, recommendation_cells, with_method
 
 
 def _labelled(windows: pl.LazyFrame, method: str | None) -> pl.LazyFrame:
@@ -159,7 +159,7 @@ def analyze(
     # Summed once into cells: the acceptance summary, its groups and the timing by batch read them.
     cells = sums.cells
     overall, groups = acceptance.summarize_with_total(cells, by=by)
-    summary = Summary.from_row(overall.row(0, named=True)) if overall.height else Summary()
+    summary = acceptance.summary_of(overall.row(0, named=True)) if overall.height else Summary()
     by_batch = timing_by_batch(cells, keys).to_dicts() if timing else []
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
     recommendation = None
@@ -170,13 +170,14 @@ def analyze(
     from_requests = not summary.num_windows and ingested.requests.height > 0
     if from_requests:  # finished requests alone: their own counts are the acceptance (one window each)
         overall, groups = acceptance.summarize_with_total(as_windows(ingested.requests), by=by)
-        summary = Summary.from_row(overall.row(0, named=True))
+        summary = acceptance.summary_of(overall.row(0, named=True))
     return Report(
         by=tuple(by),
         group_columns=tuple(keys),
         summary=summary,
         groups=tuple(
-            GroupSummary({c: row.get(c) for c in keys}, Summary.from_row(row)) for row in groups.iter_rows(named=True)
+            GroupSummary({c: row.get(c) for c in keys}, acceptance.summary_of(row))
+            for row in groups.iter_rows(named=True)
         ),
         sources=tuple(counted_sources(ingested)),
         skipped=tuple(ingested.skipped),
@@ -187,7 +188,7 @@ def analyze(
         unsteady=sums.unsteady,
         notices=tuple(ingested.notices),
         tuner_decisions=tuple(ingested.decisions),
-        requests=RequestAcceptance.from_frame(ingested.requests),
+        requests=request_acceptance(ingested.requests),
         metadata=tuple(ingested.metadata),
         integrity=tuple(integrity(sums.integrity, ingested.metadata, ingested.decisions)),
         summary_from_requests=from_requests,

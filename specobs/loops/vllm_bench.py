@@ -1,6 +1,6 @@
 """Real vLLM engines for ``specobs tune``: one plain and one speculative engine, resident, idle in turn.
 
-Each engine lives in its own worker process (``python -m specobs.tuning.engine``) running an
+Each engine lives in its own worker process (``python -m specobs.loops.vllm_bench``) running an
 offline ``vllm.LLM`` in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so the scheduler's
 batch-size → k lookup (``scheduler.dynamic_sd_lookup``, the table behind
 ``num_speculative_tokens_per_batch_size``) can be rewritten every few steps: every k is
@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from specobs.advice.paired import Block, StepAttribution
 from specobs.errors import InputError, SpecobsError
-from specobs.results import TuneResult
-from specobs.tuning.paired import Block, StepAttribution
-from specobs.tuning.tune import PLAIN, SECOND_PLAIN, SPECULATIVE, Schedule, tune
+from specobs.loops.offline import PLAIN, SECOND_PLAIN, SPECULATIVE, Schedule, tune
+from specobs.records import TuneResult
 
 #: Engine arguments specobs sets unless ``--engine-args`` says otherwise.
 DEFAULT_ENGINE_ARGS: dict[str, Any] = {"seed": 0, "gpu_memory_utilization": 0.4}
@@ -92,7 +92,7 @@ class _Worker:
         self._log = open(log_path, "w")  # noqa: SIM115 (held for the process's lifetime)
         env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "SPECOBS_ENABLE": "0"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "specobs.tuning.engine"],
+            [sys.executable, "-m", "specobs.loops.vllm_bench"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -156,7 +156,7 @@ class _Worker:
 
 
 class VllmBench:
-    """The :class:`specobs.tuning.tune.Bench` of real vLLM: a plain and a speculative engine."""
+    """The :class:`specobs.loops.offline.Bench` of real vLLM: a plain and a speculative engine."""
 
     def __init__(
         self,
@@ -345,7 +345,7 @@ class _Engine:  # pragma: no cover - runs in the worker process
 
         from specobs.capture.config import CaptureConfig
         from specobs.capture.sinks import JsonlSink
-        from specobs.capture.vllm import instrument
+        from specobs.capture.vllm.instrument import instrument_engine
 
         self.prompts: list[str] = spec["prompts"]
         self.max_tokens: int = spec["max_tokens"]
@@ -361,7 +361,7 @@ class _Engine:  # pragma: no cover - runs in the worker process
         for batch in (1, self.largest):
             self._generate(batch, 0, [self.max_tokens] * batch)
         config = CaptureConfig(run_id=spec["run_id"], workload=spec.get("workload"))
-        self.capture = instrument(self.llm, sink=JsonlSink(spec["events"], spec["run_id"]), config=config)
+        self.capture = instrument_engine(self.llm, sink=JsonlSink(spec["events"], spec["run_id"]), config=config)
 
     def _lookup(self, schedule: list[list[int]]) -> list[int] | None:
         """The scheduler's dense batch-size → k list for ``schedule`` (None: nothing to switch)."""
@@ -390,7 +390,7 @@ class _Engine:  # pragma: no cover - runs in the worker process
     ) -> list[list[float]]:
         """Generate for at least ``min_seconds`` (0: once), switching the k table between ``schedules``
         every :data:`BLOCK_STEPS` steps in cycles of a random order; each block's counted steps
-        (:class:`specobs.tuning.paired.StepAttribution`) as [cycle, candidate, tokens, seconds,
+        (:class:`specobs.advice.paired.StepAttribution`) as [cycle, candidate, tokens, seconds,
         steps]. ``batch`` requests of ``max_tokens`` each (a step counts only while all of them
         run), or None: the mixed workload. Every stretch with the same ``offset`` gets the same
         prompts, so the engines compare on identical work. A step's seconds run from its start

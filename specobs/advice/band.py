@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specobs.results import KBand, SpeedupBand
-from specobs.tuning.model import Acceptance, drafter_kind
+from specobs.advice.model import Acceptance, drafter_kind
+from specobs.records import KBand, SpeedupBand
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ k, generated tokens and step time. The tuner keeps tokens/s per (batch bucket, k
   new k against the old k's rate: ``confirm`` when it holds, ``rollback`` (back to the old k)
   when it measures worse.
 
-The estimator is ``specobs tune``'s (:mod:`specobs.tuning.paired`): a step counts for the k
+The estimator is ``specobs tune``'s (:mod:`specobs.advice.paired`): a step counts for the k
 that drafted its tokens (the k of the step before; two before under async scheduling), so the
 first step of an exploring block counts for nothing, and each exploring block is paired with
 the current k's counted steps just before it (a unit), so load that comes and goes hits both.
@@ -30,7 +30,9 @@ event files. The tuner never raises into vLLM: the hooks wrap it, and a failure 
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import random
 import time
 from collections import deque
@@ -38,13 +40,15 @@ from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specobs import buckets
+from specobs.advice.paired import Block, StepAttribution, ratio
 from specobs.analysis.intervals import t95
-from specobs.results import TunerDecision
-from specobs.tuning.paired import Block, StepAttribution, ratio
-from specobs.tuning.tune import power_buckets
+from specobs.capture.config import CaptureConfig
+from specobs.records import TUNER_ACTIONS, TunerDecision
+
+logger = logging.getLogger("specobs")
 
 MODES = ("observe", "explore", "apply")
-ACTIONS = ("suggest", "apply", "confirm", "rollback", "refuse")
 DEFAULT_SHARE = 0.05
 CHUNK_STEPS = 32
 MIN_CHUNKS = 3
@@ -152,7 +156,7 @@ class OnlineTuner:
         self.run_id = run_id
         self.engine = engine
         largest = len(table) - 1
-        self.buckets = [_Bucket(lo, hi, int(table[lo])) for lo, hi in power_buckets(largest)]
+        self.buckets = [_Bucket(lo, hi, int(table[lo])) for lo, hi in buckets.spans(largest)]
         self._by_batch = [0] * (largest + 1)
         for i, b in enumerate(self.buckets):
             for size in range(b.low, b.high + 1):
@@ -160,7 +164,7 @@ class OnlineTuner:
         self.decisions: deque[TunerDecision] = deque(maxlen=MAX_DECISIONS)
         self._attribution = StepAttribution(lag)
         self._rng = random.Random(0)
-        self.decisions_total: dict[str, int] = dict.fromkeys(ACTIONS, 0)
+        self.decisions_total: dict[str, int] = dict.fromkeys(TUNER_ACTIONS, 0)
 
     # --- the table --------------------------------------------------------------------------------
     def _set(self, bucket: _Bucket, k: int) -> None:
@@ -264,7 +268,7 @@ class OnlineTuner:
 
     def paired_gain(self, bucket: _Bucket, k: int) -> tuple[float, float, float] | None:
         """k's gain over the bucket's current k from its exploring blocks, each paired with the
-        current k's steps just before it (:func:`specobs.tuning.paired.ratio`, 95%)."""
+        current k's steps just before it (:func:`specobs.advice.paired.ratio`, 95%)."""
         pairs = [p for p in bucket.units.get(k, ()) if p[0].candidate == bucket.k]
         if len(pairs) < self.min_chunks:
             return None
@@ -353,8 +357,6 @@ class OnlineTuner:
 
 def refusal(scheduler: Any) -> str | None:
     """Why the schedule would have no effect in this engine, or None when tuning can run."""
-    import os
-
     config = getattr(scheduler, "vllm_config", None)
     parallel = getattr(config, "parallel_config", None)
     if int(getattr(parallel, "data_parallel_size", 1) or 1) > 1:
@@ -367,3 +369,30 @@ def refusal(scheduler: Any) -> str | None:
             "in --speculative-config (e.g. [[1, MAX_NUM_SEQS, K]])"
         )
     return None
+
+
+def start(config: CaptureConfig, scheduler: Any, labels: dict[str, Any], recorder: Any) -> OnlineTuner | None:
+    """The online tuner of one engine (``Wiring.tuner``), or None with the reason logged and, when
+    the engine cannot be tuned, a ``refuse`` decision recorded."""
+    mode = config.tune
+    if mode not in MODES:
+        logger.warning("specobs: SPECOBS_TUNE=%s: expected observe, explore or apply; online tuning off", mode)
+        return None
+    max_k = int(getattr(scheduler, "num_spec_tokens", 0) or 0)
+    reason = "no speculative decoding in this engine" if max_k <= 0 else refusal(scheduler)
+    if reason is not None:
+        logger.warning("specobs: online tuning off: %s", reason)
+        largest = int(getattr(getattr(scheduler, "scheduler_config", None), "max_num_seqs", 1) or 1)
+        refused = TunerDecision(time.time(), 1, largest, "refuse", max_k, max_k, None, None, None, None, reason,
+                                labels.get("run_id"), labels.get("engine"))  # fmt: skip
+        recorder.record(refused.to_row())
+        return None
+    tuner = OnlineTuner(
+        mode, scheduler.dynamic_sd_lookup, max_k, share=config.tune_share,
+        chunk_steps=config.tune_chunk_steps, run_id=labels.get("run_id"), engine=labels.get("engine"),
+        # Under async scheduling the scheduler runs a step ahead: two steps after a switch mix ks.
+        lag=2 if getattr(getattr(scheduler, "scheduler_config", None), "async_scheduling", False) else 1,
+    )  # fmt: skip
+    logger.info("specobs: online tuning on (%s, k up to %d, %.0f%% of steps may explore)", mode, max_k,
+                100 * tuner.share)  # fmt: skip
+    return tuner

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from specobs.analysis.acceptance import summarize, with_group_columns
+from specobs.analysis.acceptance import summarize, summary_of, with_group_columns
 from specobs.analysis.cost import steady_state, step_cells, timing_by_batch
 from specobs.analysis.intervals import Z95, t95
-from specobs.results import (
+from specobs.records import (
     ENVIRONMENT_FIELDS,
     AcceptanceTest,
     BucketThroughput,
@@ -350,8 +350,8 @@ def compare_acceptance(
     on its own. Tested only when both lengths come from counts; ``direction``: ``fell``,
     ``rose``, ``unchanged`` (|z| ≤ 1.96) or null.
     """
-    ra = Summary.from_row(summarize(a, by=()).row(0, named=True))
-    rb = Summary.from_row(summarize(b, by=()).row(0, named=True))
+    ra = summary_of(summarize(a, by=()).row(0, named=True))
+    rb = summary_of(summarize(b, by=()).row(0, named=True))
     la, lb = ra.mean_acceptance_length, rb.mean_acceptance_length
     sa, sb = ra.mean_acceptance_length_se, rb.mean_acceptance_length_se
     if la is None or lb is None:
@@ -360,9 +360,7 @@ def compare_acceptance(
     if not counted or sa is None or sb is None:
         return ra, rb, AcceptanceTest(difference=lb - la)
     se = math.hypot(sa, sb)
-    pooled = Summary.from_row(
-        summarize(pl.concat([a.lazy(), b.lazy()], how="diagonal_relaxed"), by=()).row(0, named=True)
-    )
+    pooled = summary_of(summarize(pl.concat([a.lazy(), b.lazy()], how="diagonal_relaxed"), by=()).row(0, named=True))
     da, db, dab = ra.drafts_for_length, rb.drafts_for_length, pooled.drafts_for_length
     if pooled.mean_acceptance_length_se is not None and da and db and dab:
         se = max(se, pooled.mean_acceptance_length_se * math.sqrt(dab * (1 / da + 1 / db)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from specobs.dashboard.views import bucket_order
+from specobs import buckets
 
 #: Okabe & Ito (2008), "Color Universal Design": distinguishable under deuteranopia,
 #: protanopia and tritanopia.
@@ -97,7 +97,7 @@ def acceptance_over_time(series: pl.DataFrame, changes: pl.DataFrame) -> alt.Lay
 
 def step_time(parts: pl.DataFrame) -> alt.FacetChart:
     """Where a step's time goes, per batch bucket: draft, verify and the rest, per group."""
-    order = bucket_order(parts.get_column("batch").to_list())
+    order = buckets.ordered(parts.get_column("batch").to_list())
     return (
         alt.Chart(parts)
         .mark_bar()
@@ -128,7 +128,7 @@ def step_time(parts: pl.DataFrame) -> alt.FacetChart:
 def by_bucket(table: pl.DataFrame, column: str, title: str, percent: bool = False) -> alt.Chart:
     """One timing quantity (cost ratio, draft share, rejected-draft share) per batch bucket and group."""
     data = table.drop_nulls(column)
-    order = bucket_order(data.get_column("batch").to_list())
+    order = buckets.ordered(data.get_column("batch").to_list())
     axis = alt.Axis(format="%") if percent else alt.Axis()
     return (
         alt.Chart(data)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from specobs.analysis.acceptance import batch_bucket
+from specobs import buckets
+from specobs.advice.model import predict
+from specobs.advice.recommend import fit_methods
 from specobs.analysis.cost import decode_sums
-from specobs.tuning.model import predict
-from specobs.tuning.recommend import fit_methods
 
 
 @dataclass
@@ -43,7 +43,7 @@ def measured_throughput(steps: pl.DataFrame, *, by_bucket: bool = False) -> pl.D
     sums = [pl.col("num_generated_tokens").sum(), pl.col("step_seconds").sum()]
     out = decode_sums(steps, ["method", pl.col("num_spec_tokens").alias("k"), "batch_size"])
     if by_bucket:  # buckets from the few batch sizes, not from every step
-        out = out.group_by("method", "k", batch_bucket(pl.col("batch_size")).alias("batch_bucket")).agg(
+        out = out.group_by("method", "k", buckets.expr(pl.col("batch_size")).alias("batch_bucket")).agg(
             *sums, pl.col("steps").sum(), batch_size_min=pl.col("batch_size").min()
         )
     out = out.with_columns(measured=pl.col("num_generated_tokens") / pl.col("step_seconds"))

@@ -1,8 +1,8 @@
 """The closed loop behind ``specobs tune``: race every k in one engine, choose, apply, verify.
 
-The engine side is a :class:`Bench` (``specobs.tuning.engine`` runs real vLLM engines; tests
+The engine side is a :class:`Bench` (``specobs.loops.vllm_bench`` runs real vLLM engines; tests
 may pass any object with the same methods). This module only decides what to run and what the
-numbers say (:mod:`specobs.tuning.paired` says how two candidates are compared):
+numbers say (:mod:`specobs.advice.paired` says how two candidates are compared):
 
 1. **Race.** At each batch size the candidates are the plain engine and the speculative engine
    at every k from 0 (drafting switched off by the schedule) to the largest. A round runs, at
@@ -12,7 +12,7 @@ numbers say (:mod:`specobs.tuning.paired` says how two candidates are compared):
    k alike and ks are compared cycle by cycle; the plain engine generates the same work, first
    or second in alternate rounds, and is compared with each k round by round, its interval
    widened by the bias measured between the two engine processes. From ``min_rounds`` on, at
-   each of :data:`~specobs.tuning.paired.LOOKS`, a candidate is dropped when it is slower than
+   each of :data:`~specobs.advice.paired.LOOKS`, a candidate is dropped when it is slower than
    the leader beyond noise (its ratio's interval, at the per-look level, lies below 1). A batch
    size is decided when every other candidate is dropped or tied with the leader (the interval
    within ±2%); racing stops when every batch size is decided, at ``max_rounds``, or when the
@@ -21,7 +21,7 @@ numbers say (:mod:`specobs.tuning.paired` says how two candidates are compared):
 2. **Choose.** Measured batch sizes get the speculative engine's fastest k there. Power-of-two
    buckets between measured batch sizes take the choice of their measured neighbours when both
    agree, else the model fitted on the captured steps of every measured k
-   (:func:`specobs.tuning.recommend.recommend`) picks between the neighbours' choices. When the
+   (:func:`specobs.advice.recommend.recommend`) picks between the neighbours' choices. When the
    plain engine is predicted at least as fast as the schedule on the verification workload, the
    answer is no speculative config at all.
 3. **Verify.** On the mixed-batch workload (requests of staggered lengths, so the batch shrinks
@@ -44,9 +44,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from specobs.analysis.intervals import Z95
-from specobs.results import TuneBucket, TuneMeasurement, TuneNoise, TuneResult, TuneVerification
-from specobs.tuning.paired import (
+from specobs import buckets
+from specobs.advice.paired import (
     LOOK_LEVEL,
     LOOKS,
     TIE,
@@ -58,6 +57,8 @@ from specobs.tuning.paired import (
     spread,
     systematic,
 )
+from specobs.analysis.intervals import Z95
+from specobs.records import TuneBucket, TuneMeasurement, TuneNoise, TuneResult, TuneVerification
 
 PLAIN = "plain"
 SPECULATIVE = "speculative"
@@ -275,16 +276,6 @@ def race(
 # --- choosing -------------------------------------------------------------------------------------
 
 
-def power_buckets(largest: int) -> list[tuple[int, int]]:
-    """1, 2–3, 4–7, … up to ``largest`` (the last bucket ends at it), as vLLM's table wants them."""
-    out = []
-    low = 1
-    while low <= largest:
-        out.append((low, min(low * 2 - 1, largest)))
-        low *= 2
-    return out
-
-
 def _best_speculative(state: Race, batch_size: int) -> _Arm:
     """The speculative engine's measured leader at a batch size (among the ks still in the race):
     decided or not, never a k the race measured slower."""
@@ -306,7 +297,7 @@ def choose_buckets(state: Race, largest: int, model: Chooser | None) -> list[Tun
     measured = sorted(state.arms)
     best = {b: _best_speculative(state, b) for b in measured}
     out = []
-    for low, high in power_buckets(largest):
+    for low, high in buckets.spans(largest):
         inside = [b for b in measured if low <= b <= high]
         if inside:
             b = inside[0]
@@ -652,7 +643,7 @@ def speculative_config(base: dict[str, Any], schedule: Schedule) -> str | None:
 
 def model_chooser(windows: Any, method: str | None, largest: int) -> Chooser | None:
     """The fitted model's pick between two k for a bucket without measurements (see module doc)."""
-    from specobs.tuning.recommend import recommend
+    from specobs.advice.recommend import recommend
 
     if windows is None:
         return None

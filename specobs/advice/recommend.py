@@ -17,28 +17,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from specobs.analysis.cost import decode_sums, steady_state, with_draining
-from specobs.capture.vllm.speculative import MODEL_FREE
-from specobs.results import (
-    BucketChoice,
-    MethodFacts,
-    MethodWin,
-    Prediction,
-    Recommendation,
-    Recommended,
-    ServedSpeedup,
-    SpeedupBand,
-    Target,
-)
-from specobs.schema import categorical_labels
-from specobs.tuning import speculative
-from specobs.tuning.band import speedup_band
-from specobs.tuning.model import (
+from specobs import buckets
+from specobs.advice import speculative
+from specobs.advice.band import speedup_band
+from specobs.advice.model import (
     BASELINE_PLAIN,
     Acceptance,
     CostModel,
@@ -49,10 +36,22 @@ from specobs.tuning.model import (
     predict,
     predict_off,
 )
-from specobs.tuning.served import plain_cells, served_speedups
-
-if TYPE_CHECKING:
-    from specobs.results import RunMetadata
+from specobs.advice.served import plain_cells, served_speedups
+from specobs.analysis.cost import decode_sums, steady_state, with_draining
+from specobs.capture.vllm.speculative import MODEL_FREE
+from specobs.records import (
+    BucketChoice,
+    MethodFacts,
+    MethodWin,
+    Prediction,
+    Recommendation,
+    Recommended,
+    RunMetadata,
+    ServedSpeedup,
+    SpeedupBand,
+    Target,
+)
+from specobs.schema import categorical_labels
 
 LABELS = ("model", "method", "draft_model", "platform", "device")
 
@@ -207,9 +206,7 @@ def buckets_for(fits: list[MethodFit]) -> list[Bucket]:
             steady[b] = steady.get(b, 0) + n
     largest = max(counts, default=1)
     out = []
-    low = 1
-    while low <= largest:
-        high = low * 2 - 1
+    for low, high in buckets.spans(largest, capped=False):
         inside = {b: n for b, n in steady.items() if low <= b <= high and n}
         if inside:
             values = np.repeat(np.array(list(inside.keys()), dtype=float), list(inside.values()))
@@ -217,7 +214,6 @@ def buckets_for(fits: list[MethodFit]) -> list[Bucket]:
         else:
             batch = math.sqrt(low * high)
         out.append(Bucket(low, high, batch, sum(n for b, n in counts.items() if low <= b <= high)))
-        low *= 2
     return out
 
 
@@ -710,7 +706,7 @@ def recommend(
 
     The ``--speculative-config`` carries what the chosen method's engines ran with, from the
     input's run ``metadata`` (``Ingested.metadata``), and is checked against the installed vLLM
-    unless ``check_config`` is False (:mod:`specobs.tuning.speculative`).
+    unless ``check_config`` is False (:mod:`specobs.advice.speculative`).
     """
     frame = recommendation_cells(windows, method=method)
     fits = fit_methods(frame, cost_ratio=cost_ratio)

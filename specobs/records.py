@@ -16,9 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from specobs.analysis.timeseries import Change
 from specobs.errors import Notice, Skipped
-from specobs.ingest import SourceReport
 
 #: The per-group acceptance keys of ``summary`` and each ``groups`` entry (docs/report.md).
 SUMMARY_KEYS = (
@@ -215,28 +213,6 @@ class Summary(Result):
             for i, rate in enumerate(rates)
         )
 
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Summary:
-        """From a row of ``analysis.acceptance.summarize`` (the one place that computes it)."""
-        from specobs.analysis import acceptance
-
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name in row:
-                value = row[f.name]  # polars gives lists for List columns: kept as tuples (frozen)
-                values[f.name] = tuple(value) if isinstance(value, list) else value
-        drafts, tokens = row.get("drafts_for_pos"), row.get("tokens_for_pos")
-        bounds = acceptance.interval_bias(row)
-        rates = row.get("acceptance_rate_per_position") or []
-        return cls(
-            **values,
-            draft_tokens_per_draft=tokens / drafts if drafts and tokens is not None else None,
-            supported_positions=tuple(acceptance.supported_positions(row)),
-            wasted_positions=tuple(acceptance.wasted_positions(rates, acceptance.WASTED_THRESHOLD)),
-            truncation=tuple(Truncation(**t) for t in acceptance.truncation(rates)),
-            position_bounds=None if bounds is None else tuple(PositionBound(**b) for b in bounds),
-        )
-
 
 @dataclass(frozen=True)
 class GroupSummary(Result):
@@ -370,32 +346,10 @@ class RequestAcceptance(Result):
     by_workload: tuple[RequestGroup, ...]
     by_method: tuple[RequestGroup, ...]
 
-    @classmethod
-    def from_frame(cls, requests: Any) -> RequestAcceptance | None:
-        """From a ``requests`` frame (None when it has no rows)."""
-        from specobs.analysis import requests as analysis
-
-        if requests.height == 0:
-            return None
-        frame = analysis.per_request(requests)
-        overall = RequestGroup.from_row(analysis.summarize(frame).row(0, named=True))
-        groups = {
-            name: tuple(
-                RequestGroup.from_row(row, row[column])
-                for row in analysis.summarize(frame, column).iter_rows(named=True)
-            )
-            for name, column in analysis.GROUPINGS.items()
-        }
-        return cls(
-            overall=overall,
-            histogram=tuple(LengthBin(**b) for b in analysis.histogram(frame)),
-            **groups,
-        )
-
 
 @dataclass(frozen=True)
 class Report(Result):
-    """Everything ``specobs report`` shows, computed once (``specobs.reporting.analyze``)."""
+    """Everything ``specobs report`` shows, computed once (``specobs.advice.report_builder.analyze``)."""
 
     by: tuple[str, ...]
     group_columns: tuple[str, ...]
@@ -422,14 +376,6 @@ class Report(Result):
         """No speculative decoding metrics were found (neither steps nor finished requests)."""
         return not self.summary.num_windows and self.requests is None
 
-    def findings(self, group: Summary | None = None) -> list[Finding]:
-        """Findings about ``group`` (default: the overall summary, with the report-wide ones)."""
-        from specobs.render import sentences
-
-        if group is not None:
-            return sentences.acceptance_findings(group)
-        return sentences.report_findings(self)
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "summary": rounded(self.summary.to_dict()),
@@ -438,12 +384,6 @@ class Report(Result):
                 "summary": rounded(self.summary.details()),
                 "groups": [rounded(g.details()) for g in self.groups],
             },
-            "findings": [f.text for f in self.findings()],
-            # Each group's own sentences (printed under its per-position table), beside `groups`
-            # so that each of those keeps exactly the summary keys.
-            "group_findings": [
-                {**jsonable(g.labels), "findings": [f.text for f in self.findings(g.summary)]} for g in self.groups
-            ],
             "timing": [rounded(t.to_dict()) for t in self.timing],
             "recommendation": rounded(self.recommendation.to_dict()) if self.recommendation else None,
             "change_points": [rounded(c.to_dict()) for c in self.changes],
@@ -461,6 +401,69 @@ class Report(Result):
             "tuner_decisions": [rounded(d.to_dict()) for d in self.tuner_decisions],
             "requests": rounded(self.requests.to_dict()) if self.requests is not None else None,
             "run_metadata": [m.to_dict() for m in self.metadata],
+        }
+
+
+# --- inputs read, and changes found over time --------------------------------------------------
+
+
+@dataclass
+class SourceReport:
+    """What was read from one input."""
+
+    name: str
+    format: str
+    lines: int | None
+    windows: int
+    skipped: int
+    #: Run metadata the input itself holds (engine start-up lines of a log).
+    metadata: tuple[RunMetadata, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A step change in acceptance length between two stretches of windows."""
+
+    index: int  # first window (0-based, in series order) after the change
+    ts: float | None
+    before: float
+    after: float
+    z: float
+
+    @property
+    def kind(self) -> str:
+        return "regression" if self.after < self.before else "improvement"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A detected step in acceptance length, classified.
+
+    ``kind``: ``regression`` / ``improvement`` (within one configuration) or
+    ``configuration_change`` (the step coincides with a switch of method, k, batch bucket or
+    workload; ``changed`` says which, before → after). ``labels`` are the group's values of the
+    requested keys, ``configuration`` the configuration it happened within (or switched to),
+    ``change`` where it is and how large (its own ``kind`` is only the direction).
+    """
+
+    kind: str
+    labels: Mapping[str, Any]
+    configuration: Mapping[str, Any]
+    change: ChangePoint
+    changed: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: the labels, then ``ts``, ``kind``, ``before``, ``after``, ``z``,
+        ``configuration`` and ``changed`` (field → [before, after])."""
+        return {
+            **self.labels,
+            "ts": self.change.ts,
+            "kind": self.kind,
+            "before": round(self.change.before, 4),
+            "after": round(self.change.after, 4),
+            "z": round(self.change.z, 2),
+            "configuration": dict(self.configuration),
+            "changed": {name: list(pair) for name, pair in self.changed.items()},
         }
 
 
@@ -625,7 +628,7 @@ class KBand(Result):
 @dataclass(frozen=True)
 class SpeedupBand(Result):
     """What an input without step timing says about one method's speed: not measured, a band
-    per k between two stated cost regimes (``specobs.tuning.band``), and the k each favours."""
+    per k between two stated cost regimes (``specobs.advice.band``), and the k each favours."""
 
     method: str | None
     draft_model: str | None
@@ -653,7 +656,7 @@ class SpeedupBand(Result):
 @dataclass(frozen=True)
 class ServedSpeedup(Result):
     """A speculative server against a plain one, measured from their own throughput lines at
-    matched running requests (``specobs.tuning.served``): one batch bucket, or all of them."""
+    matched running requests (``specobs.advice.served``): one batch bucket, or all of them."""
 
     method: str | None
     draft_model: str | None
@@ -690,18 +693,6 @@ class Recommendation(Result):
     served: tuple[ServedSpeedup, ...] = ()
 
     @property
-    def explanations(self) -> list[str]:
-        from specobs.render import sentences
-
-        return sentences.explanations(self)
-
-    @property
-    def assumptions(self) -> list[str]:
-        from specobs.render import sentences
-
-        return sentences.assumptions(self)
-
-    @property
     def method(self) -> str | None:
         """The method the buckets are about (the recommended one, else the best that was tried)."""
         return self.by_batch_size[0].method if self.by_batch_size else None
@@ -711,8 +702,6 @@ class Recommendation(Result):
             "recommended": self.recommended.to_dict(),
             "by_batch_size": jsonable(self.by_batch_size),
             "predicted": jsonable(self.predicted),
-            "assumptions": self.assumptions,
-            "explanations": self.explanations,
             "method_comparison": jsonable(self.method_comparison),
             "target": jsonable(self.target),
             "other_targets": jsonable(self.other_targets),
@@ -850,15 +839,8 @@ class Comparison(Result):
     throughput: Throughput | None
     acceptance: AcceptanceTest
 
-    @property
-    def verdict(self) -> str:
-        from specobs.render import sentences
-
-        return sentences.verdict(self)
-
     def to_dict(self) -> dict[str, Any]:
         return {
-            "verdict": self.verdict,
             "kind": self.kind,
             "a": self.a.side(),
             "b": self.b.side(),
@@ -1000,6 +982,10 @@ class TuneResult(Result):
         )
 
 
+#: What the online tuner can decide (``TunerDecision.action``).
+TUNER_ACTIONS = ("suggest", "apply", "confirm", "rollback", "refuse")
+
+
 @dataclass(frozen=True)
 class TunerDecision(Result):
     """One decision of the online tuner (``SPECOBS_TUNE``): a row of its decision log."""
@@ -1121,6 +1107,7 @@ __all__ = [
     "ENVIRONMENT_FIELDS",
     "SIDE_KEYS",
     "SUMMARY_KEYS",
+    "TUNER_ACTIONS",
     "AcceptanceTest",
     "BatchTiming",
     "BucketChoice",

@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from specobs.analysis.intervals import t95
-from specobs.results import ServedSpeedup
+from specobs.records import ServedSpeedup
 
 #: Intervals each side needs at a number of running requests before that N is matched.
 MIN_INTERVALS = 3

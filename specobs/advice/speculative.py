@@ -2,7 +2,7 @@
 
 A recommendation chooses a method with its draft model, and a k or a batch-size schedule. The
 config it prints carries those, and every other setting is what the input's engines of that
-method ran with, from their run metadata (:class:`specobs.results.RunMetadata`: a log's
+method ran with, from their run metadata (:class:`specobs.records.RunMetadata`: a log's
 ``non-default args`` and engine start-up line, a capture's metadata records): ngram's
 ``prompt_lookup_min/max``, the draft's tensor parallel size, its quantization, any option the
 input shows. ``num_speculative_tokens`` and ``num_speculative_tokens_per_batch_size`` are the
@@ -27,7 +27,7 @@ from typing import Any
 
 from specobs.capture.vllm import speculative as vllm_speculative
 from specobs.capture.vllm.speculative import MODEL_FREE, PROMPT_LOOKUP
-from specobs.results import ConfigCheck, Recommendation, Recommended, RunMetadata, SpeedupBand, Target
+from specobs.records import ConfigCheck, Recommendation, Recommended, RunMetadata, SpeedupBand, Target
 
 #: Methods whose config needs the draft's path (``model``): vLLM cannot derive it.
 NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash", "medusa", "mlp_speculator", "custom_class"})

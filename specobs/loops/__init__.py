@@ -1,0 +1,3 @@
+"""The two loops that act on an engine: ``offline`` (``specobs tune``: race, choose, apply,
+verify on a :class:`~specobs.loops.offline.Bench`, the real one in ``vllm_bench``) and
+``online`` (the tuner the vLLM plugin drives step by step inside a serving engine)."""

@@ -1,0 +1,165 @@
+"""The import rule of docs/architecture.md, checked from the source: every ``specobs`` import
+(module level and inside functions alike; only ``if TYPE_CHECKING:`` blocks are left out) must
+point to the importer's own layer or one below it, and no two rooms may import each other
+through any chain.
+
+    python -m tests.support.layers      # prints every violation; exit 1 when there is one
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "specobs"
+
+#: Bottom to top. A module belongs to the first layer one of whose prefixes it starts with.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("records", ("specobs.errors", "specobs.schema", "specobs.records", "specobs.buckets")),
+    ("sources", ("specobs.ingest", "specobs.capture")),
+    ("analysis", ("specobs.analysis",)),
+    ("advice", ("specobs.advice",)),
+    ("loops", ("specobs.loops",)),
+    ("render", ("specobs.render",)),
+    (
+        "entry",
+        (
+            "specobs.api",
+            "specobs.cli",
+            "specobs.dashboard",
+            "specobs.exporters",
+            "specobs.vllm",
+            "specobs.testing",
+            "specobs.__main__",
+            "specobs",
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool, known: set[str]) -> list[str]:
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = importer.split(".") if is_package else importer.split(".")[:-1]
+        if node.level:
+            base = base[: len(base) - (node.level - 1)]
+            stem = ".".join(base + ([node.module] if node.module else []))
+        else:
+            stem = node.module or ""
+        names = [f"{stem}.{a.name}" if f"{stem}.{a.name}" in known else stem for a in node.names]
+    resolved = []
+    for name in names:
+        while name not in known and "." in name:
+            name = name.rsplit(".", 1)[0]
+        if name in known and name != importer:
+            resolved.append(name)
+    return resolved
+
+
+def imports() -> list[Import]:
+    """Every import of a specobs module by another, with its line."""
+    found = modules()
+    known = set(found)
+    out = []
+    for name, path in found.items():
+        tree = ast.parse(path.read_text(), str(path))
+        skipped = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for inner in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skipped:
+                for target in _targets(node, name, path.name == "__init__.py", known):
+                    out.append(Import(name, target, node.lineno))
+    return out
+
+
+def layer_of(module: str) -> int:
+    for index, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return index
+    raise LookupError(f"{module} is in no layer: add it to LAYERS (tests/support/layers.py)")
+
+
+def room_of(module: str) -> str:
+    """``specobs.ingest.events`` → ``specobs.ingest``; a top-level module is its own room."""
+    return ".".join(module.split(".")[:2])
+
+
+def upward() -> list[Import]:
+    """Imports that point to a higher layer."""
+    return [i for i in imports() if layer_of(i.imported) > layer_of(i.importer)]
+
+
+def room_cycles() -> list[tuple[str, ...]]:
+    """Rooms that reach each other through imports (strongly connected, more than one room)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for i in imports():
+        a, b = room_of(i.importer), room_of(i.imported)
+        if a != b:
+            graph[a].add(b)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(tuple(sorted(component)))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def main() -> int:
+    problems = [
+        f"{i.importer} (line {i.line}) imports {i.imported}: layer {LAYERS[layer_of(i.importer)][0]} "
+        f"below {LAYERS[layer_of(i.imported)][0]}"
+        for i in upward()
+    ]
+    problems += [f"rooms import each other: {' ⇄ '.join(c)}" for c in room_cycles()]
+    print("\n".join(problems) or "no upward import, no cycle between rooms")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
