@@ -39,11 +39,14 @@ def save(out: Path, large: list[str]) -> None:
     for path, cmd in runs:
         name = f"{path.name}.{cmd}.json"
         started = time.perf_counter()
+        # Bundled inputs by their path inside the checkout, so that two checkouts compare equal.
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
         done = subprocess.run(
-            [sys.executable, "-m", "specobs.cli", cmd, str(path), "--format", "json"],
+            [sys.executable, "-m", "specobs.cli", cmd, str(shown), "--format", "json"],
             capture_output=True,
             text=True,
             env=os.environ,
+            cwd=ROOT,
         )
         (out / name).write_text(done.stdout)
         if done.returncode:

@@ -4,15 +4,17 @@ The public API (docs/api.md)::
 
     import specobs
 
-    data = specobs.load(["examples/data/vllm-cpu-sweep"])  # logs, scrapes, event files, folders
-    report = specobs.analyze(data, by=["method", "k"])      # acceptance, timing, findings
-    rec = specobs.recommend(data.windows)                   # method and k per batch size
-    cmp = specobs.compare(before.windows, after.windows)    # did B get slower than A, and why?
+    data = specobs.load("examples/data/vllm-cpu-sweep")    # logs, scrapes, event files, folders
+    report = specobs.analyze(data, by="method,k")           # acceptance, timing, findings
+    rec = specobs.recommend(data)                           # method and k per batch size
+    cmp = specobs.compare("before/", "after/")              # did B get slower than A, and why?
     steps = specobs.simulate("ngram", ks=[0, 4])            # what-if steps from the model
 
-Every result is a frozen dataclass from :mod:`specobs.records` whose ``to_dict()`` is the JSON
-the CLI prints. Names are imported on first use, so ``import specobs`` stays cheap inside a
-vLLM process (the plugin imports this package).
+Every verb takes what ``load`` returns, paths or a polars frame (:mod:`specobs.api`). Every
+result is a frozen dataclass from :mod:`specobs.records` whose ``to_dict()`` holds its numbers;
+:func:`specobs.render.document` adds the sentences and is the JSON the CLI prints. Names are
+imported on first use, so ``import specobs`` stays cheap inside a vLLM process (the plugin
+imports this package).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "load": "specobs.ingest",
     "Ingested": "specobs.ingest",
-    "SourceReport": "specobs.ingest",
-    "analyze": "specobs.advice.report_builder",
-    "summarize": "specobs.analysis.acceptance",
-    "recommend": "specobs.advice.recommend",
-    "compare": "specobs.advice.compare",
+    "SourceReport": "specobs.records",
+    "analyze": "specobs.api",
+    "summarize": "specobs.api",
+    "recommend": "specobs.api",
+    "compare": "specobs.api",
+    "document": "specobs.render",
     "simulate": "specobs.advice.simulate",
     "run_tune": "specobs.loops.vllm_bench",
     "Report": "specobs.records",
@@ -83,6 +86,7 @@ __all__ = [
     "__version__",
     "analyze",
     "compare",
+    "document",
     "load",
     "recommend",
     "run_tune",
@@ -91,11 +95,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from specobs.advice.compare import compare
-    from specobs.advice.recommend import recommend
-    from specobs.advice.report_builder import analyze
     from specobs.advice.simulate import simulate
-    from specobs.analysis.acceptance import summarize
+    from specobs.api import analyze, compare, recommend, summarize
     from specobs.errors import InputError, Skipped, SpecobsError
     from specobs.ingest import Ingested, load
     from specobs.loops.vllm_bench import run_tune
@@ -111,11 +112,13 @@ if TYPE_CHECKING:
         Recommendation,
         Recommended,
         Report,
+        SourceReport,
         Summary,
         Throughput,
         TunerDecision,
         TuneResult,
     )
+    from specobs.render import document
 
 
 def __getattr__(name: str) -> Any:

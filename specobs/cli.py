@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-from specobs import __version__
-from specobs.analysis.acceptance import DEFAULT_BY, GROUP_KEYS, group_columns
+from specobs import __version__, api
+from specobs.analysis.acceptance import DEFAULT_BY, GROUP_KEYS, parse_by
 from specobs.capture.config import EnvironmentVariable
 from specobs.errors import (
     EXIT_INTERNAL,
@@ -225,17 +225,15 @@ def report(
     It opens with a summary that fits one screen (what was read, the acceptance length, the
     recommendation with its --speculative-config, the findings that matter most); the details
     follow, unless --brief."""
-    from specobs.advice.report_builder import analyze
-
     if brief and output_format is OutputFormat.json:
         raise SpecobsError("--brief shortens rich and Markdown output; --format json always holds the whole report")
-    groups = _by(by)
+    groups = parse_by(by)
     _check_prometheus_options(since, step)
     _prometheus_only(ctx, prometheus)
     method = _method(method)
     paths = _require_inputs("report", paths, prometheus)
     ingested = _inputs(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
-    result = analyze(ingested, groups, method=method, check_config=check_config)
+    result = api.analyze(ingested, groups, method=method, check_config=check_config)
     if result.empty:
         names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths or [])
         for skipped in ingested.skipped[:5]:
@@ -252,22 +250,6 @@ def report(
         for notice in ingested.notices:
             say(f"note: {notice}")
     _emit(result, output_format, brief=brief)
-
-
-def _by(by: str) -> list[str]:
-    """``--by`` names, checked: at least one, each known, none twice (``--by ''`` is an error)."""
-    groups = [b.strip() for b in by.split(",")]
-    if not any(groups):
-        raise SpecobsError(f"--by needs at least one of: {', '.join(GROUP_KEYS)} (default: {','.join(DEFAULT_BY)})")
-    groups = [g for g in groups if g]
-    try:
-        group_columns(groups)
-    except ValueError as exc:  # the one place that knows the --by names
-        raise SpecobsError(str(exc)) from None
-    twice = sorted({g for g in groups if groups.count(g) > 1})
-    if twice:
-        raise SpecobsError(f"--by {by}: {', '.join(twice)} named more than once")
-    return groups
 
 
 def _check_prometheus_options(since: str, step: str | None) -> None:
@@ -399,9 +381,6 @@ def recommend(
     The --speculative-config is the drafter that ran (draft model, prompt lookup bounds, every
     setting the input's run metadata shows) at the recommended k; one the input cannot complete
     is printed as incomplete, naming the fields to add."""
-    from specobs.advice.recommend import recommend as run
-    from specobs.advice.report_builder import recommendation_input
-
     _check_prometheus_options(since, step)
     _prometheus_only(ctx, prometheus)
     _at_least("--max-k", max_k, 1)
@@ -411,13 +390,10 @@ def recommend(
     method = _method(method)
     paths = _require_inputs("recommend", paths, prometheus)
     ingested = _inputs(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
-    try:
-        result = run(
-            recommendation_input(ingested, method=method), max_k=max_k, margin=margin, cost_ratio=cost_ratio,
-            bootstrap=bootstrap, method=method, model=model, metadata=ingested.metadata, check_config=check_config,
-        )  # fmt: skip
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--model") from None
+    result = api.recommend(
+        ingested, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, method=method,
+        model=model, check_config=check_config,
+    )  # fmt: skip
     if result is None:
         from specobs.ingest import counted_sources
         from specobs.render.sentences import nothing_to_tune
@@ -453,11 +429,8 @@ def compare(
     Exit status: 0 compared (improvement, no significant change, configuration changed, or no
     verdict possible) · 2 bad usage or an unreadable input · 3 regression (B slower than A
     beyond noise, or without timing and with the same configuration, lower acceptance length)."""
-    from specobs.advice.compare import compare as run
-
     _require_inputs("compare", [a, b])
-    side_a, side_b = _load([a], input_format), _load([b], input_format)
-    result = run(side_a.windows, side_b.windows, side_a.metadata, side_b.metadata)
+    result = api.compare(_load([a], input_format), _load([b], input_format))
     _emit(result, output_format, (a, b))
     if result.kind == "regression":
         raise typer.Exit(EXIT_REGRESSION)  # scripts (CI after an upgrade) can gate on a regression

@@ -99,29 +99,98 @@ def _cli_json(*args: str) -> dict:
 
 
 @pytest.mark.slow
-def test_cli_json_is_to_dict_for_every_command():
+def test_cli_json_is_the_document_of_every_verb():
     sweep = str(SWEEP)
-    data = load([sweep])
-    report = specobs.analyze(data, by=["method", "k"])
+    data = load(sweep)
+    report = specobs.analyze(data, by="method,k")
     assert isinstance(report, Report)
     # Floats to their last bits: the CLI's process sums them on other threads.
-    assert_same_json(json.loads(json.dumps(report.to_dict())), _cli_json("report", sweep, "--by", "method,k"))
+    assert_same_json(json.loads(json.dumps(specobs.document(report))), _cli_json("report", sweep, "--by", "method,k"))
 
-    rec = specobs.recommend(data.windows, bootstrap=0, metadata=data.metadata)
+    rec = specobs.recommend(data, bootstrap=0)
     assert isinstance(rec, Recommendation)
-    assert_same_json(json.loads(json.dumps(rec.to_dict())), _cli_json("recommend", sweep, "--bootstrap", "0"))
+    assert_same_json(json.loads(json.dumps(specobs.document(rec))), _cli_json("recommend", sweep, "--bootstrap", "0"))
 
     a, b = (
-        sorted(str(p) for p in SWEEP.glob("specobs-*ngram*")),
-        sorted(str(p) for p in SWEEP.glob("specobs-*draft_model*")),
+        sorted(str(p) for p in SWEEP.glob("*ngram*")),
+        sorted(str(p) for p in SWEEP.glob("*draft_model*")),
     )
-    cmp = specobs.compare(load(a).windows, load(b).windows)
+    cmp = specobs.compare(a, b)
     assert isinstance(cmp, Comparison)
-    assert_same_json(json.loads(json.dumps(cmp.to_dict())), _cli_json("compare", a[0], b[0]))
+    cli = _cli_json("compare", a[0], b[0])
+    # The CLI reads one file per side here (no metadata beside it): so does the API given the same.
+    assert_same_json(json.loads(json.dumps(specobs.document(specobs.compare(a[0], b[0])))), cli)
+
+
+def _with_backend(folder: Path, backend: str) -> Path:
+    """A copy of the bundled ngram engine whose run metadata says it ran on ``backend``."""
+    folder.mkdir()
+    for path in SWEEP.glob("*ngram*"):
+        text = path.read_text()
+        if path.name.startswith("run-metadata"):
+            record = json.loads(text)
+            record["attention_backend"] = backend
+            text = json.dumps(record) + "\n"
+        (folder / path.name).write_text(text)
+    return folder
+
+
+def test_every_verb_takes_what_load_returns_paths_and_frames(tmp_path):
+    data = load(str(SWEEP))
+    frame = data.windows.collect()
+    by_load = specobs.analyze(data, by=["method"])
+    assert specobs.analyze(str(SWEEP), by="method").summary == by_load.summary
+    assert specobs.analyze([SWEEP], by="method").summary == by_load.summary
+    assert specobs.analyze(frame, by="method").summary == by_load.summary
+    # A string is one path, never its characters; by as a string is names, never letters.
+    assert [s.name for s in load(str(SWEEP)).sources] == [s.name for s in load([str(SWEEP)]).sources]
+    assert [g.labels["method"] for g in by_load.groups] == [
+        g.labels["method"] for g in specobs.analyze(data, by=("method",)).groups
+    ]
+    for verb in (specobs.summarize, lambda d: specobs.recommend(d, bootstrap=0)):
+        results = [verb(d) for d in (data, str(SWEEP), frame)]
+        assert all(r is not None for r in results)
+    assert specobs.summarize(data, by="method").equals(specobs.summarize(frame, by="method"))
+    with pytest.raises(specobs.SpecobsError, match="got int"):
+        specobs.recommend(42)  # type: ignore[arg-type]
+    with pytest.raises(specobs.SpecobsError, match="unknown --by"):
+        specobs.analyze(data, by="method,colour")
+    with pytest.raises(specobs.SpecobsError, match="expected a path"):
+        load([1, 2])  # type: ignore[list-item]
+
+
+def test_compare_through_the_api_sees_the_run_metadata_the_cli_sees(tmp_path):
+    a = _with_backend(tmp_path / "a", "CPU_ATTN")
+    b = _with_backend(tmp_path / "b", "ROCM_AITER_FA")
+    api = specobs.compare(load(str(a)), load(str(b)))
+    assert [d.field for d in api.configuration.environment] == ["attention_backend"]
+    assert api.kind == "configuration_changed"
+    cli = _cli_json("compare", str(a), str(b))
+    assert cli["kind"] == api.kind and cli["verdict"] == specobs.document(api)["verdict"]
+    assert "CPU_ATTN" in cli["verdict"] and "ROCM_AITER_FA" in cli["verdict"]
+
+
+def test_every_verb_reads_an_input_in_parts_as_the_whole(tmp_path):
+    """``part_rows`` defers large Parquet inputs to parts: every verb must still see all rows."""
+    sim = specobs.simulate("ngram", ks=[0, 3], batch_sizes=[1, 8], steps=300, seed=2)
+    for i, part in enumerate(sim.iter_slices(400)):
+        part.write_parquet(tmp_path / f"specobs-sim-{i:04d}.parquet")
+    whole = load(str(tmp_path))
+    parts = load(str(tmp_path), part_rows=500)
+    assert parts.deferred and not whole.deferred
+    assert specobs.analyze(parts).summary == specobs.analyze(whole).summary
+    from polars.testing import assert_frame_equal
+
+    assert_frame_equal(specobs.summarize(parts), specobs.summarize(whole), check_row_order=False, rel_tol=1e-9)
+    rec_whole, rec_parts = specobs.recommend(whole, bootstrap=0), specobs.recommend(parts, bootstrap=0)
+    assert rec_parts is not None and rec_whole is not None
+    assert rec_parts.recommended == rec_whole.recommended
+    cmp = specobs.compare(parts, whole)
+    assert cmp.a == cmp.b and cmp.kind == "unchanged"
 
 
 def test_results_are_frozen_and_typed():
-    rec = specobs.recommend(load([str(SWEEP)]).windows, bootstrap=0)
+    rec = specobs.recommend(load(str(SWEEP)), bootstrap=0)
     with pytest.raises(AttributeError):
         rec.recommended.method = "eagle"  # type: ignore[misc]
     # Internal fields a renderer reads never leak into the JSON.

@@ -185,7 +185,10 @@ def test_per_bucket_throughput_is_the_reports():
     from specobs.advice.report_builder import analyze
     from specobs.ingest import Ingested
 
-    expected = [(t.batch_bucket, t.generated_tokens_per_second) for t in analyze(Ingested(a.lazy()), tune=False).timing]
+    expected = [
+        (t.batch_bucket, t.generated_tokens_per_second)
+        for t in analyze(Ingested(a.lazy()), with_recommendation=False).timing
+    ]
     got = [(x.batch_bucket, x.tokens_per_second_a) for x in compare(a, b).throughput.buckets]
     # The same sums, added in the order polars' threads met them: equal to the last few bits.
     assert len(got) == 3 and [g[0] for g in got] == [e[0] for e in expected]

@@ -39,6 +39,7 @@ from specobs.advice.model import (
 from specobs.advice.served import plain_cells, served_speedups
 from specobs.analysis.cost import decode_sums, steady_state, with_draining
 from specobs.capture.vllm.speculative import MODEL_FREE
+from specobs.errors import SpecobsError
 from specobs.records import (
     BucketChoice,
     MethodFacts,
@@ -702,7 +703,7 @@ def recommend(
 
     Candidates compete only on one target (model, platform, device): the one named by
     ``model``, else the one with the most speculative traffic; the others are listed in
-    ``other_targets``. ``ValueError`` when ``model`` is not in the input.
+    ``other_targets``. :class:`SpecobsError` when ``model`` is not in the input.
 
     The ``--speculative-config`` carries what the chosen method's engines ran with, from the
     input's run ``metadata`` (``Ingested.metadata``), and is checked against the installed vLLM
@@ -857,7 +858,7 @@ def _one_target(fits: list[MethodFit], model: str | None) -> tuple[list[MethodFi
     wanted = [t for t in targets if model is None or t.model == model]
     if not wanted:
         names = ", ".join(sorted({str(t.model) for t in targets}))
-        raise ValueError(f"no speculative engine of model {model!r} in the input (models: {names})")
+        raise SpecobsError(f"no speculative engine of model {model!r} in the input (models: {names})")
     chosen = wanted[0]
     return groups[(chosen.model, chosen.platform, chosen.device)], chosen, tuple(t for t in targets if t != chosen)
 

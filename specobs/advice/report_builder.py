@@ -64,7 +64,7 @@ class ReportSums:
         keys: Sequence[str],
         *,
         span: TimeSpan | None = None,
-        tune: bool = True,
+        with_recommendation: bool = True,
         method: str | None = None,
     ) -> ReportSums:
         """The sums of ``windows`` (a part), bucketed in time on ``span`` (the whole input's;
@@ -82,7 +82,7 @@ class ReportSums:
             few = time_sums(grouped, columns, own)
         return cls(
             cells=step_cells(frame),
-            recommendation_cells=recommendation_cells(frame) if tune else None,
+            recommendation_cells=recommendation_cells(frame) if with_recommendation else None,
             over_time=time_sums(grouped, columns, whole),
             span=own,
             few_windows=few,
@@ -131,13 +131,13 @@ def analyze(
     ingested: Ingested,
     by: Sequence[str] = acceptance.DEFAULT_BY,
     *,
-    tune: bool = True,
+    with_recommendation: bool = True,
     timing: bool = True,
     method: str | None = None,
     check_config: bool = True,
 ) -> Report:
     """Analyse ``ingested`` into a :class:`Report` grouped by ``by`` (with a point-estimate
-    recommendation unless ``tune`` is False, and timing by batch size unless ``timing`` is;
+    recommendation unless ``with_recommendation`` is False, and timing by batch size unless ``timing`` is;
     ``method`` names the method of speculative rows that carry none). The recommendation's
     config carries what ran, from ``ingested.metadata``, and is checked against the installed
     vLLM unless ``check_config`` is False."""
@@ -145,7 +145,9 @@ def analyze(
     span = whole_span(ingested)
     parts = []
     for part in ingested.parts():
-        parts.append(ReportSums.of(part, ingested, keys, span=span, tune=tune, method=method))
+        parts.append(
+            ReportSums.of(part, ingested, keys, span=span, with_recommendation=with_recommendation, method=method)
+        )
         del part  # let this part's rows go before the next is read
     sums = ReportSums.merge(parts, span)
     over_time = sums.over_time

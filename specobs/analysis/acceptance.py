@@ -35,6 +35,7 @@ from polars.lazyframe.group_by import LazyGroupBy
 
 from specobs import buckets
 from specobs.analysis.intervals import Z95, wilson
+from specobs.errors import SpecobsError
 from specobs.records import PositionBound, Summary, Truncation
 
 #: Default grouping: every source, engine, model and method separately.
@@ -88,6 +89,24 @@ def group_columns(by: Sequence[str]) -> list[str]:
     if unknown:
         raise ValueError(f"unknown --by {', '.join(unknown)} (choose from {', '.join(GROUP_KEYS)})")
     return [GROUP_KEYS[name] for name in by]
+
+
+def parse_by(by: str | Sequence[str]) -> list[str]:
+    """``--by`` names from a comma-separated string or a list, checked: at least one, each
+    known, none twice (``--by ''`` is an error); a :class:`SpecobsError` names what is wrong."""
+    text = by if isinstance(by, str) else ",".join(str(b) for b in by)
+    groups = [b.strip() for b in text.split(",")]
+    if not any(groups):
+        raise SpecobsError(f"--by needs at least one of: {', '.join(GROUP_KEYS)} (default: {','.join(DEFAULT_BY)})")
+    groups = [g for g in groups if g]
+    try:
+        group_columns(groups)
+    except ValueError as exc:  # the one place that knows the --by names
+        raise SpecobsError(str(exc)) from None
+    twice = sorted({g for g in groups if groups.count(g) > 1})
+    if twice:
+        raise SpecobsError(f"--by {text}: {', '.join(twice)} named more than once")
+    return groups
 
 
 def _positions_guess(windows: pl.LazyFrame) -> int:

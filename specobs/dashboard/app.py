@@ -66,7 +66,7 @@ def _filtered(key: tuple, filters: Filters, _loaded: Loaded) -> pl.DataFrame:
 def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _windows: pl.DataFrame, _loaded: Loaded):
     ingested = Ingested(_windows.lazy(), _loaded.sources, _loaded.skipped)
     ingested.requests = apply_request_filters(_loaded.requests, filters)
-    return analyze(ingested, groups, tune=False, timing=False)  # timing: the Cost page's own
+    return analyze(ingested, groups, with_recommendation=False, timing=False)  # timing: the Cost page's own
 
 
 @st.cache_resource(max_entries=16, show_spinner="Fitting the throughput model…")

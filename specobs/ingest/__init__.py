@@ -267,8 +267,17 @@ def _resolve_format(src: Source, fmt: str) -> str:
     return fmt
 
 
+def path_list(paths: object) -> list[str]:
+    """One path or many as a list (a string is one path, never its characters)."""
+    if isinstance(paths, str | os.PathLike):
+        return [os.fspath(paths)]
+    if isinstance(paths, Sequence) and all(isinstance(p, str | os.PathLike) for p in paths):
+        return [os.fspath(p) for p in paths]
+    raise SpecobsError(f"expected a path or a list of paths, got {type(paths).__name__}")
+
+
 def load(
-    paths: Sequence[str],
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     fmt: str | None = None,
     *,
     progress_factory: Callable[[Source], Callable[[int], None] | None] | None = None,
@@ -276,8 +285,8 @@ def load(
     keep_going: bool = False,
     part_rows: int | None = None,
 ) -> Ingested:
-    """Read every input in ``paths`` (files, folders, ``-``) and ``uploads`` (name, bytes) into
-    one :class:`Ingested`.
+    """Read every input in ``paths`` (one path or many: files, folders, ``-``) and ``uploads``
+    (name, bytes) into one :class:`Ingested`.
 
     An explicitly named input that cannot be read raises :class:`InputError`, or with
     ``keep_going`` is listed in ``Ingested.failed`` while the rest is read; files met while
@@ -289,7 +298,7 @@ def load(
     """
     check_format(fmt)
     result = Ingested()
-    inputs: list[tuple[str, bool, bytes | None]] = [(n, e, None) for n, e in expand_paths(list(paths))]
+    inputs: list[tuple[str, bool, bytes | None]] = [(n, e, None) for n, e in expand_paths(path_list(paths))]
     inputs += [(name, True, data) for name, data in uploads]
     large = _parquet_rows([n for n, _, data in inputs if data is None]) if part_rows is not None else {}
     if sum(large.values()) <= (part_rows or 0):

@@ -15,6 +15,7 @@ own log goes beside it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import subprocess
@@ -265,6 +266,61 @@ class VllmBench:
         self.close()
 
 
+#: What :func:`check_tune_arguments` calls each argument (the CLI passes its flags).
+ARGUMENT_NAMES = {
+    "model": "model",
+    "speculative_config": "speculative_config",
+    "batch_sizes": "batch_sizes",
+    "max_tokens": "max_tokens",
+    "budget_s": "budget_s",
+    "min_round_s": "min_round_s",
+    "prompts": "prompts",
+}
+
+
+def check_tune_arguments(
+    *,
+    model: str,
+    speculative_config: Any,
+    batch_sizes: Sequence[int],
+    max_tokens: int,
+    budget_s: float,
+    min_round_s: float,
+    prompts: Sequence[str],
+    names: dict[str, str] = ARGUMENT_NAMES,
+) -> None:
+    """Raise a :class:`SpecobsError` naming the first argument ``run_tune`` cannot run with."""
+
+    def bad(name: str, why: str) -> SpecobsError:
+        return SpecobsError(f"{names[name]}: {why}")
+
+    if not isinstance(speculative_config, dict):
+        raise bad("speculative_config", 'expected a JSON object like \'{"method": "ngram"}\'')
+    if not speculative_config.get("method"):
+        raise bad("speculative_config", 'needs a "method" (ngram, draft_model, eagle3, mtp, ...)')
+    k = speculative_config.get("num_speculative_tokens")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 32:
+        raise bad("speculative_config", 'needs "num_speculative_tokens", the largest k to try (1 to 32)')
+    sizes = list(batch_sizes)
+    if (
+        not sizes
+        or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in sizes)
+        or len(set(sizes)) != len(sizes)
+    ):
+        raise bad("batch_sizes", "batch sizes are distinct integers of 1 or more")
+    for name, value, low in (("max_tokens", max_tokens, 1), ("min_round_s", min_round_s, 0)):
+        if not isinstance(value, int | float) or not math.isfinite(value) or value < low:
+            raise bad(name, f"{value}: must be at least {low:g}")
+    if not isinstance(budget_s, int | float) or not math.isfinite(budget_s) or budget_s <= 0:
+        raise bad("budget_s", f"{budget_s}: not a duration (use e.g. 90s, 10m, 1h)")
+    if not isinstance(model, str) or (
+        not os.path.exists(model) and (model.startswith((".", "/", "~")) or "/" not in model)
+    ):
+        raise bad("model", f"{model}: no such model folder")
+    if not prompts or any(not isinstance(t, str) for t in prompts):
+        raise bad("prompts", "no prompts (JSON Lines with a 'prompt' string, or one prompt per line)")
+
+
 def run_tune(
     *,
     model: str,
@@ -280,6 +336,10 @@ def run_tune(
     min_round_s: float = MIN_ROUND_S,
 ) -> TuneResult:
     """``specobs tune``: start the two engines, race, choose, verify, stop the engines."""
+    check_tune_arguments(
+        model=model, speculative_config=speculative_config, batch_sizes=batch_sizes, max_tokens=max_tokens,
+        budget_s=budget_s, min_round_s=min_round_s, prompts=prompts,
+    )  # fmt: skip
     method = speculative_config.get("method")
     with VllmBench(
         model=model,
