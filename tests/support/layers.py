@@ -47,13 +47,13 @@ class Import:
     line: int
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    return {module_name(p, package): p for p in sorted(package.rglob("*.py"))}
 
 
 def _targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool, known: set[str]) -> list[str]:
@@ -76,9 +76,9 @@ def _targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool,
     return resolved
 
 
-def imports() -> list[Import]:
+def imports(package: Path = PACKAGE) -> list[Import]:
     """Every import of a specobs module by another, with its line."""
-    found = modules()
+    found = modules(package)
     known = set(found)
     out = []
     for name, path in found.items():
@@ -108,15 +108,15 @@ def room_of(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def upward() -> list[Import]:
+def upward(package: Path = PACKAGE) -> list[Import]:
     """Imports that point to a higher layer."""
-    return [i for i in imports() if layer_of(i.imported) > layer_of(i.importer)]
+    return [i for i in imports(package) if layer_of(i.imported) > layer_of(i.importer)]
 
 
-def room_cycles() -> list[tuple[str, ...]]:
+def room_cycles(package: Path = PACKAGE) -> list[tuple[str, ...]]:
     """Rooms that reach each other through imports (strongly connected, more than one room)."""
     graph: dict[str, set[str]] = defaultdict(set)
-    for i in imports():
+    for i in imports(package):
         a, b = room_of(i.importer), room_of(i.imported)
         if a != b:
             graph[a].add(b)

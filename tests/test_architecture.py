@@ -1,0 +1,50 @@
+"""The import rule of docs/architecture.md: data flows one way (``python -m tests.support.layers``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support.layers import LAYERS, imports, layer_of, modules, room_cycles, upward
+
+
+def test_no_module_imports_upward_and_no_rooms_import_each_other():
+    assert [f"{i.importer}:{i.line} → {i.imported}" for i in upward()] == []
+    assert room_cycles() == []
+
+
+def test_every_module_has_a_layer():
+    for name in modules():
+        layer_of(name)  # raises for a module in no layer
+
+
+def test_records_and_schema_import_nothing_above_them():
+    bottom = [i for i in imports() if layer_of(i.importer) == 0]
+    assert all(layer_of(i.imported) == 0 for i in bottom)
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    package = root / "specobs"
+    for name, text in files.items():
+        path = package / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return package
+
+
+def test_the_check_finds_an_upward_import_inside_a_function_and_a_cycle(tmp_path):
+    """The checker itself: an import inside a function counts; one under TYPE_CHECKING does not."""
+    package = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "records.py": "def f():\n    from specobs.render import x\n",
+            "schema.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from specobs.cli import y\n",
+            "render/__init__.py": "x = 1\n",
+            "ingest/__init__.py": "from specobs.capture import z\n",
+            "capture/__init__.py": "z = 1\nfrom specobs import ingest\n",
+        },
+    )
+    found = [(i.importer, i.imported, i.line) for i in upward(package)]
+    assert found == [("specobs.records", "specobs.render", 2)]
+    assert room_cycles(package) == [("specobs.capture", "specobs.ingest")]
+    assert [name for name, _ in LAYERS][0] == "records" and [name for name, _ in LAYERS][-1] == "entry"
