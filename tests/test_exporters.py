@@ -127,7 +127,8 @@ def test_labels_are_bounded():
         for label in line.split("{")[1].split("}")[0].split(",")
     }
     allowed = {"model_name", "engine", "method", "position", "batch_size_bucket", "le", "num_speculative_tokens"}
-    assert names <= allowed | {"label"}  # label: specobs_label_overflow_total's (a label name)
+    # label and reason: specobs_label_overflow_total's (a label name) and specobs_dropped_values_total's
+    assert names <= allowed | {"label", "reason"}
     assert [batch_size_bucket(b) for b in (1, 3, 4, 100, 500, None)] == [
         "1",
         "2-3",
@@ -490,7 +491,8 @@ def test_one_engine_stays_within_its_series_budget():
     budget = series_budget()
     for families, _, expected in budget:
         assert sum(samples.pop(name) for name in families) == expected, families
-    process_wide = {"specobs_label_overflow": 6, "specobs_dropped_events": 1, "specobs_hook_errors": 1}
+    process_wide = {"specobs_label_overflow": 6, "specobs_dropped_values": 8, "specobs_dropped_events": 1,
+                    "specobs_hook_errors": 1}  # fmt: skip
     assert {name: n for name, n in samples.items() if n} == process_wide
     engine = sum(n for *_, n in budget)
     assert engine == 3 * (12 + 2 * 16 * 2 + 3 * 13 * 2 + 2 + 4) == 480
@@ -499,7 +501,7 @@ def test_one_engine_stays_within_its_series_budget():
     assert info == {"13", "14", "15", "16"}
     series = series_of(registry)
     scraped = [line for line in generate_latest(registry).decode().splitlines() if line and line[0] != "#"]
-    assert series == len(scraped) == engine + 8 <= SERIES_PER_ENGINE
+    assert series == len(scraped) == engine + 16 <= SERIES_PER_ENGINE
     # 13 batch buckets, the largest batches all in 2048+; no quantiles, no histogram buckets, no _created
     steps = {line.split('batch_size_bucket="')[1].split('"')[0] for line in scraped
              if line.startswith('specobs_step_seconds_count{') and 'method="ngram"' in line}  # fmt: skip
@@ -511,7 +513,7 @@ def test_one_engine_stays_within_its_series_budget():
     assert count == 3  # 2048, 5000 and 2**70
     # a second engine adds its own budget again, and no more
     run_engine(1)
-    assert series_of(registry) == 2 * engine + 8
+    assert series_of(registry) == 2 * engine + 16
 
 
 def test_per_position_counters_carry_their_created_time():
