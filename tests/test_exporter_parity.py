@@ -20,10 +20,10 @@ from specobs.exporters.prometheus import PrometheusMetrics
 
 pytest.importorskip("opentelemetry.sdk", reason="needs specobs[otel]")
 
-from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader  # noqa: E402
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
 
-from specobs.exporters.otel import OtelMetrics  # noqa: E402
+from specobs.exporters.otel import OtelMetrics
 
 #: OpenTelemetry instrument → Prometheus family: the names are a contract on both sides, so the
 #: pairing is written out here rather than read from the mapping.
@@ -49,6 +49,8 @@ BUDGET = {"model_name": 3}
 OTHER_ENGINE = {**ROW, "engine": 1, "method": "ngram", "batch_size": 3000, "num_spec_tokens": 4,
                 "num_draft_tokens": 8, "num_accepted_tokens": 3, "num_accepted_tokens_per_pos": [2, 1, 0, 0],
                 "num_drafts_per_pos": [4, 2, 2, 0]}  # fmt: skip
+WINDOW = {**ROW, "num_timed_steps": 5, "num_drafts": 40, "num_draft_tokens": 120, "num_accepted_tokens": 30,
+          "num_accepted_tokens_per_pos": [20, 7, 3]}  # fmt: skip
 #: (row, window?): good rows over two engines, methods and batch buckets, a log window, and rows
 #: that must not reach a metric as they are.
 ROWS: list[tuple[dict, bool]] = [
@@ -56,8 +58,7 @@ ROWS: list[tuple[dict, bool]] = [
     ({**ROW, "batch_size": 1, "num_drafts_per_pos": [4, 3, 2]}, False),
     (OTHER_ENGINE, False),
     ({**ROW, "batch_size": None, "draft_seconds": None}, False),
-    ({**ROW, "num_timed_steps": 5, "num_drafts": 40, "num_draft_tokens": 120, "num_accepted_tokens": 30,
-      "num_accepted_tokens_per_pos": [20, 7, 3]}, True),  # fmt: skip
+    (WINDOW, True),
     # hostile: non-finite and negative timings, negative and non-integer counts
     ({**ROW, "step_seconds": float("nan"), "draft_seconds": float("inf"), "verify_seconds": -0.5}, False),
     ({**ROW, "num_drafts": -3, "num_accepted_tokens": float("nan"), "num_generated_tokens": "12"}, False),
