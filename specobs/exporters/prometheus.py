@@ -17,26 +17,30 @@ Names and labels are a contract (docs/exporters.md, rules in exporters/prometheu
   yields them afresh, so a method or bucket that is no longer recommended disappears),
   ``specobs_cost_ratio`` with ``specobs_draft_share`` beside it (``analysis.cost.cost_ratio`` and
   ``draft_share`` of the running sums), ``specobs_speculative_config_info``;
-- ``specobs_dropped_events_total``, ``specobs_hook_errors_total`` (read from the recorder at scrape).
+- ``specobs_dropped_events_total``, ``specobs_hook_errors_total`` (read from the recorder at scrape);
+- ``specobs_label_overflow_total{label}`` and ``specobs_dropped_values_total{reason}``: what the
+  mapping folded into ``other`` or left out.
 
-Labels are ``model_name``, ``engine``, ``method`` (+ ``position``, ``batch_size_bucket``): all
-bounded. Never request ids or prompt text. ``model_name``, ``engine`` and ``method`` come from
-the input, so their values are capped (:data:`LABEL_BUDGET` distinct values per label, ``method``
-limited to :data:`specobs.schema.KNOWN_METHODS`); a value over the budget, longer than
-:data:`MAX_LABEL_LENGTH` or with whitespace or control characters is published as ``other``
-and counted in ``specobs_label_overflow_total{label}``. Batch sizes from 2048 share one bucket.
-Non-finite or negative values never reach a metric: such a timing is not observed, such a
-count not added.
+A row becomes metric updates in :mod:`specobs.exporters.mapping`, the one mapping the
+OpenTelemetry exporter uses too (the same series, label caps, checks and sums). Labels are
+``model_name``, ``engine``, ``method`` (+ ``position``, ``batch_size_bucket``): all bounded. Never
+request ids or prompt text. ``model_name``, ``engine`` and ``method`` come from the input, so their
+values are capped (:data:`LABEL_BUDGET` distinct values per label, ``method`` limited to
+:data:`specobs.schema.KNOWN_METHODS`); a value over the budget, longer than
+:data:`MAX_LABEL_LENGTH` or with whitespace or control characters is published as ``other`` and
+counted in ``specobs_label_overflow_total{label}``. Batch sizes from 2048 share one bucket. A count
+that is not a non-negative integer, or a timing that is negative or not finite, never reaches a
+metric, and a row whose counts contradict each other is left out whole; each is counted in
+``specobs_dropped_values_total{reason}``.
 
 The series one engine may publish are a budget (:func:`series_budget`, at most
 :data:`SERIES_PER_ENGINE`): per-position counters rather than a histogram of accepted tokens per
 draft (the distribution follows from them), and no ``_created`` on the timing summaries (their
 means are ratios of ``_sum`` and ``_count``, which a reader misses alike before the first scrape).
-A step's numbers are plain additions under one lock (:class:`_StepSeries`); the families are
-built from them at scrape. Every number published comes from the analysis and tuning functions
-(bucket labels, drafts per position, a step's drafted positions, the cost ratio and draft share,
-the traffic-weighted speedup): the
-exporter only counts and publishes.
+A step's numbers are plain additions under one lock (:class:`~specobs.exporters.mapping.StepSums`);
+the families are built from them at scrape. Every number published comes from the analysis and
+tuning functions (bucket labels, drafts per position, a step's drafted positions, the cost ratio
+and draft share, the traffic-weighted speedup): the exporter only counts and publishes.
 """
 
 from __future__ import annotations
