@@ -8,7 +8,9 @@
   ``CounterMetricFamily`` with as many samples of four labels (what ``prometheus_client``'s
   exposition alone costs for that many samples: the floor of any design that renders with it).
 - ``PrometheusMetrics.observe_step`` for one step row with 16 positions (target ≤ 15 µs), beside
-  calling ``Summary.observe`` once per timing field and ``Counter.inc`` per counter field.
+  calling ``Summary.observe`` once per timing field and ``Counter.inc`` per counter field, and
+  ``OtelMetrics.observe_step`` for the same row (the same mapping and sums, plus three histogram
+  records; on an in-memory reader, when ``specobs[otel]`` is installed).
 - The series one engine publishes at most (three methods, k = 16, every batch bucket) against
   ``SERIES_PER_ENGINE``.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import timeit
 from collections.abc import Callable
 
@@ -29,7 +32,16 @@ from prometheus_client import CollectorRegistry, Counter, Summary, generate_late
 from prometheus_client.core import CounterMetricFamily
 from results import machine, publish
 
-from specobs.exporters.prometheus import BATCH_BUCKETS, SERIES_PER_ENGINE, PrometheusMetrics, series_of
+from specobs.buckets import BOUNDED_LABELS
+from specobs.exporters.prometheus import SERIES_PER_ENGINE, PrometheusMetrics, series_of
+
+try:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from specobs.exporters.otel import OtelMetrics
+except ImportError:  # specobs[otel] not installed: the OpenTelemetry row is left out
+    OtelMetrics = None  # type: ignore[assignment,misc]
 
 ROW = {
     "model": "meta-llama/Llama-3.1-70B-Instruct", "engine": 0, "method": "eagle3", "batch_size": 16,
@@ -88,7 +100,7 @@ def by_hand() -> Callable[[], None]:
 def worst_engine() -> int:
     """Series of one engine at its worst by design: three methods, k = 16, every batch bucket."""
     metrics = PrometheusMetrics(CollectorRegistry(), health=lambda: HEALTH)
-    batches = [1 << e for e in range(len(BATCH_BUCKETS) - 1)] + [None]
+    batches = [1 << e for e in range(len(BOUNDED_LABELS) - 1)] + [None]
     for method in METHODS:
         for batch in batches:
             metrics.observe_step({**ROW, "method": method, "batch_size": batch})
@@ -116,6 +128,9 @@ def main() -> None:
         "by hand": (export, n),
         "one observe": (lambda: one.observe(0.01), n),
     }
+    if OtelMetrics is not None:
+        otel = OtelMetrics(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+        measures["otel observe"] = (lambda: otel.observe_step(ROW), n)
     best = dict.fromkeys(measures, float("inf"))
     for _ in range(args.repeat):
         for name, (call, number) in measures.items():
@@ -124,7 +139,7 @@ def main() -> None:
         figures = {
             "series": series, "series_per_engine": worst_engine(), "render_ms": best["render"] * 1e3,
             "plain_ms": best["plain"] * 1e3, "observe_step_us": best["observe"] * 1e6,
-            "by_hand_us": best["by hand"] * 1e6,
+            "by_hand_us": best["by hand"] * 1e6, "otel_observe_step_us": best.get("otel observe", math.nan) * 1e6,
         }  # fmt: skip
         print(json.dumps(figures))
         return
@@ -147,6 +162,11 @@ def main() -> None:
         f"| the same numbers exported by hand (3 observe + 21 inc) | {us(best['by hand'])} "
         f"(`observe_step` = {best['observe'] / best['by hand']:.2f}×) |",
         f"| one `Summary.observe` | {best['one observe'] * 1e6:.2f} µs |",
+        *(
+            [f"| `OtelMetrics.observe_step`, the same step (in-memory reader) | {us(best['otel observe'])} |"]
+            if "otel observe" in best
+            else []
+        ),
         f"| series of one engine at most (3 methods, k = 16, every batch bucket) | {worst_engine()} "
         f"(budget {SERIES_PER_ENGINE}) |",
         "",

@@ -29,9 +29,9 @@ SWEEP = HERE.parent / "examples" / "data" / "vllm-cpu-sweep"
 
 
 def simulated_regrets() -> list[tuple[str, float]]:
-    from specobs.ingest.events import steps_to_windows
     from specobs.advice import simulate as sim
     from specobs.advice.recommend import recommend
+    from specobs.ingest.events import steps_to_windows
 
     cases = [(name, sim.Scenario(methods=(spec,), seed=3), 6) for name, spec in sim.PROFILES.items()]
     compute_bound = sim.MethodSpec("draft_model", tuple(sim.profile("iid", 0.6)), (0.0, 0.0, 0.002, 0.0001))
@@ -57,10 +57,10 @@ def simulated_regrets() -> list[tuple[str, float]]:
 
 def headline_against_measured() -> list[str]:
     """The recommendation on the full sweep, bucket by bucket, against what the sweep measured."""
-    from specobs.ingest import load
-    from specobs.render.tuning import headline
     from specobs.advice.recommend import recommend
     from specobs.advice.validate import measured_throughput
+    from specobs.ingest import load
+    from specobs.render.tuning import headline
 
     windows = load([str(SWEEP)]).windows.collect()
     rec = recommend(windows, bootstrap=30)
@@ -98,8 +98,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    from specobs.ingest import load
     from specobs.advice.validate import validate
+    from specobs.ingest import load
 
     regrets = simulated_regrets()
     result = validate(load([str(SWEEP)]).windows, batch_sizes=[1, 4, 16])

@@ -40,9 +40,9 @@ from pathlib import Path
 
 from results import machine, publish
 
-from specobs.testing.tiny_llama import PROMPTS, build
-from specobs.loops.vllm_bench import VllmBench
 from specobs.loops.offline import PLAIN, SPECULATIVE, decide, race, tune
+from specobs.loops.vllm_bench import VllmBench
+from specobs.testing.tiny_llama import PROMPTS, build
 
 BATCH_SIZES = (1, 4, 16)
 LOAD_WORDS = {"none": "no background load", "light": "a light background load (`LOADS['light']`)",

@@ -47,4 +47,4 @@ def test_the_check_finds_an_upward_import_inside_a_function_and_a_cycle(tmp_path
     found = [(i.importer, i.imported, i.line) for i in upward(package)]
     assert found == [("specobs.records", "specobs.render", 2)]
     assert room_cycles(package) == [("specobs.capture", "specobs.ingest")]
-    assert [name for name, _ in LAYERS][0] == "records" and [name for name, _ in LAYERS][-1] == "entry"
+    assert LAYERS[0][0] == "records" and LAYERS[-1][0] == "entry"

@@ -12,8 +12,9 @@ from typing import ClassVar
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from specobs.buckets import bounded_label as batch_size_bucket
 from specobs.exporters.follow import Follower
-from specobs.exporters.prometheus import PrometheusMetrics, batch_size_bucket
+from specobs.exporters.prometheus import PrometheusMetrics
 from specobs.exporters.sidecar import Sidecar
 
 ROW = {
@@ -127,7 +128,8 @@ def test_labels_are_bounded():
         for label in line.split("{")[1].split("}")[0].split(",")
     }
     allowed = {"model_name", "engine", "method", "position", "batch_size_bucket", "le", "num_speculative_tokens"}
-    assert names <= allowed | {"label"}  # label: specobs_label_overflow_total's (a label name)
+    # label and reason: specobs_label_overflow_total's (a label name) and specobs_dropped_values_total's
+    assert names <= allowed | {"label", "reason"}
     assert [batch_size_bucket(b) for b in (1, 3, 4, 100, 500, None)] == [
         "1",
         "2-3",
@@ -464,7 +466,8 @@ def test_follower_numbers_lines_across_rotation_and_truncation(tmp_path):
 def test_one_engine_stays_within_its_series_budget():
     """The worst an engine publishes by design: three methods at once, k = 16 with every position
     reached, timed steps in every batch bucket. Counted family by family from a real scrape."""
-    from specobs.exporters.prometheus import BATCH_BUCKETS, SERIES_PER_ENGINE, series_budget, series_of
+    from specobs.buckets import BOUNDED_LABELS
+    from specobs.exporters.prometheus import SERIES_PER_ENGINE, series_budget, series_of
 
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry, health=lambda: {"dropped_events": 0, "hook_errors": 0})
@@ -490,7 +493,8 @@ def test_one_engine_stays_within_its_series_budget():
     budget = series_budget()
     for families, _, expected in budget:
         assert sum(samples.pop(name) for name in families) == expected, families
-    process_wide = {"specobs_label_overflow": 6, "specobs_dropped_events": 1, "specobs_hook_errors": 1}
+    process_wide = {"specobs_label_overflow": 6, "specobs_dropped_values": 8, "specobs_dropped_events": 1,
+                    "specobs_hook_errors": 1}  # fmt: skip
     assert {name: n for name, n in samples.items() if n} == process_wide
     engine = sum(n for *_, n in budget)
     assert engine == 3 * (12 + 2 * 16 * 2 + 3 * 13 * 2 + 2 + 4) == 480
@@ -499,11 +503,11 @@ def test_one_engine_stays_within_its_series_budget():
     assert info == {"13", "14", "15", "16"}
     series = series_of(registry)
     scraped = [line for line in generate_latest(registry).decode().splitlines() if line and line[0] != "#"]
-    assert series == len(scraped) == engine + 8 <= SERIES_PER_ENGINE
+    assert series == len(scraped) == engine + 16 <= SERIES_PER_ENGINE
     # 13 batch buckets, the largest batches all in 2048+; no quantiles, no histogram buckets, no _created
     steps = {line.split('batch_size_bucket="')[1].split('"')[0] for line in scraped
              if line.startswith('specobs_step_seconds_count{') and 'method="ngram"' in line}  # fmt: skip
-    assert steps == set(BATCH_BUCKETS) and len(steps) == 13
+    assert steps == set(BOUNDED_LABELS) and len(steps) == 13
     assert not [line for line in scraped if "_bucket{" in line or "quantile=" in line or "seconds_created" in line]
     count = registry.get_sample_value(
         "specobs_step_seconds_count", {**LABELS, "method": "mtp", "batch_size_bucket": "2048+"}
@@ -511,7 +515,7 @@ def test_one_engine_stays_within_its_series_budget():
     assert count == 3  # 2048, 5000 and 2**70
     # a second engine adds its own budget again, and no more
     run_engine(1)
-    assert series_of(registry) == 2 * engine + 8
+    assert series_of(registry) == 2 * engine + 16
 
 
 def test_per_position_counters_carry_their_created_time():

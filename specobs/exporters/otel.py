@@ -1,4 +1,4 @@
-"""specobs metrics through OpenTelemetry: the same instruments, exported over OTLP/HTTP.
+"""specobs metrics through OpenTelemetry: the Prometheus exporter's series, exported over OTLP/HTTP.
 
 Enabled by the standard variables (:data:`OTEL_EXPORTER_OTLP_ENDPOINT` or
 :data:`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, plus ``OTEL_EXPORTER_OTLP_HEADERS`` etc., read by the
@@ -6,19 +6,28 @@ OTLP exporter itself); nothing is set up when neither is set. The instruments (n
 units, attributes) and the variables are tabled in docs/exporters.md and docs/vllm.md, generated
 from this module (``python docs/generate.py``).
 
+A row goes through the same mapping as Prometheus (:mod:`specobs.exporters.mapping`): the same
+label caps, count checks and NaN guard, the same sums. Counters, the cost ratio, the draft share
+and the config info are observable instruments read from those sums at each export (one step
+costs plain additions, not an SDK call per field); the three timings are histograms, recorded per
+step (OpenTelemetry has no summary), whose ``sum`` and ``count`` are the Prometheus summaries'.
+What the mapping leaves out is counted in ``specobs.label_overflow{label}`` and
+``specobs.dropped_values{reason}``.
+
 Data-point attributes: ``model_name``, ``engine``, ``method`` (``position`` on the per-position
-counters, ``batch_size_bucket`` on the durations); resource attributes: ``service.name`` =
-specobs, ``specobs.platform``, ``specobs.device``, ``specobs.model``.
+counters, ``batch_size_bucket`` on the durations, ``num_speculative_tokens`` on the config info);
+resource attributes: ``service.name`` = specobs, ``specobs.platform``, ``specobs.device``,
+``specobs.model``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from specobs.capture.config import EnvironmentVariable
 from specobs.capture.sinks import is_step
-from specobs.exporters.prometheus import MAX_POSITIONS, batch_size_bucket, drafts_per_position
+from specobs.exporters.mapping import COUNTER, SPECS, STEP_SPECS, TIMING, TIMING_SPECS, Spec, StepMapper, StepSums
 
 OTEL_EXPORTER_OTLP_ENDPOINT = EnvironmentVariable(
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -50,33 +59,38 @@ def otlp_configured() -> bool:
 class OtelMetrics:
     """The specobs instruments on a meter; ``observe_step`` feeds them from a steps row."""
 
-    def __init__(self, meter_provider: Any) -> None:
+    def __init__(self, meter_provider: Any, label_budget: dict[str, int] | None = None) -> None:
+        """``label_budget`` as :class:`~specobs.exporters.prometheus.PrometheusMetrics` takes it."""
+        from opentelemetry.metrics import Observation  # the optional dependency (specobs[otel])
+
+        self._observation = Observation
         meter = meter_provider.get_meter("specobs")
         self.provider = meter_provider
-        self.steps = meter.create_counter("specobs.steps", unit="{step}", description="Engine steps observed.")
-        self.drafts = meter.create_counter("specobs.drafts", unit="{draft}", description="Drafts verified.")
-        self.draft_tokens = meter.create_counter(
-            "specobs.draft_tokens", unit="{token}", description="Draft tokens proposed and verified."
-        )
-        self.accepted = meter.create_counter("specobs.accepted_tokens", unit="{token}", description="Accepted tokens.")
-        self.per_position = meter.create_counter(
-            "specobs.accepted_tokens.position", unit="{draft}",
-            description="Drafts whose first position+1 tokens were accepted.",
-        )  # fmt: skip
-        self.drafts_per_position = meter.create_counter(
-            "specobs.drafts.position", unit="{draft}",
-            description="Drafts that reached the position (drafted more than position tokens).",
-        )  # fmt: skip
-        self.generated = meter.create_counter(
-            "specobs.generated_tokens", unit="{token}", description="Tokens generated."
-        )
-        self.draft = meter.create_histogram(
-            "specobs.draft.duration", unit="s", description="Time in the proposer per step."
-        )
-        self.verify = meter.create_histogram(
-            "specobs.verify.duration", unit="s", description="Target forward and rejection sampling per step."
-        )
-        self.step = meter.create_histogram("specobs.step.duration", unit="s", description="Whole engine step.")
+        self.mapper = StepMapper(label_budget)
+        self.sums = StepSums()
+        #: timing spec → its histogram; (labels, bucket) → the attributes of a duration point
+        self.histograms: dict[Spec, Any] = {}
+        self._timed_attributes: dict[tuple[tuple[str, str, str], str], dict[str, str]] = {}
+        for spec in SPECS:
+            if spec.kind == TIMING:
+                self.histograms[spec] = meter.create_histogram(spec.otel, unit=spec.unit, description=spec.help)
+                continue
+            create = meter.create_observable_counter if spec.kind == COUNTER else meter.create_observable_gauge
+            create(spec.otel, callbacks=[self._callback(spec)], unit=spec.unit, description=spec.help)
+
+    def _callback(self, spec: Spec) -> Callable[[Any], Iterable[Any]]:
+        """What an observable instrument reports at export: its series in the mapping's sums."""
+        source = self.sums.points if spec in STEP_SPECS else self.mapper.points
+        observation = self._observation
+
+        def observe(_options: Any) -> Iterable[Any]:
+            return [
+                observation(point.value, dict(zip(spec.labels, point.labels, strict=True)))
+                for point in source()
+                if point.spec is spec
+            ]
+
+        return observe
 
     @classmethod
     def from_environment(cls, resource_attributes: dict[str, str] | None = None) -> OtelMetrics | None:
@@ -94,39 +108,26 @@ class OtelMetrics:
         return cls(MeterProvider(resource=resource, metric_readers=[reader]))
 
     def observe_step(self, row: dict[str, Any]) -> None:
-        engine = row.get("engine")
-        attrs = {
-            "model_name": str(row.get("model") or ""),
-            "engine": "" if engine is None else str(engine),
-            "method": str(row.get("method") or "none"),
-        }
-        self.steps.add(1, attrs)
-        counters = (
-            (self.drafts, "num_drafts"),
-            (self.draft_tokens, "num_draft_tokens"),
-            (self.accepted, "num_accepted_tokens"),
-            (self.generated, "num_generated_tokens"),
-        )
-        for counter, key in counters:
-            value = row.get(key)
-            if value:
-                counter.add(value, attrs)
-        per_pos = row.get("num_accepted_tokens_per_pos") or []
-        for position, count in enumerate(per_pos[:MAX_POSITIONS]):
-            if count:
-                self.per_position.add(count, {**attrs, "position": str(position)})
-        drafts = row.get("num_drafts") or 0
-        if drafts:
-            reached = drafts_per_position(row, drafts, row.get("num_spec_tokens"))
-            for position, count in enumerate(reached[:MAX_POSITIONS]):
-                if count:
-                    self.drafts_per_position.add(count, {**attrs, "position": str(position)})
-        timed = {**attrs, "batch_size_bucket": batch_size_bucket(row.get("batch_size"))}
-        for histogram, key in ((self.draft, "draft_seconds"), (self.verify, "verify_seconds"),
-                               (self.step, "step_seconds")):  # fmt: skip
-            value = row.get(key)
-            if value is not None:
-                histogram.record(value, timed)
+        """One steps row (a capture row or an event-file record)."""
+        self.observe_window(row, steps=1)
+
+    def observe_window(self, row: dict[str, Any], steps: int | None = None) -> None:
+        """A window of counts (a log interval) or a single step; timings only when timed."""
+        update = self.mapper.map(row, steps)
+        if update is None:
+            return
+        self.sums.add(update)
+        if update.timing is not None:
+            bucket, seconds = update.timing
+            key = (update.labels, bucket)
+            attributes = self._timed_attributes.get(key)
+            if attributes is None:  # bounded: the label caps times the batch buckets
+                attributes = self._timed_attributes[key] = dict(
+                    zip(TIMING_SPECS[0].labels, (*update.labels, bucket), strict=True)
+                )
+            for spec, value in zip(TIMING_SPECS, seconds, strict=True):
+                if value is not None:
+                    self.histograms[spec].record(value, attributes)
 
     def force_flush(self, timeout_millis: int = 10_000) -> bool:
         return bool(self.provider.force_flush(timeout_millis))
