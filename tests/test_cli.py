@@ -308,9 +308,9 @@ def test_a_panic_in_a_compiled_library_is_one_line_exit_70():
     assert not issubclass(pl.exceptions.PanicException, Exception)
     result = _cli_with_patched_command(
         "import polars as pl\n"
-        "import specobs.advice.report_builder as reporting\n"
+        "import specobs.api as api\n"
         "def boom(*a, **k):\n    raise pl.exceptions.PanicException('index out of bounds: the len is 0')\n"
-        "reporting.analyze = boom"
+        "api.analyze = boom"
     )
     err = result.stderr.decode()
     assert result.returncode == 70, err

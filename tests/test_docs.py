@@ -126,10 +126,10 @@ def _problems(command: str) -> list[str]:
     option refuses (values that are placeholders, ``KEYS`` or ``…``, are not checked)."""
     import shlex
 
+    from specobs.analysis.acceptance import parse_by
     from specobs.cli import (
         OutputFormat,
         _acceptance_profile,
-        _by,
         _check_prometheus_options,
     )
     from specobs.errors import SpecobsError
@@ -146,7 +146,7 @@ def _problems(command: str) -> list[str]:
     tokens = shlex.split(command)[2:]
     values = {tokens[i]: tokens[i + 1] for i in range(len(tokens) - 1) if tokens[i].startswith("-")}
     checks = {
-        "--by": _by,
+        "--by": parse_by,
         "--input-format": check_format,
         "--format": OutputFormat,
         "-f": OutputFormat,
