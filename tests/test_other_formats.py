@@ -210,3 +210,20 @@ def test_folder_of_mixed_inputs_keeps_each_source(write, tmp_path):
     assert sorted(s.format for s in result.sources) == ["prometheus-text", "vllm-log"]
     assert [s.why for s in result.skipped] == ["not a recognised log, scrape or event file"]
     assert result.windows.collect()["source"].n_unique() == 2
+
+
+def test_every_format_is_one_reader_and_detection_finds_each_bundled_input():
+    """The registry: each format module declares its reader (a new format is one file), and the
+    first bytes of every bundled input name the format its reader reads."""
+    from pathlib import Path
+
+    from specobs.ingest import FORMATS
+    from specobs.ingest.registry import detect, readers
+    from specobs.ingest.source import open_source
+
+    names = [f for r in readers() for f in r.formats]
+    assert len(names) == len(set(names)) and set(FORMATS) <= {*names, "events"}
+    assert [r.detect_order for r in readers()] == sorted(r.detect_order for r in readers())
+    data = Path(__file__).resolve().parents[1] / "examples" / "data"
+    seen = {detect(open_source(str(p))) for p in data.rglob("*") if p.is_file() and p.suffix != ".md"}
+    assert {"vllm-log", "prometheus-text", "events-jsonl", "run-metadata", "specobs-tune"} <= seen

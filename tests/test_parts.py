@@ -115,7 +115,9 @@ def test_windows_added_after_loading_in_parts_are_a_part_of_their_own(tmp_path: 
     steps.slice(0, half).write_parquet(tmp_path / "a.parquet")
     steps.slice(half).write_parquet(tmp_path / "b.parquet")
     log = open_source(str(DATA / "vllm-cpu-ngram-k3.log"))
-    frame, report, skipped = read_source(log)
+    read = read_source(log)
+    frame, report, skipped = read.windows, read.report, read.skipped
+    assert frame is not None
     whole, parts = load([str(tmp_path)]), load([str(tmp_path)], part_rows=half)
     alone = analyze(load([str(tmp_path)])).to_dict()["summary"]["num_drafts"]
     for ingested in (whole, parts):

@@ -101,7 +101,9 @@ class Sidecar:
         if state.kind == metadata.FORMAT:
             return 0  # describes an engine; nothing to count
         src = Source(str(state.path), None, False, len(data), head=data[:65536], data=data)
-        windows, _, _ = read_source(src, state.kind)
+        windows = read_source(src, state.kind).windows
+        if windows is None:
+            return 0  # side records only
         frame = windows.collect()
         if state.kind == "vllm-log" and (frame["counters"] == "cumulative").any():
             self._warn(f"v0 {state.path}", f"specobs exporter: {state.path}: V0 running totals cannot be followed")

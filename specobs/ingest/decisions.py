@@ -11,8 +11,9 @@ import math
 from typing import Any
 
 from specobs.errors import Skipped
+from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.source import Source, first_record_has, read_records
-from specobs.records import TUNER_ACTIONS, TunerDecision
+from specobs.records import TUNER_ACTIONS, SourceReport, TunerDecision
 
 FORMAT = "tuner-decisions"
 KEY = "tuner_action"
@@ -64,3 +65,12 @@ def parse(record: Any) -> tuple[TunerDecision | None, str | None]:
 def read(src: Source) -> tuple[list[TunerDecision], list[Skipped], int]:
     """Every valid decision of one file, the skipped lines, and the number of lines."""
     return read_records(src, parse)
+
+
+def _read_decisions(src: Source, fmt: str, progress: Progress = None) -> Read:
+    found, skipped, lines = read(src)
+    return Read(SourceReport(src.name, fmt, lines, 0, len(skipped)), skipped, decisions=found)
+
+
+READER = Reader((FORMAT,), lambda head: FORMAT if looks_like_decisions(head) else None, _read_decisions,
+                detect_order=3, list_order=5)  # fmt: skip

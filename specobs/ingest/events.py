@@ -38,7 +38,9 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Skipped
+from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.source import Source, read_whole
+from specobs.records import SourceReport
 from specobs.schema import categorical_labels
 
 FORMAT_JSONL = "events-jsonl"
@@ -430,3 +432,17 @@ def steps_to_windows(steps: pl.LazyFrame, source: str, source_format: str) -> pl
         counters=pl.lit("step").cast(pl.Categorical),
     )
     return schema.conform(windows, schema.WINDOWS)
+
+
+def _read_events(src: Source, fmt: str, progress: Progress = None) -> Read:
+    steps, skipped = read_parquet_checked(src) if fmt == FORMAT_PARQUET else read_jsonl(src)
+    windows = steps_to_windows(steps, src.name, fmt)
+    return Read(SourceReport(src.name, fmt, None, -1, len(skipped)), skipped, windows=windows)
+
+
+READERS = (
+    Reader((FORMAT_PARQUET,), lambda head: FORMAT_PARQUET if head.startswith(PARQUET_MAGIC) else None, _read_events,
+           detect_order=0, list_order=3, family="events", binary=True),
+    Reader((FORMAT_JSONL,), lambda head: FORMAT_JSONL if looks_like_jsonl(head) else None, _read_events,
+           detect_order=1, list_order=3, family="events"),
+)  # fmt: skip

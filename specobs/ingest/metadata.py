@@ -15,8 +15,9 @@ from dataclasses import fields
 from typing import Any
 
 from specobs.errors import Skipped
+from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.source import Source, first_record_has, read_records
-from specobs.records import RunMetadata
+from specobs.records import RunMetadata, SourceReport
 from specobs.schema import METADATA_KEY, METADATA_VERSION
 
 FORMAT = "run-metadata"
@@ -104,3 +105,12 @@ def _plain(value: Any, depth: int = 0) -> Any:
 def read(src: Source) -> tuple[list[RunMetadata], list[Skipped], int]:
     """Every valid record of one file, the skipped lines, and the number of lines."""
     return read_records(src, lambda record: parse(record, src.name))
+
+
+def _read_metadata(src: Source, fmt: str, progress: Progress = None) -> Read:
+    records, skipped, lines = read(src)
+    return Read(SourceReport(src.name, fmt, lines, 0, len(skipped)), skipped, metadata=records)
+
+
+READER = Reader((FORMAT,), lambda head: FORMAT if looks_like_metadata(head) else None, _read_metadata,
+                detect_order=4, list_order=6)  # fmt: skip

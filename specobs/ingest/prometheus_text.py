@@ -24,13 +24,17 @@ is kept, as ``reported_draft_acceptance_rate``.
 from __future__ import annotations
 
 import math
+import re
 
 import polars as pl
 from prometheus_client.parser import text_string_to_metric_families
 
 from specobs.errors import Notice, Skipped
 from specobs.ingest import columns as C
-from specobs.ingest.scan import FoundLines
+from specobs.ingest.registry import Progress, Read, Reader
+from specobs.ingest.scan import FoundLines, find_lines
+from specobs.ingest.source import Source
+from specobs.records import SourceReport
 
 FORMAT = "prometheus-text"
 #: Serving series read beside the speculative ones: sample name → column (counters are
@@ -259,3 +263,27 @@ def _reset_notices(falls: pl.DataFrame, counters: list[str], source: str) -> lis
             )
         notices.append(Notice(source, row["source_line"], why))
     return notices
+
+
+_PROM_LINE = re.compile(rb"^(?:# (?:HELP|TYPE|EOF|UNIT)\b.*|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?\s+\S+(?:\s+\d+)?)$")
+_ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def _sniff(head: bytes) -> str | None:
+    """Saved ``/metrics`` text: most of the first lines are exposition lines, and vLLM's among them."""
+    lines = [_ANSI.sub(b"", raw).strip() for raw in head.split(b"\n")[:-1] or [head]]
+    lines = [line for line in lines if line][:500]
+    if lines and b"vllm:" in head and sum(1 for line in lines if _PROM_LINE.match(line)) >= 0.8 * len(lines):
+        return FORMAT
+    return None
+
+
+def _read_scrape(src: Source, fmt: str, progress: Progress = None) -> Read:
+    found = find_lines(src, NEEDLES, progress=progress)
+    frame, skipped = parse(found, src.name)
+    skipped = found.skipped + skipped
+    report = SourceReport(src.name, fmt, found.total_lines, frame.height, len(skipped))
+    return Read(report, skipped, windows=frame.lazy())
+
+
+READER = Reader((FORMAT,), _sniff, _read_scrape, detect_order=6, list_order=2)

@@ -37,7 +37,9 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import Notice, Skipped
+from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.source import Source, read_whole
+from specobs.records import SourceReport
 
 FORMAT_CAPTURE = "requests-jsonl"
 FORMAT_OPENAI = "openai-responses"
@@ -367,6 +369,17 @@ def read(src: Source, fmt: str) -> tuple[pl.DataFrame, list[Skipped], int]:
         skipped.append(Notice(src.name, None, f"{state['without']} record(s) without {where}, passed over ({hint})"))
     frame = pl.DataFrame(rows, schema=schema.REQUESTS) if rows else schema.empty(schema.REQUESTS)
     return frame, skipped, lines
+
+
+def _read_requests(src: Source, fmt: str, progress: Progress = None) -> Read:
+    rows, skipped, lines = read(src, fmt)
+    return Read(
+        SourceReport(src.name, fmt, lines, 0, len(skipped)), skipped, windows=schema.empty(schema.WINDOWS).lazy(),
+        requests=rows,
+    )  # fmt: skip
+
+
+READER = Reader(FORMATS, looks_like_requests, _read_requests, detect_order=2, list_order=4)
 
 
 __all__ = ["FORMATS", "looks_like_requests", "offline_record", "read"]

@@ -18,11 +18,16 @@ and without the bonus token), so it is kept as printed and not used for summarie
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from specobs.errors import Skipped
 from specobs.ingest import columns as C
-from specobs.ingest.scan import FoundLines
+from specobs.ingest.registry import Progress, Read, Reader
+from specobs.ingest.scan import FoundLines, find_lines
+from specobs.ingest.source import Source
+from specobs.records import SourceReport
 
 FORMAT = "sglang-log"
 NEEDLES = (b"Decode batch", b"ServerArgs(")
@@ -107,3 +112,21 @@ def parse(found: FoundLines, source: str) -> tuple[pl.DataFrame, list[Skipped]]:
         counters=pl.lit("interval"),
     )
     return C.finish(windows), skipped
+
+
+_PREFIX = re.compile(rb"(?m)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z_]+\d+)*\] ")
+
+
+def _sniff(head: bytes) -> str | None:
+    return FORMAT if b"Decode batch" in head or _PREFIX.search(head) else None
+
+
+def _read_log(src: Source, fmt: str, progress: Progress = None) -> Read:
+    found = find_lines(src, NEEDLES, progress=progress)
+    frame, skipped = parse(found, src.name)
+    skipped = found.skipped + skipped
+    report = SourceReport(src.name, fmt, found.total_lines, frame.height, len(skipped))
+    return Read(report, skipped, windows=frame.lazy())
+
+
+READER = Reader((FORMAT,), _sniff, _read_log, detect_order=8, list_order=1)

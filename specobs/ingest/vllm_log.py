@@ -40,9 +40,12 @@ import polars as pl
 
 from specobs.errors import Skipped
 from specobs.ingest import columns as C
+from specobs.ingest.columns import reference_year
 from specobs.ingest.metadata import settings
-from specobs.ingest.scan import Fields, FoundLines
-from specobs.records import RunMetadata
+from specobs.ingest.registry import Progress, Read, Reader
+from specobs.ingest.scan import Fields, FoundLines, find_lines
+from specobs.ingest.source import Source
+from specobs.records import RunMetadata, SourceReport
 
 FORMAT = "vllm-log"
 
@@ -752,3 +755,23 @@ def _source_label(source: str) -> pl.Expr:
     process = pl.col("process").fill_null("")
     several = process.n_unique() > 1
     return pl.when(several & (process != "")).then(pl.lit(source) + " [" + process + "]").otherwise(pl.lit(source))
+
+
+_LINE_START = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d")
+
+
+def _sniff(head: bytes) -> str | None:
+    return FORMAT if any(needle in head for needle in NEEDLES[:4]) or _LINE_START.search(head) else None
+
+
+def _read_log(src: Source, fmt: str, progress: Progress = None) -> Read:
+    found = find_lines(src, NEEDLES, fields=scan_fields(src.head), progress=progress)
+    mtime = src.path.stat().st_mtime if src.path is not None else None
+    frame, skipped = parse(found, src.name, year=reference_year(mtime), reference=mtime)
+    metadata = tuple(run_metadata(found, src.name))
+    skipped = found.skipped + skipped
+    report = SourceReport(src.name, fmt, found.total_lines, frame.height, len(skipped), metadata)
+    return Read(report, skipped, windows=frame.lazy(), metadata=metadata)
+
+
+READER = Reader((FORMAT,), _sniff, _read_log, detect_order=7, list_order=0)

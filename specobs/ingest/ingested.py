@@ -1,0 +1,157 @@
+"""What a set of inputs gave: :class:`Ingested` (windows, finished requests, side records, what
+was skipped and why) and, for inputs too large to hold at once, its :class:`Part` s, read when
+asked for (:meth:`Ingested.parts`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+import polars as pl
+
+from specobs import schema
+from specobs.errors import InputError, Notice, Skipped
+from specobs.ingest.registry import read_source
+from specobs.ingest.repeats import Repeats
+from specobs.ingest.source import open_source
+from specobs.records import RunMetadata, SourceReport, TunerDecision, TuneResult
+
+
+@dataclass
+class Part:
+    """One part of an input read in parts: consecutive Parquet event files (``files``: name,
+    rows), read when needed, or the ``windows`` of the inputs read whole between them."""
+
+    files: list[tuple[str, int]] = field(default_factory=list)
+    windows: pl.LazyFrame | None = None
+    #: The sources whose windows the part holds.
+    names: set[str] = field(default_factory=set)
+    #: Files named on the command line (not met in a folder): one that cannot be read raises.
+    explicit: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Ingested:
+    """Everything read from a set of inputs."""
+
+    windows: pl.LazyFrame = field(default_factory=lambda: schema.empty(schema.WINDOWS).lazy())
+    sources: list[SourceReport] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    #: Inputs that could not be read at all (only with ``keep_going``; otherwise they raise).
+    failed: list[InputError] = field(default_factory=list)
+    #: What was assumed while reading (a counter reset, a baseline): not skipped, but said.
+    notices: list[Notice] = field(default_factory=list)
+    #: The online tuner's decision log (``SPECOBS_TUNE``), oldest first.
+    decisions: list[TunerDecision] = field(default_factory=list)
+    #: ``specobs tune`` results read back (``tune.json``).
+    tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)
+    #: Finished requests (``schema.REQUESTS``): capture request files, server responses, offline outputs.
+    requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))
+    #: Run metadata, one record per engine (read beside the event files), oldest first.
+    metadata: list[RunMetadata] = field(default_factory=list)
+    #: Parquet event files too large to hold together (``load(..., part_rows=N)``), with the
+    #: windows read whole between them: the parts :meth:`parts` yields, in input order.
+    deferred: list[Part] = field(default_factory=list)
+    #: With ``deferred``: the repeated windows of the whole input, dropped part by part.
+    repeats: Repeats | None = None
+    #: With ``deferred``: whether a file found unreadable while its part is read is listed
+    #: (``load(..., keep_going=True)``) instead of raising.
+    keep_going: bool = False
+    #: The parts (by index in ``deferred``) whose skipped rows, notices and counts are recorded.
+    _recorded: set[int] = field(default_factory=set, repr=False)
+
+    def parts(self) -> Iterator[pl.LazyFrame]:
+        """The windows in parts that each fit in memory, in input order: without ``deferred``,
+        :attr:`windows` whole; with it, each :class:`Part`. A part of files is read when asked
+        for; the first time, its skipped rows, notices, repeats dropped and window counts go
+        into this object (read again, the same parts come, and nothing is recorded twice)."""
+        if not self.deferred:
+            yield self.windows
+            return
+        # Repeats are found afresh on every reading, in input order: each yields the same parts.
+        repeats = Repeats(self.repeats.suspects) if self.repeats is not None else None
+        for index, part in enumerate(self.deferred):
+            record = index not in self._recorded
+            self._recorded.add(index)
+            if part.windows is not None:
+                whole = self._counted(part.windows, part.names, repeats, record=record)
+            else:
+                frames = []
+                for name, _ in part.files:
+                    try:
+                        read = read_source(open_source(name), "events")
+                    except InputError as exc:  # damage the first pass did not read
+                        if record:
+                            self.unreadable(exc, explicit=name in part.explicit, keep_going=self.keep_going)
+                        continue
+                    if record:
+                        at = next(i for i, s in enumerate(self.sources) if s.name == name)
+                        self.sources[at] = replace(self.sources[at], skipped=read.report.skipped)
+                        self.skipped.extend(read.skipped)
+                    if read.windows is not None:
+                        frames.append(read.windows)
+                if not frames:
+                    continue
+                whole = self._counted(pl.concat(frames, how="vertical_relaxed"), part.names, repeats, record=record)
+                del frames
+            yield whole
+            del whole  # before the next part is read
+
+    def unreadable(self, exc: InputError, *, explicit: bool, keep_going: bool) -> None:
+        """An input that cannot be read (when loaded, or a deferred file when its part is read):
+        an explicit one raises (or with ``keep_going`` is listed as failed), a file met while
+        walking a folder is listed as skipped; either way it is no source."""
+        if explicit and not keep_going:
+            raise exc
+        self.sources = [s for s in self.sources if s.name != exc.source]
+        if explicit:
+            self.failed.append(exc)
+        else:
+            self.skipped.append(Skipped(exc.source, None, exc.why))
+
+    def _counted(
+        self, windows: pl.LazyFrame, names: set[str], repeats: Repeats | None, *, record: bool
+    ) -> pl.LazyFrame:
+        """``windows`` read, its repeats dropped, and (``record``) the notices of those and the
+        window counts of its sources ``names`` that were not counted yet (event files) set."""
+        frame = windows.collect().lazy()
+        if repeats is not None:
+            frame = repeats.drop(frame, self if record else None).collect().lazy()
+        if record:
+            counts = dict(frame.group_by("source").len().collect().iter_rows())
+            self.sources = [
+                replace(s, windows=counts.get(s.name, 0)) if s.name in names and s.windows < 0 else s
+                for s in self.sources
+            ]
+        return frame
+
+    def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
+        """Append one input's windows (a part of their own once the input is read in parts);
+        its notices are kept apart from its skipped lines."""
+        if self.deferred:
+            self.deferred.append(Part(windows=frame, names={report.name}))
+        else:
+            # Relaxed: a Parquet input holds its labels as categoricals, a log as text (text wins).
+            self.windows = pl.concat([self.windows, frame], how="vertical_relaxed") if self.sources else frame
+        notices = [s for s in skipped if isinstance(s, Notice)]
+        if notices:
+            report = replace(report, skipped=max(report.skipped - len(notices), 0))
+        self.sources.append(report)
+        self.skipped.extend(s for s in skipped if not isinstance(s, Notice))
+        self.notices.extend(notices)
+
+
+def counted_sources(ingested: Ingested) -> list[SourceReport]:
+    """``ingested.sources`` with the window counts of lazily read event files filled in."""
+    lazy = [s.name for s in ingested.sources if s.windows < 0]
+    counts: dict[str, int] = {}
+    if lazy:
+        counted = ingested.windows.filter(pl.col("source").is_in(lazy)).group_by("source").len().collect()
+        counts = dict(counted.iter_rows())
+    return [
+        s if s.windows >= 0 else SourceReport(s.name, s.format, s.lines, counts.get(s.name, 0), s.skipped)
+        for s in ingested.sources
+    ]
+
+
+__all__ = ["Ingested", "Part", "counted_sources"]
