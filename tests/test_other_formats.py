@@ -225,6 +225,7 @@ def test_every_format_is_one_reader_and_detection_finds_each_bundled_input():
     assert len(names) == len(set(names)) and set(FORMATS) <= {*names, "events"}
     assert [r.detect_order for r in readers()] == sorted(r.detect_order for r in readers())
     data = Path(__file__).resolve().parents[1] / "examples" / "data"
-    files = [p for p in data.rglob("*") if p.is_file() and p.suffix != ".md" and not p.name.endswith(".clients.json")]
+    inputs = (".log", ".txt", ".jsonl", ".parquet", ".json")
+    files = [p for p in data.rglob("*") if p.suffix in inputs and not p.name.endswith(".clients.json")]
     seen = {detect(open_source(str(p))) for p in files}
     assert {"vllm-log", "prometheus-text", "events-jsonl", "run-metadata", "specobs-tune"} <= seen
