@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specobs.errors import Notice, Skipped
+from specobs.schema import METADATA_KEY, METADATA_LABELS, METADATA_VERSION
 
 #: The per-group acceptance keys of ``summary`` and each ``groups`` entry (docs/report.md).
 SUMMARY_KEYS = (
@@ -1092,14 +1093,11 @@ class RunMetadata(Result):
 
     def to_row(self) -> dict[str, Any]:
         """The record written beside the event files: ``specobs_metadata`` marks it."""
-        from specobs.schema import METADATA_KEY, METADATA_VERSION
-
         return {METADATA_KEY: METADATA_VERSION, **self.to_dict()}
 
     def labels(self) -> dict[str, Any]:
-        """The low-cardinality fields every step row carries as labels (``schema.LABELS``)."""
-        return {"vllm_version": self.vllm_version, "attention_backend": self.attention_backend,
-                "graph_mode": self.graph_mode}  # fmt: skip
+        """The low-cardinality fields every step row carries as labels (``schema.METADATA_LABELS``)."""
+        return {name: getattr(self, name) for name in METADATA_LABELS}
 
 
 __all__ = [

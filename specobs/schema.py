@@ -35,6 +35,13 @@ LABELS: dict[str, pl.DataType] = {
     "graph_mode": pl.String(),
     "workload": pl.String(),
 }
+#: The run-metadata fields every row carries as labels (``RunMetadata.labels()``).
+METADATA_LABELS = ("vllm_version", "attention_backend", "graph_mode")
+#: What a method's fit is keyed on: one method (and draft model) on one target model, platform
+#: and device (recommendations compare methods on one target only).
+TARGET_LABELS = ("model", "method", "draft_model", "platform", "device")
+#: What two runs must share for their numbers to compare (``specobs compare`` names it first).
+ENVIRONMENT_LABELS = ("platform", "device", *METADATA_LABELS)
 
 #: Speculative-decoding counters, summable over steps and windows.
 COUNTERS: dict[str, pl.DataType] = {

@@ -171,7 +171,7 @@ def tiled(frame: pl.DataFrame, times: int) -> pl.DataFrame:
 
 def test_cells_keep_every_sum_and_bound_the_rows():
     from specobs.advice.model import CELLS_PER_CONFIGURATION, cells
-    from specobs.advice.recommend import LABELS
+    from specobs.schema import TARGET_LABELS as LABELS
 
     rows = tiled(sweep_windows(), 20)
     merged = cells(rows, LABELS)
@@ -234,8 +234,8 @@ def test_log_intervals_merge_into_blocks_with_the_same_point_estimates(monkeypat
     kept, the cells are bounded, and every point estimate is the one-cell-per-interval one. An
     interval whose counts are unknown keeps its printed rate, alone in its cell."""
     from specobs.advice import model
-    from specobs.advice.recommend import LABELS
     from specobs.ingest import load
+    from specobs.schema import TARGET_LABELS as LABELS
 
     log = tiled(load([str(SWEEP.parent / "vllm-cpu-sweep.log")]).windows.collect(), 300)
     drafted = log.filter(pl.col("num_drafts") > 0)  # intervals with a SpecDecoding line print its rates
@@ -280,7 +280,7 @@ def test_cells_survive_a_hash_collision(monkeypatch):
     """Every configuration hashing alike (a collision) must not mix configurations: the check
     hash disagrees and the merge is redone on the columns, with the same result."""
     from specobs.advice import model
-    from specobs.advice.recommend import LABELS
+    from specobs.schema import TARGET_LABELS as LABELS
 
     rows = tiled(sweep_windows(), 3)
     expected = model.cells(rows, LABELS)
@@ -335,7 +335,7 @@ def test_drafter_kind_comes_from_measurement_when_two_k_are_measured(method, kin
     eagle3's grow with k, a block drafter's do not; a drafter of the other kind under the same
     name is classed by what it measured, and the assumptions say so."""
     from specobs.advice.model import cells, fit_cost
-    from specobs.advice.recommend import LABELS
+    from specobs.schema import TARGET_LABELS as LABELS
 
     for spec, expected in ((sim.PROFILES[method], kind), (_other_draft_kind(sim.PROFILES[method]), None)):
         scenario = sim.Scenario(methods=(spec,))

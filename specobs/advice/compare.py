@@ -55,6 +55,7 @@ from specobs.records import (
     Summary,
     Throughput,
 )
+from specobs.schema import ENVIRONMENT_LABELS
 
 #: A pause longer than this between consecutive timed rows of one side starts a new run.
 GAP_SECONDS = 1.0
@@ -66,7 +67,6 @@ BLOCK_SECONDS = 10.0
 
 
 #: Labels that describe what a run ran on: read off the rows when no run metadata says more.
-ENVIRONMENT_LABELS = ("platform", "device", "vllm_version", "attention_backend", "graph_mode")
 #: How an environment variable's value reads when one side's engines did not set it.
 UNSET = "unset"
 

@@ -52,9 +52,7 @@ from specobs.records import (
     SpeedupBand,
     Target,
 )
-from specobs.schema import categorical_labels
-
-LABELS = ("model", "method", "draft_model", "platform", "device")
+from specobs.schema import TARGET_LABELS, categorical_labels
 
 
 @dataclass
@@ -113,8 +111,8 @@ def fit_methods(
     fits: list[MethodFit] = []
     if spec_all.is_empty():
         return fits
-    for key, spec in spec_all.group_by(list(LABELS), maintain_order=True):
-        labels: dict[str, Any] = dict(zip(LABELS, key, strict=True))
+    for key, spec in spec_all.group_by(list(TARGET_LABELS), maintain_order=True):
+        labels: dict[str, Any] = dict(zip(TARGET_LABELS, key, strict=True))
         if labels["method"] in MODEL_FREE:  # vLLM names a model-free drafter's "model" after it (ngram)
             labels["draft_model"] = None
         acc = fit_acceptance(spec)
@@ -135,7 +133,7 @@ def fit_methods(
 
 def recommendation_cells(windows: pl.LazyFrame | pl.DataFrame, *, method: str | None = None) -> pl.DataFrame:
     """The steady-state step rows of ``windows`` merged into the cells every fit reads
-    (``model.cells`` over :data:`LABELS`; cells are returned as they are). Cells of the parts
+    (``model.cells`` over :data:`TARGET_LABELS`; cells are returned as they are). Cells of the parts
     of an input, concatenated in order, are the whole's: blocks never cross a source."""
     if "num_rows" in windows.lazy().collect_schema().names():
         return windows if isinstance(windows, pl.DataFrame) else windows.collect()
@@ -145,7 +143,7 @@ def recommendation_cells(windows: pl.LazyFrame | pl.DataFrame, *, method: str | 
     if method is not None:
         lazy = with_method(lazy, method)
     # Trimmed once and held: the merge into cells reads it several times.
-    return cells(with_draining(steady_state(lazy)).collect(), (*LABELS, "draining"))
+    return cells(with_draining(steady_state(lazy)).collect(), (*TARGET_LABELS, "draining"))
 
 
 def with_method(windows: pl.LazyFrame, method: str) -> pl.LazyFrame:

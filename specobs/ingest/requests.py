@@ -47,7 +47,6 @@ FORMAT_OFFLINE = "vllm-outputs"
 FORMATS = (FORMAT_CAPTURE, FORMAT_OPENAI, FORMAT_OFFLINE)
 
 _OPENAI_OBJECTS = (b'"text_completion"', b'"chat.completion"', b'"chat.completion.chunk"')
-_LABELS = tuple(schema.LABELS)
 
 
 def looks_like_requests(head: bytes) -> str | None:
@@ -152,7 +151,7 @@ def offline_record(output: Any, **labels: Any) -> dict[str, Any]:
         "num_prompt_tokens": len(prompt) if prompt is not None else None,
         "outputs": outputs,
     }
-    record.update({k: v for k, v in labels.items() if k in _LABELS})
+    record.update({k: v for k, v in labels.items() if k in schema.LABELS})
     return record
 
 
@@ -231,7 +230,7 @@ def _from_metrics(metrics: Any) -> dict[str, Any] | str:
 
 def _labels(record: Mapping[str, Any]) -> dict[str, Any] | str:
     out: dict[str, Any] = {}
-    for name in _LABELS:
+    for name in schema.LABELS:
         value = record.get(name)
         if value is None:
             continue

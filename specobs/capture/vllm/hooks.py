@@ -41,7 +41,7 @@ from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.timing import clock_for_device, clock_of
 from specobs.capture.vllm.speculative import MODEL_FREE
-from specobs.schema import REQUEST_KEY, request_key
+from specobs.schema import METADATA_LABELS, REQUEST_KEY, request_key
 
 logger = logging.getLogger("specobs")
 
@@ -66,7 +66,6 @@ class Wiring:
 
 
 #: Run-metadata fields every row carries as labels (the rest is in the metadata file).
-METADATA_LABELS = ("vllm_version", "attention_backend", "graph_mode")
 _MAKE_STATS_PARAMS = ["self", "spec_decoding_stats", "num_draft_tokens", "num_accepted_tokens",
                       "num_invalid_spec_tokens", "request_id"]  # fmt: skip
 
