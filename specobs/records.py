@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 from specobs.errors import Notice, Skipped
@@ -100,6 +101,51 @@ class Result:
             for f in fields(self)  # type: ignore[arg-type]
             if f.metadata.get("json", True)
         }
+
+
+# --- vocabularies: enum values are the JSON's words --------------------------------------------
+
+
+class Baseline(StrEnum):
+    """What speedups are against: a plain engine measured, or how its step time was estimated."""
+
+    PLAIN = "plain engine"
+    OFF_MINUS_DRAFT = "estimated: k=0 steps of the speculative engine minus their drafting"
+    VERIFY = "estimated: verify at one token per request plus overhead"
+    NONE = "not measured: no step timing and no plain engine in the input"
+
+
+class Basis(StrEnum):
+    """What a headline number rests on (``Recommended.basis``)."""
+
+    MEASURED = "measured"  # every part
+    MODELLED = "modelled"  # some part from the model: the buckets say which
+    NOT_MEASURED = "not measured"  # no timing: no number, see the bands
+
+
+class BucketBasis(StrEnum):
+    """What one bucket's speedup rests on (``Prediction.basis``, ``BucketChoice.basis``,
+    ``TuneBucket.basis``)."""
+
+    MEASURED = "measured"
+    PLAIN_MODELLED = "measured, plain modelled"  # the plain engine did not run most of those batch sizes
+    MODEL = "model"
+    DRAINED = "model, measured only while draining"  # a k seen only while larger batches drained
+    PLAIN_DECODING = "plain decoding"  # the bucket switches speculation off
+
+
+#: The bucket bases whose k was measured in the bucket (the plain engine there perhaps modelled).
+MEASURED_BASES = frozenset({BucketBasis.MEASURED, BucketBasis.PLAIN_MODELLED})
+
+
+class NoteKind(StrEnum):
+    """What a cost fit assumed or measured (``ModelNote.kind``)."""
+
+    NO_DRAFT_TIMING = "no_draft_timing"
+    DRAFT_MEASURED = "draft_measured"
+    DRAFT_SCALED = "draft_scaled"
+    DRAFT_FLAT = "draft_flat"
+    NO_PLAIN_ENGINE = "no_plain_engine"
 
 
 # --- acceptance -----------------------------------------------------------------------------------
@@ -485,7 +531,7 @@ class Prediction(Result):
     speedup: float  # the model's
     measured_speedup: float | None
     estimate: float  # what the recommendation compares: measured where measured, else the anchored model
-    basis: str
+    basis: BucketBasis
     interval: tuple[float, float] | None
     extrapolated: bool
     steps: int = field(default=0, metadata={"json": False})  # traffic steps in the bucket (the weight)
@@ -501,14 +547,14 @@ class BucketChoice(Result):
     num_speculative_tokens: int
     predicted_speedup: float
     interval: tuple[float, float] | None
-    basis: str  # measured, "measured, plain modelled", model, plain decoding
+    basis: BucketBasis
     measured_steps: int
     # For the explanation: the k a bucket is judged by (its own; for "off", the best k ≥ 1) and
     # that k's speedup, tokens per step and step time against a plain step.
     reference_k: int | None = internal()
     reference_method: str | None = internal()  # the method judged (for "off" overall: the best one tried)
     reference_speedup: float | None = internal()
-    reference_basis: str | None = internal()  # whether the factors below were measured or modelled
+    reference_basis: BucketBasis | None = internal()  # noqa: RUF009 - measured or modelled factors below
     tokens_per_step: float | None = internal()
     step_ratio: float | None = internal()  # the k's step / a plain step (None without timing)
     off_ratio: float | None = internal()  # a k = 0 step / a plain step
@@ -529,10 +575,9 @@ class Recommended(Result):
     predicted_speedup: float | None  # None: not measured (see ``Recommendation.bands``)
     interval: tuple[float, float] | None
     speculative_config: str | None
-    baseline: str
-    #: What the number rests on: "measured" (every part), "modelled" (some part from the model:
-    #: the buckets say which) or "not measured" (no timing: no number, see the bands).
-    basis: str = "measured"
+    baseline: Baseline
+    #: What the number rests on (:class:`Basis`).
+    basis: Basis = Basis.MEASURED
     #: Fields the config needs that the input does not show (or shows with several values): it
     #: is not ready to paste until they are added. Empty: ready.
     missing_fields: tuple[str, ...] = ()
@@ -595,6 +640,21 @@ class MethodWin(Result):
 
 
 @dataclass(frozen=True)
+class ModelNote(Result):
+    """One thing a method's cost fit rests on, as numbers (``render.sentences.model_note`` words it)."""
+
+    kind: NoteKind
+    drafter: str | None = None  # the method's usual drafter kind: lookup | autoregressive | parallel
+    measured_drafter: str | None = None  # the kind the measured draft time shows
+    k_low: int | None = None  # the ks the draft time was measured at
+    k_high: int | None = None
+    batch: float | None = None  # the typical batch size it was judged at
+    growth: float | None = None  # draft time at k_high over k_low (None: from 0)
+    grows: bool | None = None  # grows with k (one pass per token) or flat (one pass)
+    baseline: Baseline | None = None  # how plain decoding was estimated without a plain engine
+
+
+@dataclass(frozen=True)
 class MethodFacts(Result):
     """What a method's fit rests on, for the assumptions."""
 
@@ -602,7 +662,7 @@ class MethodFacts(Result):
     timed: bool
     cost_ratio: float | None
     cost_ratio_source: str | None
-    model_notes: tuple[str, ...]
+    model_notes: tuple[ModelNote, ...]
     plain_measured: bool
     drafts_per_request_step: float
     drafts_per_request_step_by_k: tuple[tuple[int, float], ...]
@@ -1103,11 +1163,15 @@ class RunMetadata(Result):
 __all__ = [
     "DETAIL_KEYS",
     "ENVIRONMENT_FIELDS",
+    "MEASURED_BASES",
     "SIDE_KEYS",
     "SUMMARY_KEYS",
     "TUNER_ACTIONS",
     "AcceptanceTest",
+    "Baseline",
+    "Basis",
     "BatchTiming",
+    "BucketBasis",
     "BucketChoice",
     "BucketThroughput",
     "Comparison",
@@ -1122,6 +1186,8 @@ __all__ = [
     "LengthBin",
     "MethodFacts",
     "MethodWin",
+    "ModelNote",
+    "NoteKind",
     "PositionBound",
     "PositionChange",
     "PositionRate",

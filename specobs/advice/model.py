@@ -39,6 +39,7 @@ from specobs.analysis import acceptance
 from specobs.analysis.acceptance import Term, grouped_terms
 from specobs.analysis.cost import is_decode
 from specobs.analysis.intervals import wilson_bounds
+from specobs.records import Baseline, ModelNote, NoteKind
 
 #: One drafter pass per drafted token. MTP is here: the models that ship it (DeepSeek-V3, MiMo,
 #: Qwen3-Next, GLM, Gemma 4's assistant) have one MTP layer, which vLLM runs k times.
@@ -470,12 +471,6 @@ class Overhead:
         return self.o0 + self.o1 * batch + self.o2 * tokens
 
 
-#: How the plain-decoding step time was obtained (``CostModel.baseline``).
-BASELINE_PLAIN = "plain engine"
-BASELINE_OFF_MINUS_DRAFT = "estimated: k=0 steps of the speculative engine minus their drafting"
-BASELINE_VERIFY = "estimated: verify at one token per request plus overhead"
-
-
 @dataclass(frozen=True)
 class CostModel:
     """Fitted step-time parts of one method on one platform, the plain-decoding step time and
@@ -486,9 +481,9 @@ class CostModel:
     overhead: Overhead
     base: Hinge | None  # plain step time in batch size; None: verify + overhead
     kind: str
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[ModelNote, ...] = field(default_factory=tuple)
     off: Hinge | None = None  # k = 0 step time of the speculative engine, when measured
-    baseline: str = BASELINE_PLAIN
+    baseline: Baseline = Baseline.PLAIN
 
     def spec_step_seconds(self, k: int, batch: float, acc: Acceptance) -> float:
         scored = batch * acc.scored_per_request_step(k)
@@ -541,7 +536,7 @@ def fit_cost(
         return None
     spec = timed_spec
     plain, off = _timed_decode(plain), _timed_decode(off)
-    notes: list[str] = []
+    notes: list[ModelNote] = []
     weights = ("num_timed_steps", "num_rows")
     # Verification and overhead come from the speculative engine itself when it has k = 0 steps
     # (they show how both grow with tokens; another engine's speed is not this one's). Without
@@ -559,7 +554,7 @@ def fit_cost(
     timed = spec.filter(pl.col("draft_seconds").is_not_null() & (pl.col("num_spec_tokens") > 0))
     if timed.is_empty():
         draft = DraftCost(0.0, 0.0, 0.0, 0.0)
-        notes.append("no draft timing: drafting assumed free")
+        notes.append(ModelNote(NoteKind.NO_DRAFT_TIMING))
     else:
         k, b, d, n = _means(timed, ["num_spec_tokens", "batch_size"], "draft_seconds")
         if len(np.unique(k)) >= 2:
@@ -572,11 +567,11 @@ def fit_cost(
         elif kind == "autoregressive":  # one k: cost per drafted token grows with batch, × k
             coef = _nonneg_lstsq(np.column_stack([b * k, k]), d, n)
             draft = DraftCost(0.0, 0.0, float(coef[1]), float(coef[0]))
-            notes.append(f"draft time scaled with k from k={int(k[0])} ({kind} drafter)")
+            notes.append(ModelNote(NoteKind.DRAFT_SCALED, drafter=kind, k_low=int(k[0])))
         else:
             coef = _nonneg_lstsq(np.column_stack([np.ones_like(b), b]), d, n)
             draft = DraftCost(float(coef[0]), float(coef[1]), 0.0, 0.0)
-            notes.append(f"draft time taken as flat in k from k={int(k[0])} ({kind} drafter)")
+            notes.append(ModelNote(NoteKind.DRAFT_FLAT, drafter=kind, k_low=int(k[0])))
 
     rest = (pl.col("step_seconds") - pl.col("verify_seconds") - pl.col("draft_seconds").fill_null(0.0)).alias("rest")
     parts = [
@@ -593,32 +588,35 @@ def fit_cost(
 
     off_model = _step_model(off, "step_seconds") if off is not None else None
     if plain is not None:
-        base_model, baseline = _step_model(plain, "step_seconds"), BASELINE_PLAIN
+        base_model, baseline = _step_model(plain, "step_seconds"), Baseline.PLAIN
     elif off is not None:
         plain_like = off.with_columns(
             plain_seconds=pl.col("step_seconds") - pl.col("draft_seconds").fill_null(0.0)
         ).filter(pl.col("plain_seconds") > 0)
-        base_model, baseline = _step_model(plain_like, "plain_seconds"), BASELINE_OFF_MINUS_DRAFT
+        base_model, baseline = _step_model(plain_like, "plain_seconds"), Baseline.OFF_MINUS_DRAFT
     else:
-        base_model, baseline = None, BASELINE_VERIFY
-    if baseline != BASELINE_PLAIN:
-        notes.append(f"no plain engine in the input: plain decoding {baseline}")
+        base_model, baseline = None, Baseline.VERIFY
+    if baseline != Baseline.PLAIN:
+        notes.append(ModelNote(NoteKind.NO_PLAIN_ENGINE, baseline=baseline))
     return CostModel(verify, draft, overhead, base_model, kind, tuple(notes), off_model, baseline)
 
 
-def _measured_kind(draft: DraftCost, k: np.ndarray, b: np.ndarray, n: np.ndarray, default: str) -> tuple[str, str]:
+def _measured_kind(
+    draft: DraftCost, k: np.ndarray, b: np.ndarray, n: np.ndarray, default: str
+) -> tuple[str, ModelNote]:
     """The drafter kind the fitted draft time shows across the measured k (at the steps'
-    typical batch size), and the sentence the assumptions quote. A lookup stays a lookup."""
+    typical batch size), and the note the assumptions word. A lookup stays a lookup."""
     k_low, k_high = int(k.min()), int(k.max())
     batch = float(np.average(b, weights=n))
     low, high = draft(k_low, batch), draft(k_high, batch)
     proportional = low * (k_high / k_low - 1)  # what one pass per token would add
     grows = proportional > 0 and (high - low) > GROWS_WITH_K * proportional
     kind = default if default == "lookup" else "autoregressive" if grows else "parallel"
-    verdict = "grows with k (one pass per token)" if grows else "flat in k (one pass)"
-    ratio = f"{high / low:.2f}×" if low > 0 else "from 0"
-    said = "" if kind == default else f"; the method's usual kind is {default}: the measurement decides"
-    return kind, f"draft time measured at k={k_low}…{k_high}: {ratio} at batch {batch:.0f}, {verdict}{said}"
+    note = ModelNote(
+        NoteKind.DRAFT_MEASURED, drafter=default, measured_drafter=kind, k_low=k_low, k_high=k_high, batch=batch,
+        growth=high / low if low > 0 else None, grows=bool(grows),
+    )  # fmt: skip
+    return kind, note
 
 
 def _step_model(frame: pl.DataFrame, value: str) -> Hinge:

@@ -26,7 +26,6 @@ from specobs import buckets
 from specobs.advice import speculative
 from specobs.advice.band import speedup_band
 from specobs.advice.model import (
-    BASELINE_PLAIN,
     Acceptance,
     CostModel,
     cells,
@@ -41,6 +40,10 @@ from specobs.analysis.cost import decode_sums, steady_state, with_draining
 from specobs.capture.vllm.speculative import MODEL_FREE
 from specobs.errors import SpecobsError
 from specobs.records import (
+    MEASURED_BASES,
+    Baseline,
+    Basis,
+    BucketBasis,
     BucketChoice,
     MethodFacts,
     MethodWin,
@@ -396,7 +399,7 @@ class _Candidate:
     speedup: float  # traffic-weighted over the buckets
     intervals: list[list[float] | None]
     interval: list[float] | None
-    bases: list[str]  # per bucket: "measured" or "model"
+    bases: list[BucketBasis]  # per bucket
     beyond: bool = False  # uses a k above the largest measured one (extrapolated acceptance)
     best: list[tuple[int, float]] = field(default_factory=list)  # per bucket: the best k ≥ 1, its speedup
 
@@ -405,15 +408,15 @@ class _Candidate:
         return len(set(self.ks)) > 1
 
 
-def _basis(measured: tuple[np.ndarray, ...], k: int, bi: int) -> str:
-    """``measured``, ``measured, plain modelled`` (the plain engine did not run most of those
-    batch sizes) or ``model``, for k (0: the k = 0 steps) in bucket ``bi``."""
+def _basis(measured: tuple[np.ndarray, ...], k: int, bi: int) -> BucketBasis:
+    """What k (0: the k = 0 steps) in bucket ``bi`` rests on: measured, measured with the plain
+    engine modelled (it did not run most of those batch sizes), or the model."""
     value, modelled = (measured[0][k, bi], measured[2][k, bi]) if k else (measured[1][bi], measured[3][bi])
     if np.isnan(value):
-        return "model"
+        return BucketBasis.MODEL
     if k and measured[5][k, bi]:
-        return DRAINED
-    return "measured, plain modelled" if modelled >= 0.5 else "measured"
+        return BucketBasis.DRAINED
+    return BucketBasis.PLAIN_MODELLED if modelled >= 0.5 else BucketBasis.MEASURED
 
 
 def _weighted(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -536,7 +539,7 @@ def _model_errors(fit: MethodFit, ks: range, buckets: list[Bucket], measured: tu
         UNKNOWN_MODEL_ERROR
     )  # fmt: skip
     plain_error = _plain_model_error(fit)
-    baseline = 0.0 if fit.cost.baseline == BASELINE_PLAIN else BASELINE_ERROR
+    baseline = 0.0 if fit.cost.baseline == Baseline.PLAIN else BASELINE_ERROR
     sigma = np.zeros_like(value)
     for k in ks:
         for bi in range(len(buckets)):
@@ -558,7 +561,7 @@ def _plain_model_error(fit: MethodFit) -> float:
     sums = _decode_sums(fit.base_steps)
     points = sorted((b, v[1] / v[2], v[2]) for (_, b), v in sums.items() if v[2] >= MIN_MEASURED_STEPS)
     if len(points) < 3:
-        return UNKNOWN_MODEL_ERROR if fit.cost is not None and fit.cost.baseline == BASELINE_PLAIN else 0.0
+        return UNKNOWN_MODEL_ERROR if fit.cost is not None and fit.cost.baseline == Baseline.PLAIN else 0.0
     errors = []
     for i in range(1, len(points) - 1):
         rest = [p for j, p in enumerate(points) if j != i]
@@ -603,7 +606,7 @@ def _predictions(ev: _Evaluation, buckets: list[Bucket]) -> list[Prediction]:
                     speedup=model_speedup,
                     measured_speedup=None if np.isnan(measured[k, bi]) or not k else float(measured[k, bi]),
                     estimate=float(ev.grid[k, bi]),
-                    basis=_basis(ev.measured, k, bi) if k else "plain decoding",
+                    basis=_basis(ev.measured, k, bi) if k else BucketBasis.PLAIN_DECODING,
                     interval=interval,
                     extrapolated=extrapolated,
                     steps=b.steps,
@@ -613,7 +616,7 @@ def _predictions(ev: _Evaluation, buckets: list[Bucket]) -> list[Prediction]:
 
 
 def _choice(
-    ev: _Evaluation, bi: int, b: Bucket, k: int, speedup: float, interval: list[float] | None, basis: str, *,
+    ev: _Evaluation, bi: int, b: Bucket, k: int, speedup: float, interval: list[float] | None, basis: BucketBasis, *,
     method: str | None, best: tuple[int, float] | None, in_schedule: bool,
 ) -> BucketChoice:  # fmt: skip
     """A bucket's k with the numbers its explanation quotes: for "off", the best k ≥ 1 it was
@@ -628,7 +631,7 @@ def _choice(
     else:
         reference_k = best[0] if best else max(min(acc.measured_k, 16), 1)
         reference_speedup = best[1] if best else (_speedup(fit, reference_k, b.batch)[0] if fit.cost else None)
-    reference_basis = _basis(ev.measured, reference_k, bi) if reference_k < len(ev.ks) else "model"
+    reference_basis = _basis(ev.measured, reference_k, bi) if reference_k < len(ev.ks) else BucketBasis.MODEL
     tokens: float | None = acc.tokens_per_request_step(reference_k)
     step_ratio = off_ratio = None
     if fit.cost is not None:
@@ -636,7 +639,7 @@ def _choice(
         step_ratio = fit.cost.spec_step_seconds(reference_k, b.batch, acc) / plain
         off_ratio = fit.cost.off_step_seconds(b.batch) / plain
     measured_tokens = ev.measured[4][reference_k, bi] if reference_k < len(ev.ks) else np.nan
-    if reference_basis.startswith(MEASURED) and reference_speedup and not np.isnan(measured_tokens):
+    if reference_basis in MEASURED_BASES and reference_speedup and not np.isnan(measured_tokens):
         tokens, step_ratio = float(measured_tokens), float(measured_tokens) / reference_speedup
     return BucketChoice(
         method=method,
@@ -650,7 +653,7 @@ def _choice(
         reference_k=reference_k,
         reference_speedup=reference_speedup,
         reference_method=fit.method,
-        reference_basis=MEASURED if reference_basis.startswith(MEASURED) else "model",
+        reference_basis=BucketBasis.MEASURED if reference_basis in MEASURED_BASES else BucketBasis.MODEL,
         tokens_per_step=tokens,
         step_ratio=step_ratio,
         off_ratio=off_ratio,
@@ -669,7 +672,7 @@ def _facts(fit: MethodFit) -> MethodFacts:
         cost_ratio=None if fit.cost is not None else fit.cost_ratio,
         cost_ratio_source=None,
         model_notes=tuple(fit.cost.notes) if fit.cost is not None else (),
-        plain_measured=fit.cost is not None and fit.cost.baseline == BASELINE_PLAIN,
+        plain_measured=fit.cost is not None and fit.cost.baseline == Baseline.PLAIN,
         drafts_per_request_step=acc.drafts_per_request_step,
         drafts_per_request_step_by_k=tuple(acc.drafts_per_request_step_by_k),
         measured_k=acc.measured_k,
@@ -784,8 +787,8 @@ def _from_served(fits: list[MethodFit], served: tuple[ServedSpeedup, ...], margi
         predicted_speedup=best.speedup if speculative else 1.0,
         interval=best.interval if speculative else None,
         speculative_config=_speculative_config(fit, k, None) if speculative else None,
-        baseline=BASELINE_PLAIN,
-        basis=MEASURED,
+        baseline=Baseline.PLAIN,
+        basis=Basis.MEASURED,
     )
     return Recommendation(
         recommended=recommended, by_batch_size=tuple(_served_choice(s, k) for s in rows), predicted=()
@@ -803,25 +806,16 @@ def _served_choice(s: ServedSpeedup, k: int) -> BucketChoice:
         num_speculative_tokens=k,
         predicted_speedup=s.speedup if k else 1.0,
         interval=s.interval if k else None,
-        basis=MEASURED if k else "plain decoding",
+        basis=BucketBasis.MEASURED if k else BucketBasis.PLAIN_DECODING,
         measured_steps=s.intervals,
         reference_k=s.num_speculative_tokens,
         reference_method=s.method,
         reference_speedup=s.speedup,
-        reference_basis=MEASURED,
+        reference_basis=BucketBasis.MEASURED,
         tokens_per_step=tokens,
         step_ratio=tokens / s.speedup if tokens else None,
         measured_k=s.num_speculative_tokens,
     )
-
-
-#: A bucket's basis where a k was measured only while larger batches drained: the model decides.
-DRAINED = "model, measured only while draining"
-
-#: ``Recommended.basis`` values: what the headline's number rests on.
-MEASURED = "measured"
-MODELLED = "modelled"
-NOT_MEASURED = "not measured"
 
 
 def _band(fit: MethodFit, max_k: int | None) -> SpeedupBand:
@@ -839,7 +833,7 @@ def _band(fit: MethodFit, max_k: int | None) -> SpeedupBand:
 
 def _not_measured(fits: list[MethodFit]) -> Recommended:
     """No recommendation: the input has no step timing (see ``bands``)."""
-    return Recommended(None, None, 0, None, None, None, None, LEVIATHAN_BASELINE, basis=NOT_MEASURED)
+    return Recommended(None, None, 0, None, None, None, None, Baseline.NONE, basis=Basis.NOT_MEASURED)
 
 
 def _target_of(fit: MethodFit) -> tuple[str | None, str | None, str | None]:
@@ -868,12 +862,23 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
     if chosen is None:  # off overall: each bucket explained by the best method's best k there
         fi = max(best, key=lambda i: max(v for _, v in best[i]), default=0)
         choices = [
-            _choice(evaluations[fi], bi, b, 0, 1.0, None, "plain decoding", method=None, best=top, in_schedule=False)
+            _choice(
+                evaluations[fi],
+                bi,
+                b,
+                0,
+                1.0,
+                None,
+                BucketBasis.PLAIN_DECODING,
+                method=None,
+                best=top,
+                in_schedule=False,
+            )
             for bi, (b, top) in enumerate(zip(buckets, best.get(fi, [None] * len(buckets)), strict=True))
         ]
         judged = [c for ev in evaluations for c in ev.candidates]
         best_tried = max(judged, key=lambda c: c.speedup, default=None)
-        basis = _overall_basis(best_tried.bases, fits) if best_tried else MODELLED
+        basis = _overall_basis(best_tried.bases, fits) if best_tried else Basis.MODELLED
         recommended = Recommended(None, None, 0, None, 1.0, None, None, _baseline(fits), basis=basis)
     else:
         fit = fits[chosen.fit]
@@ -919,10 +924,10 @@ def merged_schedule(rows: Iterable[tuple[int, int, int]]) -> tuple[tuple[int, in
     return tuple(out)
 
 
-def _overall_basis(bases: Sequence[str], fits: Sequence[MethodFit]) -> str:
+def _overall_basis(bases: Sequence[BucketBasis], fits: Sequence[MethodFit]) -> Basis:
     """ "measured" when every bucket was measured against a measured plain engine, else "modelled"."""
-    plain = all(f.cost is not None and f.cost.baseline == BASELINE_PLAIN for f in fits)
-    return MEASURED if plain and all(b == MEASURED for b in bases) else MODELLED
+    plain = all(f.cost is not None and f.cost.baseline == Baseline.PLAIN for f in fits)
+    return Basis.MEASURED if plain and all(b == BucketBasis.MEASURED for b in bases) else Basis.MODELLED
 
 
 def _choose(candidates: list[_Candidate], margin: float) -> _Candidate | None:
@@ -951,16 +956,12 @@ def _choose(candidates: list[_Candidate], margin: float) -> _Candidate | None:
     return best
 
 
-def _baseline(fits: list[MethodFit]) -> str:
+def _baseline(fits: list[MethodFit]) -> Baseline:
     """What the speedups are against: a measured plain engine, or an estimate (and which)."""
-    kinds = {f.cost.baseline if f.cost is not None else LEVIATHAN_BASELINE for f in fits}
-    if kinds == {BASELINE_PLAIN}:
-        return BASELINE_PLAIN
-    return next(k for k in sorted(kinds) if k != BASELINE_PLAIN)
-
-
-#: The baseline of a method whose input has no step timing: none measured, none estimated.
-LEVIATHAN_BASELINE = "not measured: no step timing and no plain engine in the input"
+    kinds = {f.cost.baseline if f.cost is not None else Baseline.NONE for f in fits}
+    if kinds == {Baseline.PLAIN}:
+        return Baseline.PLAIN
+    return next(k for k in sorted(kinds) if k != Baseline.PLAIN)
 
 
 def _speculative_config(fit: MethodFit, k: int, schedule: Sequence[Sequence[int]] | None) -> str | None:

@@ -8,9 +8,14 @@ import math
 from collections.abc import Mapping, Sequence
 
 from specobs.analysis.acceptance import MATERIAL_IID_GAP, WASTED_THRESHOLD
+from specobs.analysis.cost import COARSE_OUTLIER_FACTOR, OUTLIER_FACTOR
 from specobs.analysis.requests import MATERIAL_MEAN_GAP
 from specobs.records import (
+    MEASURED_BASES,
     AcceptanceTest,
+    Baseline,
+    Basis,
+    BucketBasis,
     BucketChoice,
     Change,
     Comparison,
@@ -18,6 +23,8 @@ from specobs.records import (
     Finding,
     GroupSummary,
     IntegrityIssue,
+    ModelNote,
+    NoteKind,
     Recommendation,
     Recommended,
     Report,
@@ -207,9 +214,10 @@ def cost_findings(tax: Sequence[ScheduleTax], unsteady: Mapping[str, int]) -> li
     if unsteady:
         parts = [f"{n:,} {why}" for why, n in sorted(unsteady.items())]
         out.append(Finding("unsteady_steps", (
-            f"Left out of timing and cost fits: {' and '.join(parts)} step(s), each over 4× the median step time "
-            "of its configuration (10× the time per token of its engine's steps at that k where the configuration "
-            "is too small to judge): compilation, graph capture and first allocations are not steady state."
+            f"Left out of timing and cost fits: {' and '.join(parts)} step(s), each over {OUTLIER_FACTOR:g}× the "
+            f"median step time of its configuration ({COARSE_OUTLIER_FACTOR:g}× the time per token of its engine's "
+            "steps at that k where the configuration is too small to judge): compilation, graph capture and first "
+            "allocations are not steady state."
         )))  # fmt: skip
     return out
 
@@ -385,12 +393,12 @@ def headline(rec: Recommendation) -> str:
     """One sentence naming exactly the config printed beneath it, with that config's own number,
     and whether that number was measured or modelled (never a point where nothing was timed)."""
     r = rec.recommended
-    if r.basis == "not measured" or r.predicted_speedup is None:
+    if r.basis == Basis.NOT_MEASURED or r.predicted_speedup is None:
         return _not_measured_headline(rec)
-    estimated = "no plain engine in the input: baseline estimated" if r.baseline != "plain engine" else ""
+    estimated = "no plain engine in the input: baseline estimated" if r.baseline != Baseline.PLAIN else ""
     if not r.num_speculative_tokens:
         note = f"; {estimated}" if estimated else ""
-        basis = "" if r.basis == "measured" else "; modelled in part: see the batch sizes"
+        basis = "" if r.basis == Basis.MEASURED else "; modelled in part: see the batch sizes"
         return f"Recommendation: run without speculative decoding (no speculative config{note}{basis})."
     name = r.method or "speculative decoding"
     if r.schedule:
@@ -399,7 +407,7 @@ def headline(rec: Recommendation) -> str:
     else:
         what = f"{name} with k={r.num_speculative_tokens}"
     target = f" for {rec.target.model or 'the unnamed model'}" if rec.other_targets and rec.target else ""
-    verb = "measured" if r.basis == "measured" else "modelled"
+    verb = "measured" if r.basis == Basis.MEASURED else "modelled"
     text = (
         f"Recommendation{target}: {what}, {verb} {speedup_with_interval(r.predicted_speedup, r.interval)} "
         "plain decoding"
@@ -566,7 +574,7 @@ def explain_bucket(t: BucketChoice) -> str:
         k, speedup = t.reference_k, t.reference_speedup
         if t.step_ratio is None or speedup is None:
             return f"At {where}, {name} does not pay: {tokens:.2f} tokens per step do not cover the drafting cost."
-        source = "measured" if t.reference_basis == "measured" else "model"
+        source = "measured" if t.reference_basis == BucketBasis.MEASURED else "model"
         model = f"{source}: {tokens:.2f} tokens per step for a step {t.step_ratio:.2f}× as long as a plain one"
         if speedup > 1:  # it would pay here, but not enough over all traffic (or not over its k=0 steps)
             text = (
@@ -585,18 +593,20 @@ def explain_bucket(t: BucketChoice) -> str:
             )
         return text + "."
     ci = f" ({t.interval[0]:.2f}–{t.interval[1]:.2f})" if t.interval else ""
-    verb = "measured at" if t.basis.startswith("measured") else "predicted"
+    verb = "measured at" if t.basis in MEASURED_BASES else "predicted"
     k = t.num_speculative_tokens
     text = f"At {where}, {name} with k={k} is {verb} {t.predicted_speedup:.2f}×{ci} plain decoding"
     model = f"{tokens:.2f} tokens per step"
     if t.step_ratio is not None:
         model += f" for a step {t.step_ratio:.2f}× as long as a plain one"
-    source = "measured" if t.reference_basis == "measured" else "model"
-    if t.basis == "measured, plain modelled":
+    source = "measured" if t.reference_basis == BucketBasis.MEASURED else "model"
+    if t.basis == BucketBasis.PLAIN_MODELLED:
         text += f" (plain decoding at these batch sizes from the model; {source}: {model})"
     else:
-        text += f" ({source}: {model})" if t.basis == "measured" else f": {model}"
-    anchored = t.basis == "model" and t.model_speedup and abs(t.predicted_speedup / t.model_speedup - 1) > 0.005
+        text += f" ({source}: {model})" if t.basis == BucketBasis.MEASURED else f": {model}"
+    anchored = (
+        t.basis == BucketBasis.MODEL and t.model_speedup and abs(t.predicted_speedup / t.model_speedup - 1) > 0.005
+    )
     if anchored and t.model_speedup:
         text += (
             f", {t.model_speedup:.2f}× by the model alone, scaled by {t.predicted_speedup / t.model_speedup:.2f} "
@@ -605,6 +615,23 @@ def explain_bucket(t: BucketChoice) -> str:
     if t.num_speculative_tokens > t.measured_k:
         text += f" (k beyond the measured {t.measured_k}: extrapolated)"
     return text + "."
+
+
+def model_note(note: ModelNote) -> str:
+    """One thing a cost fit rests on, in words (the assumptions quote it)."""
+    if note.kind == NoteKind.NO_DRAFT_TIMING:
+        return "no draft timing: drafting assumed free"
+    if note.kind == NoteKind.DRAFT_SCALED:
+        return f"draft time scaled with k from k={note.k_low} ({note.drafter} drafter)"
+    if note.kind == NoteKind.DRAFT_FLAT:
+        return f"draft time taken as flat in k from k={note.k_low} ({note.drafter} drafter)"
+    if note.kind == NoteKind.NO_PLAIN_ENGINE:
+        return f"no plain engine in the input: plain decoding {note.baseline}"
+    verdict = "grows with k (one pass per token)" if note.grows else "flat in k (one pass)"
+    ratio = f"{note.growth:.2f}×" if note.growth is not None else "from 0"
+    usual = note.drafter
+    said = "" if note.measured_drafter == usual else f"; the method's usual kind is {usual}: the measurement decides"
+    return f"draft time measured at k={note.k_low}…{note.k_high}: {ratio} at batch {note.batch:.0f}, {verdict}{said}"
 
 
 def explanations(rec: Recommendation) -> list[str]:
@@ -634,7 +661,7 @@ def assumptions(rec: Recommendation) -> list[str]:
         elif not m.timed:
             out.append(f"{name}: no step timing in the input: its speed is a modelled band, not a measurement")
         else:
-            out += [f"{name}: {note}" for note in m.model_notes]
+            out += [f"{name}: {model_note(note)}" for note in m.model_notes]
             if m.plain_measured:
                 out.append(
                     f"{name}: speedups are against a plain engine (no speculative config) measured in a separate "
