@@ -15,7 +15,7 @@ from specobs.advice import simulate as sim
 from specobs.advice.model import fit_acceptance
 from specobs.advice.recommend import recommend
 from specobs.ingest.events import steps_to_windows
-from specobs.render.sentences import explanations
+from specobs.render.sentences import explanations, model_note
 
 SWEEP = Path(__file__).resolve().parents[1] / "examples" / "data" / "vllm-cpu-sweep"
 
@@ -318,7 +318,7 @@ def test_mtp_fitted_from_one_k_scales_its_draft_time_with_k():
     frames = [sim.simulate_run(scenario, "mtp" if k else None, k, [1, 4, 16, 64], 150) for k in (0, 2)]
     rec = recommend(windows(frames), max_k=8, bootstrap=0)
     (facts,) = [m for m in rec.methods if m.method == "mtp"]
-    assert "draft time scaled with k from k=2 (autoregressive drafter)" in facts.model_notes
+    assert "draft time scaled with k from k=2 (autoregressive drafter)" in [model_note(n) for n in facts.model_notes]
 
 
 def _other_draft_kind(spec: sim.MethodSpec) -> sim.MethodSpec:
@@ -343,7 +343,7 @@ def test_drafter_kind_comes_from_measurement_when_two_k_are_measured(method, kin
         frame = cells(steps_to_windows(steps.lazy(), "sim", "events-jsonl").collect(), LABELS)
         cost = fit_cost(frame, None, method)
         assert cost is not None
-        (note,) = [n for n in cost.notes if n.startswith("draft time measured at k=2…6")]
+        (note,) = [model_note(n) for n in cost.notes if model_note(n).startswith("draft time measured at k=2…6")]
         if expected is not None:
             assert cost.kind == expected, note
             assert "the measurement decides" not in note
