@@ -114,7 +114,7 @@ def env_table() -> str:
 
 def undocumented_variables() -> list[str]:
     """``SPECOBS_*`` / ``OTEL_*`` names written as string literals in specobs/ but not documented."""
-    known = {v.name for v in variables()} | set(UNDOCUMENTED_VARIABLES)
+    known = {name for v in variables() for name in (v.name, *v.aliases)} | set(UNDOCUMENTED_VARIABLES)
     problems = []
     for path in sorted((ROOT / "specobs").rglob("*.py")):
         for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -320,7 +320,7 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "run_metadata": "one object per engine read from the run-metadata files beside captured event files "
         "(vLLM version, platform, device and its architecture, attention backends, graph mode, parallelism, "
         "speculative config, dtypes, environment): the fields of docs/schema.md, Run metadata",
-        "tuner_decisions": "the online tuner's decision log (`SPECOBS_TUNE`; docs/tune.md), oldest first: `ts`, "
+        "tuner_decisions": "the online tuner's decision log (`SPECOBS_ONLINE_TUNER`; docs/tune.md), oldest first: `ts`, "
         "`batch_size_min`, `batch_size_max`, `action` (suggest, apply, confirm, rollback, refuse), `from_k`, "
         "`to_k`, `predicted_gain` with `predicted_low`/`predicted_high`, `measured_gain`, `reason`, `run_id`, "
         "`engine`; empty without one",

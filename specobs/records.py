@@ -410,7 +410,7 @@ class Report(Result):
     tax: tuple[ScheduleTax, ...] = ()
     unsteady: Mapping[str, int] = field(default_factory=dict)  # why → steps left out of timing
     notices: tuple[Notice, ...] = ()  # what was assumed while reading the inputs
-    tuner_decisions: tuple[TunerDecision, ...] = ()  # the online tuner's log (SPECOBS_TUNE), oldest first
+    tuner_decisions: tuple[TunerDecision, ...] = ()  # the online tuner's log (SPECOBS_ONLINE_TUNER), oldest first
     requests: RequestAcceptance | None = None  # finished requests (capture, server responses, offline outputs)
     metadata: tuple[RunMetadata, ...] = ()  # one record per engine, read beside the event files
     integrity: tuple[IntegrityIssue, ...] = ()  # config-integrity issues (worded among the findings)
@@ -1049,7 +1049,7 @@ TUNER_ACTIONS = ("suggest", "apply", "confirm", "rollback", "refuse")
 
 @dataclass(frozen=True)
 class TunerDecision(Result):
-    """One decision of the online tuner (``SPECOBS_TUNE``): a row of its decision log."""
+    """One decision of the online tuner (``SPECOBS_ONLINE_TUNER``): a row of its decision log."""
 
     ts: float
     batch_size_min: int

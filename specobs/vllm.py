@@ -2,7 +2,7 @@
 sink=...)`` for an offline ``LLM``, and ``StatLogger``.
 
 This is where the capture is wired to what sits above it: the exporters (``SPECOBS_PROMETHEUS``,
-``SPECOBS_OTEL``) and the online tuner (``SPECOBS_TUNE``), through
+``SPECOBS_OTEL``) and the online tuner (``SPECOBS_ONLINE_TUNER``), through
 :class:`specobs.capture.vllm.hooks.Wiring`. See docs/vllm.md. Importing this module does not
 import vLLM; ``StatLogger`` does (it subclasses vLLM's ``StatLoggerBase``), so it is loaded on
 first use. Without ``SPECOBS_ENABLE`` the plugin returns at once: nothing is patched or started.

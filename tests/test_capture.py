@@ -592,3 +592,14 @@ def test_trials_are_read_and_missing_ones_are_null(tmp_path):
     # Consistent files take the vectorised path (no line-by-line parsing).
     steps = pl.read_ndjson(path, schema=schema.STEPS)
     assert not steps.select(events._contradictory().any()).item()
+
+
+def test_the_online_tuner_reads_its_earlier_variable_names_too():
+    """``SPECOBS_ONLINE_TUNER`` was ``SPECOBS_TUNE``: a deployment that sets the old name keeps working."""
+    from specobs.capture.config import CaptureConfig
+
+    old = CaptureConfig.from_env({"SPECOBS_TUNE": "apply", "SPECOBS_TUNE_SHARE": "0.2", "SPECOBS_TUNE_CHUNK_STEPS": "8"})
+    assert (old.online_tuner, old.online_tuner_share, old.online_tuner_chunk_steps) == ("apply", 0.2, 8)
+    both = CaptureConfig.from_env({"SPECOBS_TUNE": "apply", "SPECOBS_ONLINE_TUNER": "observe"})
+    assert both.online_tuner == "observe"
+    assert CaptureConfig.from_env({}).online_tuner is None

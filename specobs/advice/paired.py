@@ -14,7 +14,7 @@ start to start, so scheduling and Python count as a user feels them; each unit w
 tokens generated in it), with a jackknife interval over units and Student's t (n − 1 df).
 Drift of the machine slower than a unit hits both alike.
 
-The offline race (``specobs tune``) and the online tuner (``SPECOBS_TUNE``) both decide on
+The offline race (``specobs tune``) and the online tuner (``SPECOBS_ONLINE_TUNER``) both decide on
 :func:`ratio`; the race looks at it several times, so each look is taken at
 :data:`LOOK_LEVEL`, which keeps the chance of any wrong elimination over all looks at 5%
 (Bonferroni over :data:`LOOKS`).

@@ -32,11 +32,17 @@ class EnvironmentVariable:
     default: str | None
     meaning: str
     shown_default: str | None = None
+    #: Earlier names still read (deprecated), when ``name`` is unset.
+    aliases: tuple[str, ...] = ()
 
     def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
-        """The value as set; None when unset or empty."""
-        value = (os.environ if environ is None else environ).get(self.name)
-        return value if value else None
+        """The value as set (under ``name``, else an earlier name); None when unset or empty."""
+        env = os.environ if environ is None else environ
+        for name in (self.name, *self.aliases):
+            value = env.get(name)
+            if value:
+                return value
+        return None
 
     def text(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The value as set, else the default."""
@@ -120,17 +126,27 @@ SPECOBS_HOOKS = EnvironmentVariable(
     "1",
     "`0`: stats-only mode (no engine patching; acceptance per step from vLLM's own stats, no timing)",
 )
-SPECOBS_TUNE = EnvironmentVariable(
-    "SPECOBS_TUNE",
+SPECOBS_ONLINE_TUNER = EnvironmentVariable(
+    "SPECOBS_ONLINE_TUNER",
     None,
-    "online tuning (docs/tune.md): `observe` measures and suggests, `explore` also runs a few steps at "
-    "neighbouring k, `apply` also switches a bucket's k and rolls back when it measures worse; off when unset",
+    "the online tuner inside the serving engine (docs/tune.md): `observe` measures and suggests, `explore` also "
+    "runs a few steps at neighbouring k, `apply` also switches a bucket's k and rolls back when it measures worse; "
+    "off when unset (`SPECOBS_TUNE`, its earlier name, is still read)",
+    aliases=("SPECOBS_TUNE",),
 )
-SPECOBS_TUNE_SHARE = EnvironmentVariable(
-    "SPECOBS_TUNE_SHARE", "0.05", "with `explore` or `apply`: the most of a batch bucket's steps run at another k"
+SPECOBS_ONLINE_TUNER_SHARE = EnvironmentVariable(
+    "SPECOBS_ONLINE_TUNER_SHARE",
+    "0.05",
+    "with `explore` or `apply`: the most of a batch bucket's steps run at another k (earlier name: "
+    "`SPECOBS_ONLINE_TUNER_SHARE`)",
+    aliases=("SPECOBS_TUNE_SHARE",),
 )
-SPECOBS_TUNE_CHUNK_STEPS = EnvironmentVariable(
-    "SPECOBS_TUNE_CHUNK_STEPS", "32", "steps of one k in one bucket per tokens/s measurement of the tuner"
+SPECOBS_ONLINE_TUNER_CHUNK_STEPS = EnvironmentVariable(
+    "SPECOBS_ONLINE_TUNER_CHUNK_STEPS",
+    "32",
+    "steps of one k in one bucket per tokens/s measurement of the online tuner (earlier name: "
+    "`SPECOBS_ONLINE_TUNER_CHUNK_STEPS`)",
+    aliases=("SPECOBS_TUNE_CHUNK_STEPS",),
 )
 
 #: The capture variables, in the order docs/vllm.md lists them.
@@ -150,9 +166,9 @@ VARIABLES: tuple[EnvironmentVariable, ...] = (
     SPECOBS_PROMETHEUS,
     SPECOBS_OTEL,
     SPECOBS_HOOKS,
-    SPECOBS_TUNE,
-    SPECOBS_TUNE_SHARE,
-    SPECOBS_TUNE_CHUNK_STEPS,
+    SPECOBS_ONLINE_TUNER,
+    SPECOBS_ONLINE_TUNER_SHARE,
+    SPECOBS_ONLINE_TUNER_CHUNK_STEPS,
 )
 _FORMATS = ("jsonl", "parquet")
 _MB = 1024 * 1024
@@ -195,9 +211,9 @@ class CaptureConfig:
     prometheus: str | None = None
     otel: bool = True
     hooks: bool = True  # False: stats-only mode (SPECOBS_HOOKS=0)
-    tune: str | None = None  # observe | explore | apply (SPECOBS_TUNE)
-    tune_share: float = _default(SPECOBS_TUNE_SHARE)
-    tune_chunk_steps: int = int(_default(SPECOBS_TUNE_CHUNK_STEPS))
+    online_tuner: str | None = None  # observe | explore | apply (SPECOBS_ONLINE_TUNER)
+    online_tuner_share: float = _default(SPECOBS_ONLINE_TUNER_SHARE)
+    online_tuner_chunk_steps: int = int(_default(SPECOBS_ONLINE_TUNER_CHUNK_STEPS))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CaptureConfig:
@@ -222,9 +238,9 @@ class CaptureConfig:
             prometheus=SPECOBS_PROMETHEUS.raw(env),
             otel=SPECOBS_OTEL.flag(env),
             hooks=SPECOBS_HOOKS.flag(env),
-            tune=(SPECOBS_TUNE.text(env) or "").strip().lower() or None,
-            tune_share=min(max(SPECOBS_TUNE_SHARE.number(env), 0.0), 0.5),
-            tune_chunk_steps=max(int(SPECOBS_TUNE_CHUNK_STEPS.number(env)), 1),
+            online_tuner=(SPECOBS_ONLINE_TUNER.text(env) or "").strip().lower() or None,
+            online_tuner_share=min(max(SPECOBS_ONLINE_TUNER_SHARE.number(env), 0.0), 0.5),
+            online_tuner_chunk_steps=max(int(SPECOBS_ONLINE_TUNER_CHUNK_STEPS.number(env)), 1),
         )
 
     def sink(self) -> Any:

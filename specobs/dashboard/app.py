@@ -304,7 +304,7 @@ def tune_runs(ctx: Context) -> None:
 
 
 def tuner_log(ctx: Context) -> None:
-    """The online tuner's decisions among the inputs (``SPECOBS_TUNE``)."""
+    """The online tuner's decisions among the inputs (``SPECOBS_ONLINE_TUNER``)."""
     from specobs.render.sentences import TUNER_HEADERS, tuner_rows, tuner_state
 
     decisions = ctx.loaded.decisions

@@ -230,7 +230,8 @@ class PrometheusMetrics:
             r.register(_Health(health))
         self.tuner_k = Gauge(
             "specobs_tuner_num_speculative_tokens",
-            "k the online tuner (SPECOBS_TUNE=apply) runs in each batch bucket, from its latest decision there.",
+            "k the online tuner (SPECOBS_ONLINE_TUNER=apply) runs in each batch bucket, from its latest "
+            "decision there.",
             ["batch_size_bucket"], registry=r,
         )  # fmt: skip
         self.tuner_decisions = Counter(

@@ -1,4 +1,4 @@
-"""The online tuner's decision log: JSON Lines rows marked by ``tuner_action`` (``SPECOBS_TUNE``).
+"""The online tuner's decision log: JSON Lines rows marked by ``tuner_action`` (``SPECOBS_ONLINE_TUNER``).
 
 The capture writes them to their own files beside the event files
 (``specobs-<run>-tuner-p<pid>-<seq>.jsonl``). A row counts only when every field has its type

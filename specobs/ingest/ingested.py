@@ -41,7 +41,7 @@ class Ingested:
     failed: list[InputError] = field(default_factory=list)
     #: What was assumed while reading (a counter reset, a baseline): not skipped, but said.
     notices: list[Notice] = field(default_factory=list)
-    #: The online tuner's decision log (``SPECOBS_TUNE``), oldest first.
+    #: The online tuner's decision log (``SPECOBS_ONLINE_TUNER``), oldest first.
     decisions: list[TunerDecision] = field(default_factory=list)
     #: ``specobs tune`` results read back (``tune.json``).
     tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)

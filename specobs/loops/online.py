@@ -1,4 +1,4 @@
-"""Online tuning inside a live engine (opt-in, ``SPECOBS_TUNE=observe|explore|apply``).
+"""Online tuning inside a live engine (opt-in, ``SPECOBS_ONLINE_TUNER=observe|explore|apply``).
 
 The capture hooks call :meth:`OnlineTuner.on_step` once per finished step with its batch size,
 k, generated tokens and step time. The tuner keeps tokens/s per (batch bucket, k) in chunks of
@@ -144,7 +144,7 @@ class OnlineTuner:
         lag: int = 1,
     ) -> None:
         if mode not in MODES:
-            raise ValueError(f"SPECOBS_TUNE={mode}: expected one of {', '.join(MODES)}")
+            raise ValueError(f"SPECOBS_ONLINE_TUNER={mode}: expected one of {', '.join(MODES)}")
         self.mode = mode
         self.table = table
         self.max_k = max_k
@@ -374,9 +374,9 @@ def refusal(scheduler: Any) -> str | None:
 def start(config: CaptureConfig, scheduler: Any, labels: dict[str, Any], recorder: Any) -> OnlineTuner | None:
     """The online tuner of one engine (``Wiring.tuner``), or None with the reason logged and, when
     the engine cannot be tuned, a ``refuse`` decision recorded."""
-    mode = config.tune
+    mode = config.online_tuner
     if mode not in MODES:
-        logger.warning("specobs: SPECOBS_TUNE=%s: expected observe, explore or apply; online tuning off", mode)
+        logger.warning("specobs: SPECOBS_ONLINE_TUNER=%s: expected observe, explore or apply; online tuning off", mode)
         return None
     max_k = int(getattr(scheduler, "num_spec_tokens", 0) or 0)
     reason = "no speculative decoding in this engine" if max_k <= 0 else refusal(scheduler)
@@ -388,8 +388,8 @@ def start(config: CaptureConfig, scheduler: Any, labels: dict[str, Any], recorde
         recorder.record(refused.to_row())
         return None
     tuner = OnlineTuner(
-        mode, scheduler.dynamic_sd_lookup, max_k, share=config.tune_share,
-        chunk_steps=config.tune_chunk_steps, run_id=labels.get("run_id"), engine=labels.get("engine"),
+        mode, scheduler.dynamic_sd_lookup, max_k, share=config.online_tuner_share,
+        chunk_steps=config.online_tuner_chunk_steps, run_id=labels.get("run_id"), engine=labels.get("engine"),
         # Under async scheduling the scheduler runs a step ahead: two steps after a switch mix ks.
         lag=2 if getattr(getattr(scheduler, "scheduler_config", None), "async_scheduling", False) else 1,
     )  # fmt: skip

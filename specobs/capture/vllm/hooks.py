@@ -310,10 +310,10 @@ class Capture:
                     num_drafts_accepted_before_pos=[1] * tried + [0] * (length - tried),
                 )
             )
-        if self.config.tune:
+        if self.config.online_tuner:
             self._tune(scheduler, row, recorder)
 
-    # --- the online tuner (SPECOBS_TUNE) ---------------------------------------------------
+    # --- the online tuner (SPECOBS_ONLINE_TUNER) ---------------------------------------------------
     @property
     def tuner(self) -> Any:
         """The online tuner of this process's first engine, or None (off, refused or failed)."""
@@ -340,7 +340,7 @@ class Capture:
 
     def _start_tuner(self, scheduler: Any, recorder: Recorder | NullRecorder) -> Any:
         if self.wiring.tuner is None:
-            logger.warning("specobs: SPECOBS_TUNE needs the vLLM plugin (specobs.vllm); online tuning off")
+            logger.warning("specobs: SPECOBS_ONLINE_TUNER needs the vLLM plugin (specobs.vllm); online tuning off")
             return None
         return self.wiring.tuner(self.config, scheduler, self.labels(scheduler), recorder)
 
