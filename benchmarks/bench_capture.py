@@ -100,8 +100,9 @@ def main() -> None:
 
     from specobs.capture import MemorySink
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks, instrument
+    from specobs.capture.vllm import hooks
     from specobs.testing.tiny_llama import build
+    from specobs.vllm import instrument
 
     costs = event_costs()
     with tempfile.TemporaryDirectory() as tmp:

@@ -320,7 +320,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "run_metadata": "one object per engine read from the run-metadata files beside captured event files "
         "(vLLM version, platform, device and its architecture, attention backends, graph mode, parallelism, "
         "speculative config, dtypes, environment): the fields of docs/schema.md, Run metadata",
-        "tuner_decisions": "the online tuner's decision log (`SPECOBS_ONLINE_TUNER`; docs/tune.md), oldest first: `ts`, "
+        "tuner_decisions": "the online tuner's decision log (`SPECOBS_ONLINE_TUNER`; docs/tune.md), oldest first: "
+        "`ts`, "
         "`batch_size_min`, `batch_size_max`, `action` (suggest, apply, confirm, rollback, refuse), `from_k`, "
         "`to_k`, `predicted_gain` with `predicted_low`/`predicted_high`, `measured_gain`, `reason`, `run_id`, "
         "`engine`; empty without one",
@@ -806,8 +807,8 @@ def json_table(document: str) -> str:
 
 def tune_example() -> str:
     """The bundled ``specobs tune`` run as ``-f markdown`` prints it."""
-    from specobs.render.tuning import tune_to_markdown
     from specobs.records import TuneResult
+    from specobs.render.tuning import tune_to_markdown
 
     return tune_to_markdown(TuneResult.from_dict(json_outputs()["tune"]))
 

@@ -45,8 +45,8 @@ def run_one(method: str, models: Path, out: Path) -> None:
 
     from specobs.capture.config import CaptureConfig
     from specobs.capture.sinks import JsonlSink
-    from specobs.vllm import instrument
     from specobs.testing.tiny_llama import PROMPTS
+    from specobs.vllm import instrument
 
     spec = None
     if method == "ngram":

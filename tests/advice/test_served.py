@@ -1,0 +1,175 @@
+"""Speed from inputs without step timing: a band where nothing was timed, a measurement where
+a plain server's throughput lines sit beside a speculative server's, checked against what
+closed-loop clients measured on the same real servers (examples/data/vllm-cpu-serve).
+
+The expected numbers are computed here from the files themselves (the clients' JSON, the log
+lines by regex), not by specobs's tuning code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from support.helpers import run_cli
+from support.paths import ROOT
+
+from specobs.advice.recommend import recommend
+from specobs.analysis.intervals import t95
+from specobs.ingest import load
+
+DATA = ROOT / "examples" / "data"
+SERVE = DATA / "vllm-cpu-serve"
+UNTIMED = sorted([*DATA.glob("*.log"), *DATA.glob("*.metrics.txt"), *SERVE.glob("*.log"), *SERVE.glob("*.txt")])
+UNTIMED = [p for p in UNTIMED if "plain" not in p.name]  # a plain server alone drafts nothing
+
+
+@pytest.mark.parametrize("path", UNTIMED, ids=lambda p: p.name)
+def test_no_input_without_timing_and_plain_engine_gives_a_point_speedup(path: Path) -> None:
+    """A log or scrape alone: never a speedup, never a config as the answer, and a band instead."""
+    rec = recommend(load([str(path)]).windows, bootstrap=0)
+    assert rec is not None
+    r = rec.recommended
+    assert r.basis == "not measured" and r.predicted_speedup is None and r.interval is None
+    assert r.speculative_config is None and not r.num_speculative_tokens
+    assert not rec.predicted and not rec.by_batch_size and rec.bands
+    for band in rec.bands:
+        for row in band.by_k[1:]:
+            assert row.speedup_low < row.speedup_high
+            assert row.tokens_per_draft_low <= row.tokens_per_draft <= row.tokens_per_draft_high
+
+
+def _clients(name: str) -> dict[int, float]:
+    """Concurrency → the clients' own tokens/s (completion tokens over the level's wall time)."""
+    data = json.loads((SERVE / f"{name}.clients.json").read_text())
+    return {level["concurrency"]: level["tokens_per_second"] for level in data["levels"]}
+
+
+def _runs() -> list[tuple[str, str]]:
+    """(speculative recording, the plain recording of the same repeat)."""
+    out = []
+    for spec in sorted(SERVE.glob("vllm-cpu-*-k3-r*.clients.json")):
+        name = spec.name.removesuffix(".clients.json")
+        plain = f"vllm-cpu-plain-{name.rsplit('-', 1)[1]}"
+        if (SERVE / f"{plain}.clients.json").exists():
+            out.append((name, plain))
+    return out
+
+
+RUNS = _runs()
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_the_band_of_a_log_alone_holds_what_the_clients_measured(method: str) -> None:
+    """Each speculative server's log alone gives a band at the k it ran; the speedup its clients
+    measured against the plain engine at every concurrency lies inside it: the median speculative
+    server over the faster plain server (separate processes of one configuration differ by more
+    than the band's own uncertainty on these machines; the slower plain process was disturbed)."""
+    runs = [spec for spec, _ in RUNS if spec.startswith(f"vllm-cpu-{method}-")]
+    plains = [_clients(plain) for plain in sorted({plain for _, plain in RUNS})]
+    assert len(runs) >= 2 and len(plains) >= 2
+    for spec in runs:
+        (band,) = recommend(load([str(SERVE / f"{spec}.log")]).windows, bootstrap=0).bands
+        row = band.at(band.ran_k)
+        assert band.ran_k == 3 and row is not None
+        for level in (1, 4, 8):
+            measured = _median([_clients(s)[level] for s in runs])
+            baseline = max(p[level] for p in plains)
+            assert row.speedup_low <= measured / baseline <= row.speedup_high, (spec, level, measured / baseline)
+
+
+def _stats_lines(path: Path) -> list[tuple[float, int]]:
+    """(generation tokens/s, running requests) of every engine stats line, in order."""
+    pattern = re.compile(r"Engine 000: .*Avg generation throughput: ([0-9.]+) tokens/s, Running: ([0-9]+) reqs")
+    return [(float(m.group(1)), int(m.group(2))) for m in map(pattern.search, path.read_text().splitlines()) if m]
+
+
+def _by_running(path: Path) -> dict[int, list[float]]:
+    """Throughputs per running count, leaving out intervals whose load changed: Running 0 at the
+    line before, or the two lines' counts more than 1.5 times apart."""
+    lines = _stats_lines(path)
+    out: dict[int, list[float]] = {}
+    for (_, before), (rate, running) in itertools.pairwise(lines):
+        if before > 0 and running > 0 and max(before, running) <= 1.5 * min(before, running):
+            out.setdefault(running, []).append(rate)
+    return out
+
+
+@pytest.mark.parametrize(("spec", "plain"), RUNS, ids=[s for s, _ in RUNS])
+def test_beside_a_plain_log_the_speedup_is_measured_and_agrees_with_the_clients(spec: str, plain: str) -> None:
+    rec = recommend(load([str(SERVE / f"{spec}.log"), str(SERVE / f"{plain}.log")]).windows, bootstrap=0)
+    assert rec.recommended.basis == "measured" and rec.recommended.baseline == "plain engine"
+    rows = {s.batch_size_min: s for s in rec.served if not s.overall}
+    spec_rates, plain_rates = _by_running(SERVE / f"{spec}.log"), _by_running(SERVE / f"{plain}.log")
+    measured, baseline = _clients(spec), _clients(plain)
+    for level in (1, 4, 8):
+        bucket = 1 << (level.bit_length() - 1)
+        row = rows[bucket]
+        # By hand, at the level's own running count (the clients kept that many running).
+        assert level in row.running
+        mine = [n for n in row.running]
+        weights = {n: len(spec_rates[n]) for n in mine}
+        total = sum(weights.values())
+        s = sum(weights[n] * sum(spec_rates[n]) / len(spec_rates[n]) for n in mine) / total
+        p = sum(weights[n] * sum(plain_rates[n]) / len(plain_rates[n]) for n in mine) / total
+        assert row.speedup == pytest.approx(s / p, rel=1e-9)
+        assert row.interval[0] < row.speedup < row.interval[1]
+        # Within 15% of what the clients measured against the plain server at that concurrency.
+        clients = measured[level] / baseline[level]
+        assert abs(row.speedup / clients - 1) <= 0.15, (level, row.speedup, clients)
+
+
+def test_the_interval_of_a_served_speedup_is_the_ratio_of_two_means(tmp_path: Path) -> None:
+    """Four intervals each side at one running count: the interval by hand (log scale, Welch)."""
+    spec_rates, plain_rates = [200.0, 220.0, 210.0, 230.0], [100.0, 104.0, 98.0, 102.0]
+
+    def log(name: str, rates: list[float], config: str) -> Path:
+        lines = [
+            f"(EngineCore pid=2) INFO 11-30 04:00:00 [core.py:1] Initializing a V1 LLM engine (v0.32.0) with config: "
+            f"model='m', speculative_config={config}, served_model_name=m, enforce_eager=True"
+        ]
+        running = [0, 4, *[4] * len(rates)]
+        for i, rate in enumerate([0.0, 50.0, *rates]):
+            lines.append(
+                f"(APIServer pid=1) INFO 11-30 04:00:{2 * i + 2:02d} [loggers.py:335] Engine 000: Avg prompt throughput: "
+                f"0.0 tokens/s, Avg generation throughput: {rate} tokens/s, Running: {running[i]} reqs, Waiting: 0 reqs"
+            )
+            if "ngram" in config and i:
+                lines.append(
+                    f"(APIServer pid=1) INFO 11-30 04:00:{2 * i + 2:02d} [metrics.py:120] SpecDecoding metrics: Mean "
+                    "acceptance length: 2.00, Accepted throughput: 20.00 tokens/s, Drafted throughput: 60.00 tokens/s, "
+                    "Accepted: 40 tokens, Drafted: 120 tokens, Per-position acceptance rate: 0.500, 0.300, 0.200, "
+                    "Avg Draft acceptance rate: 33.3%"
+                )
+        path = tmp_path / name
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    spec = log("spec.log", spec_rates, "SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3)")
+    plain = log("plain.log", plain_rates, "None")
+    data = json.loads(run_cli("recommend", str(spec), str(plain), "--format", "json").stdout)
+    (row,) = [s for s in data["served"] if not s["overall"]]
+
+    def mean_var(values: list[float]) -> tuple[float, float]:
+        m = sum(values) / len(values)
+        return m, sum((v - m) ** 2 for v in values) / (len(values) - 1) / len(values)
+
+    (s, vs), (p, vp) = mean_var(spec_rates), mean_var(plain_rates)
+    a, b = vs / s**2, vp / p**2
+    df = (a + b) ** 2 / (a * a / 3 + b * b / 3)
+    half = t95(df) * math.sqrt(a + b)
+    assert row["speedup"] == pytest.approx(s / p, rel=1e-9)
+    assert row["interval"][0] == pytest.approx(s / p * math.exp(-half), rel=1e-9)
+    assert row["interval"][1] == pytest.approx(s / p * math.exp(half), rel=1e-9)
+    assert row["running"] == [4] and row["intervals"] == 4 and row["plain_intervals"] == 4
+    assert data["recommended"]["basis"] == "measured" and data["recommended"]["num_speculative_tokens"] == 3

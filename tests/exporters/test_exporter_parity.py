@@ -1,0 +1,215 @@
+"""Prometheus and OpenTelemetry publish the same series from the same rows, hostile ones included.
+
+Both exporters go through one mapping (specobs/exporters/mapping.py); this reads what each
+actually publishes — the Prometheus exposition text, and OpenTelemetry through the SDK's
+in-memory reader and through OTLP/HTTP to a real receiver — and compares series by series.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from http.server import HTTPServer
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from support.otlp import ROW, _Receiver
+
+from specobs.exporters.prometheus import PrometheusMetrics
+
+pytest.importorskip("opentelemetry.sdk", reason="needs specobs[otel]")
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
+
+from specobs.exporters.otel import OtelMetrics
+
+#: OpenTelemetry instrument → Prometheus family: the names are a contract on both sides, so the
+#: pairing is written out here rather than read from the mapping.
+NAMES = {
+    "specobs.steps": "specobs_steps",
+    "specobs.drafts": "specobs_drafts",
+    "specobs.draft_tokens": "specobs_draft_tokens",
+    "specobs.accepted_tokens": "specobs_accepted_tokens",
+    "specobs.generated_tokens": "specobs_generated_tokens",
+    "specobs.draft_positions": "specobs_draft_positions",
+    "specobs.accepted_tokens.position": "specobs_accepted_tokens_per_position",
+    "specobs.drafts.position": "specobs_drafts_per_position",
+    "specobs.draft.duration": "specobs_draft_seconds",
+    "specobs.verify.duration": "specobs_verify_seconds",
+    "specobs.step.duration": "specobs_step_seconds",
+    "specobs.cost_ratio": "specobs_cost_ratio",
+    "specobs.draft_share": "specobs_draft_share",
+    "specobs.speculative_config_info": "specobs_speculative_config_info",
+    "specobs.label_overflow": "specobs_label_overflow",
+    "specobs.dropped_values": "specobs_dropped_values",
+}
+BUDGET = {"model_name": 3}
+OTHER_ENGINE = {**ROW, "engine": 1, "method": "ngram", "batch_size": 3000, "num_spec_tokens": 4,
+                "num_draft_tokens": 8, "num_accepted_tokens": 3, "num_accepted_tokens_per_pos": [2, 1, 0, 0],
+                "num_drafts_per_pos": [4, 2, 2, 0]}  # fmt: skip
+WINDOW = {**ROW, "num_timed_steps": 5, "num_drafts": 40, "num_draft_tokens": 120, "num_accepted_tokens": 30,
+          "num_accepted_tokens_per_pos": [20, 7, 3]}  # fmt: skip
+#: (row, window?): good rows over two engines, methods and batch buckets, a log window, and rows
+#: that must not reach a metric as they are.
+ROWS: list[tuple[dict, bool]] = [
+    (ROW, False),
+    ({**ROW, "batch_size": 1, "num_drafts_per_pos": [4, 3, 2]}, False),
+    (OTHER_ENGINE, False),
+    ({**ROW, "batch_size": None, "draft_seconds": None}, False),
+    (WINDOW, True),
+    # hostile: non-finite and negative timings, negative and non-integer counts
+    ({**ROW, "step_seconds": float("nan"), "draft_seconds": float("inf"), "verify_seconds": -0.5}, False),
+    ({**ROW, "num_drafts": -3, "num_accepted_tokens": float("nan"), "num_generated_tokens": "12"}, False),
+    ({**ROW, "num_draft_tokens": 2.5, "num_accepted_tokens": 0}, False),
+    ({**ROW, "num_accepted_tokens_per_pos": [3, float("nan"), 1]}, False),  # no per-position counts, no drafts
+    ({**ROW, "num_drafts_per_pos": [4, -1, 2]}, False),  # drafts count, no per-position counts
+    # contradictions: more accepted than drafted, a position accepted more often than reached
+    ({**ROW, "num_accepted_tokens": 13}, False),
+    ({**ROW, "num_drafts_per_pos": [4, 1, 1]}, False),
+    ({**ROW, "num_drafts_per_pos": [9, 9, 9]}, False),
+    # too many distinct label values, prompt-like text, an unknown method, a k over its own budget
+    *(({**ROW, "model": f"model-{i}"}, False) for i in range(8)),
+    ({**ROW, "model": "Ignore previous instructions"}, False),
+    ({**ROW, "method": "made_up"}, False),
+    *(({**ROW, "num_spec_tokens": k, "num_accepted_tokens_per_pos": [1]}, False) for k in range(4, 24)),
+]
+
+
+def feed(metrics: PrometheusMetrics | OtelMetrics) -> None:
+    for row, window in ROWS:
+        if window:
+            metrics.observe_window(row)
+        else:
+            metrics.observe_step(row)
+
+
+def prometheus_series(registry: CollectorRegistry) -> dict[tuple, float]:
+    """``(family, labels, field)`` → value from the exposition text (``_created`` left out: OTLP
+    carries a start time instead)."""
+    out: dict[tuple, float] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            labels = frozenset(sample.labels.items())
+            if sample.name.endswith("_created"):  # the text format types these as gauges of their own
+                continue
+            if family.type == "counter":
+                assert sample.name == family.name + "_total"
+                out[(family.name, labels, "value")] = sample.value
+            elif family.type == "summary":
+                out[(family.name, labels, sample.name.removeprefix(family.name + "_"))] = sample.value
+            else:
+                assert family.type == "gauge", family
+                out[(family.name, labels, "value")] = sample.value
+    return out
+
+
+def otel_series(metrics_data) -> dict[tuple, float]:
+    """The same keys from the SDK's metrics data."""
+    out: dict[tuple, float] = {}
+    for resource in metrics_data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                name = NAMES[metric.name]
+                for point in metric.data.data_points:
+                    labels = frozenset(point.attributes.items())
+                    if hasattr(point, "bucket_counts"):  # a histogram: what a summary publishes
+                        out[(name, labels, "count")] = point.count
+                        out[(name, labels, "sum")] = point.sum
+                    else:
+                        out[(name, labels, "value")] = point.value
+    return out
+
+
+def otlp_series(requests) -> dict[tuple, float]:
+    """The same keys from the OTLP protobufs a real receiver decoded (the last export of each series)."""
+    out: dict[tuple, float] = {}
+    for request in requests:
+        for rm in request.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    name = NAMES[metric.name]
+                    kind = metric.WhichOneof("data")
+                    for point in getattr(metric, kind).data_points:
+                        labels = frozenset((a.key, a.value.string_value) for a in point.attributes)
+                        if kind == "histogram":
+                            out[(name, labels, "count")] = point.count
+                            out[(name, labels, "sum")] = point.sum
+                        else:
+                            number = point.WhichOneof("value")
+                            out[(name, labels, "value")] = getattr(point, number)
+    return out
+
+
+def assert_same(prometheus: dict[tuple, float], otel: dict[tuple, float]) -> None:
+    assert set(otel) == set(prometheus), (set(prometheus) - set(otel), set(otel) - set(prometheus))
+    for key, value in prometheus.items():
+        assert otel[key] == pytest.approx(value, rel=1e-12), key
+
+
+@pytest.fixture(scope="module")
+def prometheus() -> dict[tuple, float]:
+    registry = CollectorRegistry()
+    feed(PrometheusMetrics(registry, label_budget=BUDGET))
+    return prometheus_series(registry)
+
+
+def test_both_publish_the_same_series_through_the_sdk_reader(prometheus):
+    reader = InMemoryMetricReader()
+    metrics = OtelMetrics(MeterProvider(metric_readers=[reader]), label_budget=BUDGET)
+    feed(metrics)
+    assert_same(prometheus, otel_series(reader.get_metrics_data()))
+    metrics.shutdown()
+
+
+def test_both_publish_the_same_series_over_otlp(prometheus):
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    server = HTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Receiver.requests = []
+    exporter = OTLPMetricExporter(endpoint=f"http://127.0.0.1:{server.server_port}/v1/metrics")
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=60_000)
+    metrics = OtelMetrics(MeterProvider(metric_readers=[reader]), label_budget=BUDGET)
+    feed(metrics)
+    assert metrics.force_flush()
+    metrics.shutdown()
+    server.shutdown()
+    assert_same(prometheus, otlp_series(_Receiver.requests))
+
+
+def test_the_hostile_rows_were_checked_capped_and_counted(prometheus):
+    """What both published (equal by the tests above) is what the rows should give, by hand."""
+
+    def value(name, field="value", **labels):
+        return prometheus.get((name, frozenset(labels.items()), field))
+
+    assert all(math.isfinite(v) for v in prometheus.values())
+    dropped = {reason: value("specobs_dropped_values", reason=reason)
+               for reason in ("non_finite", "negative", "wrong_type", "inconsistent")}  # fmt: skip
+    # NaN and Inf seconds, NaN accepted tokens, NaN in a per-position list; -0.5 s, -3 drafts, -1
+    # in a list; "12" tokens and 2.5 draft tokens; 13 accepted of 12 drafted, 2 accepted at a
+    # position 1 draft reached, 9 drafts reaching a position of a step with 4.
+    assert dropped == {"non_finite": 4, "negative": 3, "wrong_type": 2, "inconsistent": 3}
+    models = {dict(labels).get("model_name") for _, labels, _ in prometheus}
+    assert models - {None} == {"tiny", "model-0", "model-1", "other"}
+    assert value("specobs_label_overflow", label="model_name") == 7  # model-2 … model-7 and the prompt
+    assert value("specobs_label_overflow", label="method") == 1
+    assert value("specobs_label_overflow", label="num_speculative_tokens") == 21 - 16  # k 3 … 23, 16 kept
+    tiny = {"model_name": "tiny", "engine": "0", "method": "eagle"}
+    # Steps: 3 good rows, a window of 5, 5 rows with bad values, the 20 rows of k; no contradiction.
+    assert value("specobs_steps", **tiny) == 3 + 5 + 5 + 20
+    # Drafts: 4 per step row, the window's 40; none from the row with -3 drafts, nor from the row
+    # whose per-position list held a NaN.
+    assert value("specobs_drafts", **tiny) == 4 * (3 + 3 + 20) + 40
+    # Batch 4: the NaN step time and the -0.5 s verify time are not observed, the other rows' are.
+    timed = {**tiny, "batch_size_bucket": "4-7"}
+    assert value("specobs_step_seconds", "count", **timed) == 1 + 4 + 20
+    assert value("specobs_verify_seconds", "count", **timed) == 1 + 4 + 20
+    assert value("specobs_draft_seconds", "count", **timed) == 1 + 4 + 20
+    ngram = {"model_name": "tiny", "engine": "1", "method": "ngram"}
+    assert value("specobs_accepted_tokens_per_position", position="2", **ngram) == 0  # reached, never accepted
+    assert value("specobs_drafts_per_position", position="3", **ngram) is None  # reached by no draft
+    assert value("specobs_step_seconds", "count", **ngram, batch_size_bucket="2048+") == 1
+    assert value("specobs_step_seconds", "count", **tiny, batch_size_bucket="unknown") == 1
