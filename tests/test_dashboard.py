@@ -18,6 +18,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 from specobs.dashboard.data import ARGS_ENV
+from specobs.ingest import load
 from tests.conftest import report_json, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,17 +308,17 @@ def test_dashboard_command_rejects_missing_paths():
 
 
 def test_filters_keep_the_plain_baseline_under_a_method_filter():
-    from specobs.dashboard.data import Filters, apply_filters, filter_options
-    from specobs.ingest import load
+    from specobs.dashboard.data import Filters, Inputs, load_inputs, selected
 
+    loaded = load_inputs(Inputs((str(SWEEP),)))
+    assert loaded.options["method"] == ["draft_model", "ngram"]
+    cells = selected(loaded, Filters((("method", ("ngram",)),))).cells
+    assert set(cells["method"].to_list()) == {"ngram", None}
+    assert cells.filter(pl.col("method").is_null())["num_spec_tokens"].unique().to_list() == [0]
     windows = load([str(SWEEP)]).windows.collect()
-    assert filter_options(windows)["method"] == ["draft_model", "ngram"]
-    ngram = apply_filters(windows, Filters((("method", ("ngram",)),)))
-    assert set(ngram["method"].to_list()) == {"ngram", None}
-    assert ngram.filter(pl.col("method").is_null())["num_spec_tokens"].unique().to_list() == [0]
-    assert ngram.height == windows.filter(pl.col("method").is_null() | (pl.col("method") == "ngram")).height
-    engine = apply_filters(windows, Filters((("engine", (1,)),)))
-    assert engine.is_empty()
+    kept = windows.filter(pl.col("method").is_null() | (pl.col("method") == "ngram"))
+    assert cells["num_windows"].sum() == kept.height
+    assert selected(loaded, Filters((("engine", (1,)),))).cells.is_empty()
 
 
 def test_views_keep_bucket_order_and_labels():

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from specobs.analysis.timeseries import TimeSpan
+
 #: The column every bucketed sum carries: its time bucket's number on the grid (null: no end time).
 TIME_BUCKET = "_time_bucket"
 #: Most buckets a grid has: the time filter's resolution (a slider of ≤ 500 steps).
@@ -83,8 +85,9 @@ def within(
         if column not in frame.columns:
             continue
         keep = pl.col(column).is_in(list(allowed))
-        if column == "method" and "num_spec_tokens" in frame.columns:
-            keep = keep | (pl.col("method").is_null() & (pl.col("num_spec_tokens") == 0))
+        if column == "method":  # sums without k (the schedule tax's) are all k = 0 steps
+            plain = pl.col("num_spec_tokens") == 0 if "num_spec_tokens" in frame.columns else pl.lit(True)
+            keep = keep | (pl.col("method").is_null() & plain)
         condition = condition & keep.fill_null(False)
     if buckets is not None and TIME_BUCKET in frame.columns:
         start, stop = buckets
@@ -97,6 +100,19 @@ def with_time_bucket(frame: pl.DataFrame, grid: TimeGrid | None, column: str = "
     if grid is None:
         return frame.with_columns(pl.lit(None, pl.Int64).alias(TIME_BUCKET))
     return frame.with_columns(grid.bucket(column))
+
+
+def coarser(series: pl.DataFrame, max_points: int) -> pl.DataFrame:
+    """Series sums (``timeseries.time_sums``: windows, or report time buckets) put into at most
+    ``max_points`` equal buckets over their span, by each point's end time, for
+    ``timeseries.series_from_sums`` to add up: a chart's fewer, wider points. On unbucketed
+    windows this is the bucketing ``acceptance_over_time`` gives the rows themselves."""
+    span = series.select(n=pl.len(), lo=pl.col("end_ts").min(), hi=pl.col("end_ts").max()).row(0)
+    width = TimeSpan(*span).bucket_width(max_points)
+    series = series.drop("_bucket", strict=False)
+    if width is None:
+        return series
+    return series.with_columns(_bucket=(pl.col("end_ts") - span[1]) // width)
 
 
 def label_values(cells: pl.DataFrame, columns: Sequence[str]) -> dict[str, list]:
@@ -129,6 +145,7 @@ __all__ = [
     "SERIES_KEYS",
     "TIME_BUCKET",
     "TimeGrid",
+    "coarser",
     "drafted_values",
     "label_values",
     "with_time_bucket",
