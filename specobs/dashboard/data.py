@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -87,6 +88,7 @@ class Loaded:
     ingested: Ingested  # what the inputs say beside their rows (sources, notices, metadata...); rows dropped
     grid: TimeGrid | None = None  # the time buckets of the time filter
     rows: Path | None = None  # the trimmed rows written to disk, for what needs rows (Compare)
+    writing: list[threading.Thread] = field(default_factory=list)  # writes to ``rows`` under way
     sources: list[SourceReport] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # "input: why", one per unreadable input
@@ -113,7 +115,9 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_
     set (:func:`specobs.reporting.report_sums`); unreadable inputs go to ``failed``.
 
     Each part's trimmed rows are summed, written to a temporary folder for the Compare page
-    (which needs rows) and let go: the app holds sums, never rows."""
+    (which needs rows) and let go: the app holds sums, never rows. The writing goes on in the
+    background after the sums are made (one part at a time), so the first page does not wait
+    for it; :func:`compare_rows` does."""
     ingested = load(list(inputs.paths), uploads=uploads, keep_going=True, part_rows=part_rows)
     failed = [str(exc) for exc in ingested.failed]
     if inputs.prometheus:
@@ -124,9 +128,14 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_
     grid = TimeGrid.of(*end_times(ingested))
     folder = Path(tempfile.mkdtemp(prefix="specobs-dashboard-"))
     recommending: list[pl.DataFrame] = []
+    writing: list[threading.Thread] = []
 
     def each(frame: pl.DataFrame) -> None:
-        frame.write_parquet(folder / f"part-{len(recommending):04d}.parquet", compression="lz4", statistics=True)
+        if writing:  # the part before is let go before this one is written: two parts at most
+            writing[-1].join()
+        path = folder / f"part-{len(recommending):04d}.arrow"
+        writing.append(threading.Thread(target=frame.write_ipc, args=(path,), kwargs={"compression": "lz4"}))
+        writing[-1].start()
         steps = frame.lazy().filter(pl.col("request_id").is_null()) if "request_id" in frame.columns else frame.lazy()
         recommending.append(with_time_bucket(model_cells(with_draining(steps).collect(), RECOMMENDATION_LABELS), grid))
 
@@ -142,7 +151,7 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_
     options = label_values(pl.concat(labels, how="vertical_relaxed"), FILTER_COLUMNS)
     bounds = (grid.first, grid.last) if grid is not None else None
     loaded = Loaded(
-        sums, ingested, grid, folder, ingested.sources, ingested.skipped, failed, options, bounds,
+        sums, ingested, grid, folder, writing, ingested.sources, ingested.skipped, failed, options, bounds,
         ingested.tune_runs, ingested.decisions, ingested.requests, tuple(ingested.metadata),
     )  # fmt: skip
     weakref.finalize(loaded, shutil.rmtree, folder, True)  # the rows on disk go with the sums
@@ -225,9 +234,11 @@ def compare_rows(loaded: Loaded, filters: Filters, column: str, value: object) -
     """The trimmed rows of one side of a comparison (``column`` = ``value``) inside ``filters``,
     read lazily from the copy on disk (:func:`load_inputs`): a comparison needs rows (the spread
     between runs), and reads only the columns and row groups it needs."""
-    if loaded.rows is None or not any(loaded.rows.glob("*.parquet")):
+    for thread in loaded.writing:
+        thread.join()
+    if loaded.rows is None or not any(loaded.rows.glob("*.arrow")):
         return schema.empty(schema.WINDOWS).lazy().with_columns(unsteady=pl.lit(None, pl.String))
-    rows = pl.scan_parquet(loaded.rows / "*.parquet").filter(pl.col(column) == value)
+    rows = pl.scan_ipc(loaded.rows / "*.arrow").filter(pl.col(column) == value)
     buckets = filters.buckets(loaded.grid)
     if loaded.grid is not None and buckets is not None:
         rows = rows.with_columns(loaded.grid.bucket())
