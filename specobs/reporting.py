@@ -71,7 +71,8 @@ class ReportSums:
     ) -> ReportSums:
         """The sums of ``windows`` (a part), bucketed in time on ``span`` (the whole input's;
         None: this part is the whole); with ``grid``, the cells and the tax sums are split by
-        its time buckets too (column ``TIME_BUCKET``; the report's roll-ups ignore it)."""
+        its time buckets too (column ``TIME_BUCKET``; the tax sums also by engine and workload, which a
+        filter may name): the report's roll-ups ignore those columns."""
         windows = _labelled(windows, method)
         # Read and trimmed once: every sum below takes this frame (steady_state is idempotent);
         # left lazy, each of them would read the inputs and rank their steps again.
@@ -90,7 +91,8 @@ class ReportSums:
             over_time=time_sums(grouped, columns, whole),
             span=own,
             few_windows=few,
-            tax=schedule_tax_sums(frame, by_time),
+            # Split by the labels a filter may name too (the tax's own keys do not have them).
+            tax=schedule_tax_sums(frame, [*by_time, *(pl.col(c) for c in ("engine", "workload") if by_time)]),
             unsteady=unsteady_counts(frame),
             integrity=IntegritySums.of(frame, ingested.metadata, ingested.decisions),
         )

@@ -352,7 +352,7 @@ def schedule_tax_sums(windows: pl.LazyFrame | pl.DataFrame, by: Sequence[pl.Expr
     """The decode sums :func:`schedule_tax_from` compares: k = 0 steady-state steps per model,
     platform, device, method and batch size, and ``by`` (a time bucket; summed away by
     :func:`schedule_tax_from`): sums, so those of several parts concatenate."""
-    keys = [*_TAX_KEYS, "method", "batch_size", *by]
+    keys: list[str | pl.Expr] = [*_TAX_KEYS, "method", "batch_size", *by]
     return decode_sums(steady_state(windows).filter(pl.col("num_spec_tokens") == 0), keys).collect()
 
 

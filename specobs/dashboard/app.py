@@ -458,8 +458,8 @@ def sources(ctx: Context) -> None:
             st.caption(f"The first {SKIPPED_SHOWN:,} of {total:,}; the CSV has them all.")
         st.dataframe(shown, hide_index=True)
         _download("Download CSV", views.skipped_table(loaded.skipped), "skipped-lines.csv")
-    shown = int(ctx.sums.cells.get_column("num_windows").sum()) if ctx.sums.cells.height else 0
-    st.caption(f"{shown:,} of {loaded.windows:,} windows pass the filters.")
+    kept = int(ctx.sums.cells.get_column("num_windows").sum()) if ctx.sums.cells.height else 0
+    st.caption(f"{kept:,} of {loaded.windows:,} windows pass the filters.")
 
 
 class Context:
