@@ -19,7 +19,7 @@ from specobs.analysis.cost import steady_state
 from specobs.analysis.sums import TIME_BUCKET, TimeGrid, within
 from specobs.analysis.timeseries import acceptance_over_time
 from specobs.dashboard import views
-from specobs.dashboard.data import Filters, Inputs, Loaded, compare_rows, load_inputs, selected
+from specobs.dashboard.data import Filters, Inputs, Loaded, compare_rows, load_inputs, recommendation_cells, selected
 from specobs.ingest import Ingested, load
 from specobs.reporting import analyze, report_from_sums
 from specobs.results import Report
@@ -129,7 +129,7 @@ def test_a_label_filter_on_the_sums_is_the_rows_it_keeps():
 
 def test_the_tuning_page_recommends_as_the_report_does():
     loaded = load_inputs(Inputs((str(SWEEP),)))
-    cells = loaded.sums.recommendation_cells
+    cells = recommendation_cells(loaded, Filters())
     assert cells is not None and {"engine", "workload", TIME_BUCKET} <= set(cells.columns)
     report = analyze(load([str(SWEEP)]), ("method", "k"))
     assert report.recommendation is not None

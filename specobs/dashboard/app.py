@@ -13,7 +13,6 @@ import hashlib
 import logging
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -29,6 +28,7 @@ from specobs.dashboard.data import (
     compare_rows,
     default_inputs,
     load_inputs,
+    recommendation_cells,
     selected,
     signature,
 )
@@ -67,13 +67,18 @@ def _selected(key: tuple, filters: Filters, _loaded: Loaded) -> ReportSums:
 def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _sums: ReportSums, _loaded: Loaded):
     requests = apply_request_filters(_loaded.requests, filters)
     # The report of the selection's sums, as `specobs report` computes it (its recommendation: the Tuning page's).
-    return report_from_sums(replace(_sums, recommendation_cells=None), _loaded.ingested, groups, requests=requests)
+    return report_from_sums(_sums, _loaded.ingested, groups, requests=requests)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _recommendation_cells(key: tuple, filters: Filters, _loaded: Loaded) -> pl.DataFrame | None:
+    return recommendation_cells(_loaded, filters)
 
 
 @st.cache_resource(max_entries=16, show_spinner="Fitting the throughput model…")
-def _recommendation(key: tuple, filters: Filters, options: tuple, _sums: ReportSums, _loaded: Loaded):
+def _recommendation(key: tuple, filters: Filters, options: tuple, _cells: pl.DataFrame | None, _loaded: Loaded):
     max_k, margin, cost_ratio, bootstrap = options
-    cells = _sums.recommendation_cells
+    cells = _cells
     if cells is None or cells.is_empty():
         return None
     return recommend(
@@ -472,14 +477,17 @@ class Context:
     def report(self):
         return _report(self.key, self.filters, self.groups, self.sums, self.loaded)
 
+    def recommendation_cells(self) -> pl.DataFrame | None:
+        return _recommendation_cells(self.key, self.filters, self.loaded)
+
     def recommendation(self, options: tuple):
-        return _recommendation(self.key, self.filters, options, self.sums, self.loaded)
+        return _recommendation(self.key, self.filters, options, self.recommendation_cells(), self.loaded)
 
     def derived(self, view: Callable[..., Any], *args: Any, recommendation: bool = False) -> Any:
         """``view(frame, *args)`` of the selection's series over time, or of its recommendation
         cells, cached by the inputs, the filters, the view and ``args``."""
         frozen = tuple(tuple(sorted(a.items())) if isinstance(a, dict) else a for a in args)
-        frame = self.sums.recommendation_cells if recommendation else self.sums.over_time
+        frame = self.recommendation_cells() if recommendation else self.sums.over_time
         return _derived(self.key, self.filters, view.__name__, frozen, lambda: view(frame, *args))
 
     def comparison(self, dimension: str, a: Any, b: Any):

@@ -88,7 +88,7 @@ class Loaded:
     ingested: Ingested  # what the inputs say beside their rows (sources, notices, metadata...); rows dropped
     grid: TimeGrid | None = None  # the time buckets of the time filter
     rows: Path | None = None  # the trimmed rows written to disk, for what needs rows (Compare)
-    writing: list[threading.Thread] = field(default_factory=list)  # writes to ``rows`` under way
+    background: list[Background] = field(default_factory=list)  # per part: rows to disk, recommendation cells
     sources: list[SourceReport] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # "input: why", one per unreadable input
@@ -98,6 +98,10 @@ class Loaded:
     decisions: list[TunerDecision] = field(default_factory=list)  # the online tuner's log
     requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))  # finished requests
     metadata: tuple[RunMetadata, ...] = ()  # run metadata: what each engine ran with
+
+    def wait(self) -> list[pl.DataFrame]:
+        """The recommendation cells of every part, once the work on the rows is done."""
+        return [cells for work in self.background if (cells := work.wait()) is not None]
 
     @property
     def windows(self) -> int:
@@ -109,16 +113,48 @@ class Loaded:
 RECOMMENDATION_LABELS = (*recommend_labels, "engine", "workload", "draining")
 
 
-def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_rows: int = PART_ROWS) -> Loaded:
-    """Read ``inputs`` and ``uploads`` (name, content) a part at a time (files larger than
-    ``part_rows`` rows together are read in parts) and keep their sums per time bucket and label
-    set (:func:`specobs.reporting.report_sums`); unreadable inputs go to ``failed``.
+class Background(threading.Thread):
+    """Work on one part's trimmed rows after its sums are made, so the first page does not wait
+    for it: the rows written to disk (for Compare) and the recommendation cells (for Tuning).
+    The rows are let go when it ends; :meth:`wait` gives the cells, or raises what it raised."""
 
-    Each part's trimmed rows are summed, written to a temporary folder for the Compare page
-    (which needs rows) and let go: the app holds sums, never rows. The writing goes on in the
-    background after the sums are made (one part at a time), so the first page does not wait
-    for it; :func:`compare_rows` does."""
-    ingested = load(list(inputs.paths), uploads=uploads, keep_going=True, part_rows=part_rows)
+    def __init__(self, frame: pl.DataFrame, path: Path, grid: TimeGrid | None) -> None:
+        super().__init__(daemon=True)
+        self._frame: pl.DataFrame | None = frame
+        self.path, self.grid = path, grid
+        self.cells: pl.DataFrame | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        frame, self._frame = self._frame, None
+        try:
+            assert frame is not None
+            frame.write_ipc(self.path)  # uncompressed: read back mapped, and no CPU taken from the pages
+            steps = frame.lazy()
+            if "request_id" in frame.columns:
+                steps = steps.filter(pl.col("request_id").is_null())
+            self.cells = with_time_bucket(model_cells(with_draining(steps).collect(), RECOMMENDATION_LABELS), self.grid)
+        except BaseException as exc:  # raised again in the thread that waits
+            self.error = exc
+
+    def wait(self) -> pl.DataFrame | None:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.cells
+
+
+def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_rows: int | None = PART_ROWS) -> Loaded:
+    """Read ``inputs`` and ``uploads`` (name, content) a part at a time (Parquet files larger than
+    ``part_rows`` rows together are read in parts; one file is read whole, as the report reads it)
+    and keep their sums per time bucket and label set (:func:`specobs.reporting.report_sums`);
+    unreadable inputs go to ``failed``.
+
+    Each part's trimmed rows are summed and handed to a :class:`Background` (one part at a time),
+    which writes them to a temporary folder for the Compare page (it needs rows), makes the
+    recommendation cells and lets them go: the app holds sums, never rows."""
+    parquet = sum(1 for name, _ in expand_paths(list(inputs.paths)) if name.endswith(".parquet"))
+    ingested = load(list(inputs.paths), uploads=uploads, keep_going=True, part_rows=part_rows if parquet > 1 else None)
     failed = [str(exc) for exc in ingested.failed]
     if inputs.prometheus:
         try:
@@ -127,31 +163,26 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_
             failed.append(str(exc))
     grid = TimeGrid.of(*end_times(ingested))
     folder = Path(tempfile.mkdtemp(prefix="specobs-dashboard-"))
-    recommending: list[pl.DataFrame] = []
-    writing: list[threading.Thread] = []
+    background: list[Background] = []
 
     def each(frame: pl.DataFrame) -> None:
-        if writing:  # the part before is let go before this one is written: two parts at most
-            writing[-1].join()
-        path = folder / f"part-{len(recommending):04d}.arrow"
-        writing.append(threading.Thread(target=frame.write_ipc, args=(path,), kwargs={"compression": "lz4"}))
-        writing[-1].start()
-        steps = frame.lazy().filter(pl.col("request_id").is_null()) if "request_id" in frame.columns else frame.lazy()
-        recommending.append(with_time_bucket(model_cells(with_draining(steps).collect(), RECOMMENDATION_LABELS), grid))
+        if background:  # the part before is let go before this one is handed over: two parts at most
+            background[-1].join()
+        background.append(Background(frame, folder / f"part-{len(background):04d}.arrow", grid))
+        background[-1].start()
 
     sums = report_sums(ingested, SERIES_KEYS, tune=False, grid=grid, each=each)
-    cells = pl.concat(recommending, how="diagonal_relaxed") if recommending else None
     over_time = sums.over_time
     if over_time is not None:  # the end time of a series point (a window, or a report time bucket)
         over_time = with_time_bucket(over_time, grid)
-    sums = replace(sums, recommendation_cells=cells, over_time=over_time)
+    sums = replace(sums, over_time=over_time)
     ingested.sources = counted_sources(ingested)  # counted before the rows go
     ingested.windows = schema.empty(schema.WINDOWS).lazy()  # read: rows are not kept
     labels = [sums.cells.select(FILTER_COLUMNS), ingested.requests.select(FILTER_COLUMNS)]
     options = label_values(pl.concat(labels, how="vertical_relaxed"), FILTER_COLUMNS)
     bounds = (grid.first, grid.last) if grid is not None else None
     loaded = Loaded(
-        sums, ingested, grid, folder, writing, ingested.sources, ingested.skipped, failed, options, bounds,
+        sums, ingested, grid, folder, background, ingested.sources, ingested.skipped, failed, options, bounds,
         ingested.tune_runs, ingested.decisions, ingested.requests, tuple(ingested.metadata),
     )  # fmt: skip
     weakref.finalize(loaded, shutil.rmtree, folder, True)  # the rows on disk go with the sums
@@ -212,8 +243,16 @@ def selected(loaded: Loaded, filters: Filters) -> ReportSums:
         cells=within(sums.cells, filters.values, buckets),
         tax=within(sums.tax, filters.values, buckets),
         over_time=cut(sums.over_time),
-        recommendation_cells=cut(sums.recommendation_cells),
     )
+
+
+def recommendation_cells(loaded: Loaded, filters: Filters) -> pl.DataFrame | None:
+    """The recommendation cells (blocks of consecutive steps) inside ``filters``, a cell by the
+    time bucket of its last step; None when nothing was read. Waits for :class:`Background`."""
+    cells = loaded.wait()
+    if not cells:
+        return None
+    return within(pl.concat(cells, how="diagonal_relaxed"), filters.values, filters.buckets(loaded.grid))
 
 
 def apply_request_filters(requests: pl.DataFrame, filters: Filters) -> pl.DataFrame:
@@ -234,8 +273,7 @@ def compare_rows(loaded: Loaded, filters: Filters, column: str, value: object) -
     """The trimmed rows of one side of a comparison (``column`` = ``value``) inside ``filters``,
     read lazily from the copy on disk (:func:`load_inputs`): a comparison needs rows (the spread
     between runs), and reads only the columns and row groups it needs."""
-    for thread in loaded.writing:
-        thread.join()
+    loaded.wait()
     if loaded.rows is None or not any(loaded.rows.glob("*.arrow")):
         return schema.empty(schema.WINDOWS).lazy().with_columns(unsteady=pl.lit(None, pl.String))
     rows = pl.scan_ipc(loaded.rows / "*.arrow").filter(pl.col(column) == value)
