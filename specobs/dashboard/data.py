@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -88,7 +87,7 @@ class Loaded:
     ingested: Ingested  # what the inputs say beside their rows (sources, notices, metadata...); rows dropped
     grid: TimeGrid | None = None  # the time buckets of the time filter
     rows: Path | None = None  # the trimmed rows written to disk, for what needs rows (Compare)
-    background: list[Background] = field(default_factory=list)  # per part: rows to disk, recommendation cells
+    recommending: list[pl.DataFrame] = field(default_factory=list)  # recommendation cells, per part
     sources: list[SourceReport] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # "input: why", one per unreadable input
@@ -98,10 +97,6 @@ class Loaded:
     decisions: list[TunerDecision] = field(default_factory=list)  # the online tuner's log
     requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))  # finished requests
     metadata: tuple[RunMetadata, ...] = ()  # run metadata: what each engine ran with
-
-    def wait(self) -> list[pl.DataFrame]:
-        """The recommendation cells of every part, once the work on the rows is done."""
-        return [cells for work in self.background if (cells := work.wait()) is not None]
 
     @property
     def windows(self) -> int:
@@ -113,35 +108,15 @@ class Loaded:
 RECOMMENDATION_LABELS = (*recommend_labels, "engine", "workload", "draining")
 
 
-class Background(threading.Thread):
-    """Work on one part's trimmed rows after its sums are made, so the first page does not wait
-    for it: the rows written to disk (for Compare) and the recommendation cells (for Tuning).
-    The rows are let go when it ends; :meth:`wait` gives the cells, or raises what it raised."""
-
-    def __init__(self, frame: pl.DataFrame, path: Path, grid: TimeGrid | None) -> None:
-        super().__init__(daemon=True)
-        self._frame: pl.DataFrame | None = frame
-        self.path, self.grid = path, grid
-        self.cells: pl.DataFrame | None = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        frame, self._frame = self._frame, None
-        try:
-            assert frame is not None
-            frame.write_ipc(self.path)  # uncompressed: read back mapped, and no CPU taken from the pages
-            steps = frame.lazy()
-            if "request_id" in frame.columns:
-                steps = steps.filter(pl.col("request_id").is_null())
-            self.cells = with_time_bucket(model_cells(with_draining(steps).collect(), RECOMMENDATION_LABELS), self.grid)
-        except BaseException as exc:  # raised again in the thread that waits
-            self.error = exc
-
-    def wait(self) -> pl.DataFrame | None:
-        self.join()
-        if self.error is not None:
-            raise self.error
-        return self.cells
+def _rows_kept(frame: pl.DataFrame, path: Path, grid: TimeGrid | None) -> pl.DataFrame:
+    """What is taken from one part's trimmed rows before they go, beside its sums: the rows
+    written to ``path`` for the Compare page (which needs rows), and the recommendation cells
+    (blocks of consecutive steps, by the time bucket of their last step) returned."""
+    frame.write_parquet(path, compression="lz4")  # a tenth of the rows' size; read back by predicate
+    steps = frame.lazy()
+    if "request_id" in frame.columns:
+        steps = steps.filter(pl.col("request_id").is_null())
+    return with_time_bucket(model_cells(with_draining(steps).collect(), RECOMMENDATION_LABELS), grid)
 
 
 def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_rows: int | None = PART_ROWS) -> Loaded:
@@ -150,9 +125,8 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_
     and keep their sums per time bucket and label set (:func:`specobs.reporting.report_sums`);
     unreadable inputs go to ``failed``.
 
-    Each part's trimmed rows are summed and handed to a :class:`Background` (one part at a time),
-    which writes them to a temporary folder for the Compare page (it needs rows), makes the
-    recommendation cells and lets them go: the app holds sums, never rows."""
+    Each part's trimmed rows are summed, written to a temporary folder for the Compare page (it
+    needs rows) and made into recommendation cells, then let go: the app holds sums, never rows."""
     parquet = sum(1 for name, _ in expand_paths(list(inputs.paths)) if name.endswith(".parquet"))
     ingested = load(list(inputs.paths), uploads=uploads, keep_going=True, part_rows=part_rows if parquet > 1 else None)
     failed = [str(exc) for exc in ingested.failed]
@@ -163,13 +137,13 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_
             failed.append(str(exc))
     grid = TimeGrid.of(*end_times(ingested))
     folder = Path(tempfile.mkdtemp(prefix="specobs-dashboard-"))
-    background: list[Background] = []
+    recommending: list[pl.DataFrame] = []
 
     def each(frame: pl.DataFrame) -> None:
-        if background:  # the part before is let go before this one is handed over: two parts at most
-            background[-1].join()
-        background.append(Background(frame, folder / f"part-{len(background):04d}.arrow", grid))
-        background[-1].start()
+        if not ingested.deferred:  # read whole: its rows go now, counted first
+            ingested.sources = counted_sources(ingested)
+            ingested.windows = schema.empty(schema.WINDOWS).lazy()
+        recommending.append(_rows_kept(frame, folder / f"part-{len(recommending):04d}.parquet", grid))
 
     sums = report_sums(ingested, SERIES_KEYS, tune=False, grid=grid, each=each)
     over_time = sums.over_time
@@ -182,7 +156,7 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_
     options = label_values(pl.concat(labels, how="vertical_relaxed"), FILTER_COLUMNS)
     bounds = (grid.first, grid.last) if grid is not None else None
     loaded = Loaded(
-        sums, ingested, grid, folder, background, ingested.sources, ingested.skipped, failed, options, bounds,
+        sums, ingested, grid, folder, recommending, ingested.sources, ingested.skipped, failed, options, bounds,
         ingested.tune_runs, ingested.decisions, ingested.requests, tuple(ingested.metadata),
     )  # fmt: skip
     weakref.finalize(loaded, shutil.rmtree, folder, True)  # the rows on disk go with the sums
@@ -248,8 +222,8 @@ def selected(loaded: Loaded, filters: Filters) -> ReportSums:
 
 def recommendation_cells(loaded: Loaded, filters: Filters) -> pl.DataFrame | None:
     """The recommendation cells (blocks of consecutive steps) inside ``filters``, a cell by the
-    time bucket of its last step; None when nothing was read. Waits for :class:`Background`."""
-    cells = loaded.wait()
+    time bucket of its last step; None when nothing was read."""
+    cells = loaded.recommending
     if not cells:
         return None
     return within(pl.concat(cells, how="diagonal_relaxed"), filters.values, filters.buckets(loaded.grid))
@@ -273,10 +247,9 @@ def compare_rows(loaded: Loaded, filters: Filters, column: str, value: object) -
     """The trimmed rows of one side of a comparison (``column`` = ``value``) inside ``filters``,
     read lazily from the copy on disk (:func:`load_inputs`): a comparison needs rows (the spread
     between runs), and reads only the columns and row groups it needs."""
-    loaded.wait()
-    if loaded.rows is None or not any(loaded.rows.glob("*.arrow")):
+    if loaded.rows is None or not any(loaded.rows.glob("*.parquet")):
         return schema.empty(schema.WINDOWS).lazy().with_columns(unsteady=pl.lit(None, pl.String))
-    rows = pl.scan_ipc(loaded.rows / "*.arrow").filter(pl.col(column) == value)
+    rows = pl.scan_parquet(loaded.rows / "*.parquet").filter(pl.col(column) == value)
     buckets = filters.buckets(loaded.grid)
     if loaded.grid is not None and buckets is not None:
         rows = rows.with_columns(loaded.grid.bucket())
