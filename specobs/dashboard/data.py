@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -87,7 +88,6 @@ class Loaded:
     ingested: Ingested  # what the inputs say beside their rows (sources, notices, metadata...); rows dropped
     grid: TimeGrid | None = None  # the time buckets of the time filter
     rows: Path | None = None  # the trimmed rows written to disk, for what needs rows (Compare)
-    recommending: list[pl.DataFrame] = field(default_factory=list)  # recommendation cells, per part
     sources: list[SourceReport] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # "input: why", one per unreadable input
@@ -97,6 +97,8 @@ class Loaded:
     decisions: list[TunerDecision] = field(default_factory=list)  # the online tuner's log
     requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))  # finished requests
     metadata: tuple[RunMetadata, ...] = ()  # run metadata: what each engine ran with
+    recommending: list[pl.DataFrame] | None = None  # recommendation cells per part, once asked for
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def windows(self) -> int:
@@ -108,11 +110,9 @@ class Loaded:
 RECOMMENDATION_LABELS = (*recommend_labels, "engine", "workload", "draining")
 
 
-def _rows_kept(frame: pl.DataFrame, path: Path, grid: TimeGrid | None) -> pl.DataFrame:
-    """What is taken from one part's trimmed rows before they go, beside its sums: the rows
-    written to ``path`` for the Compare page (which needs rows), and the recommendation cells
-    (blocks of consecutive steps, by the time bucket of their last step) returned."""
-    frame.write_parquet(path, compression="lz4")  # a tenth of the rows' size; read back by predicate
+def _recommendation_part(frame: pl.DataFrame, grid: TimeGrid | None) -> pl.DataFrame:
+    """The recommendation cells of one part's trimmed rows (blocks of consecutive steps, by the
+    time bucket of their last step)."""
     steps = frame.lazy()
     if "request_id" in frame.columns:
         steps = steps.filter(pl.col("request_id").is_null())
@@ -137,13 +137,15 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_
             failed.append(str(exc))
     grid = TimeGrid.of(*end_times(ingested))
     folder = Path(tempfile.mkdtemp(prefix="specobs-dashboard-"))
-    recommending: list[pl.DataFrame] = []
+    written = [0]
 
     def each(frame: pl.DataFrame) -> None:
         if not ingested.deferred:  # read whole: its rows go now, counted first
             ingested.sources = counted_sources(ingested)
             ingested.windows = schema.empty(schema.WINDOWS).lazy()
-        recommending.append(_rows_kept(frame, folder / f"part-{len(recommending):04d}.parquet", grid))
+        # A tenth of the rows' size; read back by predicate (Compare) or a part at a time (Tuning).
+        frame.write_parquet(folder / f"part-{written[0]:04d}.parquet", compression="lz4")
+        written[0] += 1
 
     sums = report_sums(ingested, SERIES_KEYS, tune=False, grid=grid, each=each)
     over_time = sums.over_time
@@ -156,7 +158,7 @@ def load_inputs(inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_
     options = label_values(pl.concat(labels, how="vertical_relaxed"), FILTER_COLUMNS)
     bounds = (grid.first, grid.last) if grid is not None else None
     loaded = Loaded(
-        sums, ingested, grid, folder, recommending, ingested.sources, ingested.skipped, failed, options, bounds,
+        sums, ingested, grid, folder, ingested.sources, ingested.skipped, failed, options, bounds,
         ingested.tune_runs, ingested.decisions, ingested.requests, tuple(ingested.metadata),
     )  # fmt: skip
     weakref.finalize(loaded, shutil.rmtree, folder, True)  # the rows on disk go with the sums
@@ -222,7 +224,14 @@ def selected(loaded: Loaded, filters: Filters) -> ReportSums:
 
 def recommendation_cells(loaded: Loaded, filters: Filters) -> pl.DataFrame | None:
     """The recommendation cells (blocks of consecutive steps) inside ``filters``, a cell by the
-    time bucket of its last step; None when nothing was read."""
+    time bucket of its last step; None when nothing was read.
+
+    Made the first time they are asked for, from the rows on disk a part at a time (the Tuning
+    page's first visit), and kept: a recommendation with resampling needs blocks of steps."""
+    with loaded.lock:
+        if loaded.recommending is None:
+            parts = sorted(loaded.rows.glob("*.parquet")) if loaded.rows is not None else []
+            loaded.recommending = [_recommendation_part(pl.read_parquet(part), loaded.grid) for part in parts]
     cells = loaded.recommending
     if not cells:
         return None
