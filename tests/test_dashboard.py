@@ -139,14 +139,19 @@ def test_method_filter_changes_every_number_to_that_methods(app):
 
 
 def test_time_range_filter_keeps_only_windows_inside_it(app):
+    """The range snaps to the nearest edges of the app's time buckets: the windows ending in the
+    buckets between them are the ones counted."""
+    from specobs.dashboard.data import Inputs, load_inputs
+
+    grid = load_inputs(Inputs((str(SWEEP),))).grid
     windows = pl.concat([pl.read_ndjson(p) for p in (NGRAM, DRAFT, PLAIN)], how="diagonal_relaxed")
     slider = app.slider(key="time_range")
     low, high = slider.value
-    cut = low + (high - low) / 2
+    cut = low + (high - low) / 2 + dt.timedelta(seconds=grid.width / 3)  # inside a bucket
     slider.set_value((low, cut)).run()
-    cut_ts = cut.replace(tzinfo=dt.UTC).timestamp()
-    low_ts = low.replace(tzinfo=dt.UTC).timestamp()
-    inside = windows.filter(pl.col("ts").is_between(low_ts, cut_ts))
+    start, stop = grid.snap(low.replace(tzinfo=dt.UTC).timestamp(), cut.replace(tzinfo=dt.UTC).timestamp())
+    assert start == 0 and grid.edge(stop) != cut.replace(tzinfo=dt.UTC).timestamp()
+    inside = windows.filter(pl.col("ts").is_between(grid.edge(start), grid.edge(stop), closed="left"))
     assert 0 < inside["num_drafts"].sum() < windows["num_drafts"].sum()
     assert metrics(app)["Drafts"] == f"{inside['num_drafts'].sum():,}"
 

@@ -1,9 +1,11 @@
 """The Streamlit app: pages, sidebar and caching. Layout only.
 
 Run it with ``specobs dashboard [PATHS] [--prometheus URL]`` or, from a checkout,
-``streamlit run dashboards/streamlit_app.py``. Results are cached by the inputs' signature
-and the filter values, in process memory (``st.cache_resource``: frames are shared, never
-copied), so changing pages or going back to a filter already seen costs no recomputation.
+``streamlit run dashboards/streamlit_app.py``. The inputs are held as their sums per time
+bucket and label set (``data.load_inputs``), cached by the inputs' signature; the sums inside
+the filters and each page's results are cached by the filter values too, in process memory
+(``st.cache_resource``: frames are shared, never copied), so changing pages or going back to a
+filter already seen costs no recomputation, and a new filter costs a filter of the sums.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """What the app reads, and the slice of it that every page sees.
 
 Inputs are paths (files or folders), uploaded files and a Prometheus server, read with the
-same ingest as the command line; an input that cannot be read is listed, not fatal. Filters
-are plain values, so that results can be cached by them.
+same ingest as the command line; an input that cannot be read is listed, not fatal. What is
+kept of them is sums (``specobs.reporting.ReportSums`` split by the time buckets of
+``specobs.analysis.sums.TimeGrid``), never rows: a filter is a filter of the sums, and the time
+range snaps to bucket edges. Filters are plain values, so that results can be cached by them.
 """
 
 from __future__ import annotations
