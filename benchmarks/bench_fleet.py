@@ -14,8 +14,8 @@ peak RSS the largest. Rows and anchors:
   file, each shifted past the one before, each one file (or ``--split`` files of consecutive
   rows: many engine-hours). specobs reads it in parts (``ingest.PART_ROWS``).
 - ``recommend``: ``specobs recommend`` (30 resamples) on the 10M rows, beside the same group-by.
-- ``dashboard``: first load, the slowest page change and peak RSS of the app on 10M steps
-  (benchmarks/bench_dashboard.py's AppTest session).
+- ``dashboard``: first load, the slowest page change and peak RSS of the app on the 10M steps
+  (benchmarks/bench_dashboard.py's AppTest session on the ``parquet`` row's file).
 - ``exporter``: one scrape of 8 engines × 3 methods, the series one engine publishes, and
   ``observe_step`` for a step with 16 positions (benchmarks/bench_exporters.py's cases).
 
@@ -105,10 +105,9 @@ def steps_row(label: str, path: Path, command: list[str], repeat: int, target: s
     )
 
 
-def dashboard_row() -> str:
-    sweep = DATA / f"sweep-steps-{ROWS}.parquet"
+def dashboard_row(steps: Path) -> str:
     out = subprocess.run(
-        [sys.executable, str(HERE / "bench_dashboard.py"), "--child", "apptest", "--path", str(sweep)],
+        [sys.executable, str(HERE / "bench_dashboard.py"), "--child", "apptest", "--path", str(steps)],
         capture_output=True, text=True, cwd=ROOT, check=True,
     )  # fmt: skip
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -150,12 +149,9 @@ def main() -> None:
     only = set(args.only.split(","))
     steps = DATA / f"steps-{ROWS}.parquet"
     folder = DATA / (f"steps-{ROWS * args.parts}" + (f"-in-{args.parts * args.split}" if args.split > 1 else ""))
-    if only & {"log", "parquet", "folder", "recommend"}:  # the 1 GB log and the 10M rows, once
+    if only & {"log", "parquet", "folder", "recommend"} or ("dashboard" in only and not steps.exists()):
+        # the 1 GB log and the 10M rows, once
         subprocess.run([sys.executable, str(HERE / "bench_ingest.py"), "--generate", "1024", str(ROWS)], check=True)
-    if "dashboard" in only and not (DATA / "sweep-steps-10000000.parquet").exists():
-        from bench_dashboard import generate as generate_sweep
-
-        generate_sweep(DATA / "sweep-steps-10000000.parquet", ROWS)
     started = time.perf_counter()
     rows: list[str] = []
     if "log" in only:
@@ -179,7 +175,7 @@ def main() -> None:
         command = [*SPECOBS, "recommend", str(steps), "--format", "json", "--bootstrap", "30"]
         rows.append(steps_row("`recommend` on 10M steps, 30 resamples", steps, command, args.repeat, "≤ 2 s"))
     if "dashboard" in only:
-        rows.append(dashboard_row())
+        rows.append(dashboard_row(steps))
     if "exporter" in only:
         rows.append(exporter_row())
     lines = [

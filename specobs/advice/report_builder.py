@@ -13,8 +13,8 @@ is computed from them alone, so a part at a time gives the report the whole inpu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -30,8 +30,9 @@ from specobs.analysis.cost import (
 )
 from specobs.analysis.integrity import IntegritySums, integrity
 from specobs.analysis.requests import as_windows, request_acceptance
+from specobs.analysis.sums import TimeGrid
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
-from specobs.ingest import Ingested, counted_sources
+from specobs.ingest import Ingested, counted_sources, first_pass
 from specobs.records import BatchTiming, GroupSummary, Report, Summary
 from specobs.schema import categorical_labels
 
@@ -66,9 +67,12 @@ class ReportSums:
         span: TimeSpan | None = None,
         with_recommendation: bool = True,
         method: str | None = None,
+        grid: TimeGrid | None = None,
     ) -> ReportSums:
         """The sums of ``windows`` (a part), bucketed in time on ``span`` (the whole input's;
-        None: this part is the whole)."""
+        None: this part is the whole); with ``grid``, the cells and the tax sums are split by
+        its time buckets too (column ``TIME_BUCKET``; the tax sums also by engine and workload, which a
+        filter may name): the report's roll-ups ignore those columns."""
         windows = _labelled(windows, method)
         # Read and trimmed once: every sum below takes this frame (steady_state is idempotent);
         # left lazy, each of them would read the inputs and rank their steps again.
@@ -80,13 +84,15 @@ class ReportSums:
         few = None
         if span is not None and own.windows <= MAX_POINTS:
             few = time_sums(grouped, columns, own)
+        by_time = [grid.bucket()] if grid is not None else []
         return cls(
-            cells=step_cells(frame),
+            cells=step_cells(frame, by_time),
             recommendation_cells=recommendation_cells(frame) if with_recommendation else None,
             over_time=time_sums(grouped, columns, whole),
             span=own,
             few_windows=few,
-            tax=schedule_tax_sums(frame),
+            # Split by the labels a filter may name too (the tax's own keys do not have them).
+            tax=schedule_tax_sums(frame, [*by_time, *(pl.col(c) for c in ("engine", "workload") if by_time)]),
             unsteady=unsteady_counts(frame),
             integrity=IntegritySums.of(frame, ingested.metadata, ingested.decisions),
         )
@@ -142,22 +148,58 @@ def analyze(
     config carries what ran, from ``ingested.metadata``, and is checked against the installed
     vLLM unless ``check_config`` is False."""
     keys = acceptance.group_columns(by)
+    sums = report_sums(ingested, keys, with_recommendation=with_recommendation, method=method)
+    return report_from_sums(sums, ingested, by, timing=timing, check_config=check_config)
+
+
+def report_sums(
+    ingested: Ingested,
+    keys: Sequence[str],
+    *,
+    with_recommendation: bool = True,
+    method: str | None = None,
+    grid: TimeGrid | None = None,
+    each: Callable[[pl.DataFrame], None] | None = None,
+) -> ReportSums:
+    """The :class:`ReportSums` of the whole of ``ingested``, a part at a time, its series over
+    time summed per ``keys`` (see :meth:`ReportSums.of` for ``grid``); ``each`` is shown every
+    part's trimmed rows before they are let go (what needs rows is taken from them then)."""
     span = whole_span(ingested)
     parts = []
     for part in ingested.parts():
+        frame = steady_state(_labelled(part, method)).collect()
+        del part
+        if each is not None:
+            each(frame)
         parts.append(
-            ReportSums.of(part, ingested, keys, span=span, with_recommendation=with_recommendation, method=method)
+            ReportSums.of(frame.lazy(), ingested, keys, span=span, with_recommendation=with_recommendation, grid=grid)
         )
-        del part  # let this part's rows go before the next is read
+        del frame  # let this part's rows go before the next is read
     sums = ReportSums.merge(parts, span)
-    over_time = sums.over_time
-    if over_time is None:  # the first pass's span was off: the time buckets once more, on the right one
+    if sums.over_time is None:  # the first pass's span was off: the time buckets once more, on the right one
         columns = series_columns(keys)
         again = []
         for part in ingested.parts():  # read again: nothing is recorded twice
             again.append(time_sums(acceptance.with_group_columns(_labelled(part, method)), columns, sums.span))
             del part
-        over_time = pl.concat(again, how="diagonal_relaxed")
+        sums = replace(sums, over_time=pl.concat(again, how="diagonal_relaxed"))
+    return sums
+
+
+def report_from_sums(
+    sums: ReportSums,
+    ingested: Ingested,
+    by: Sequence[str] = acceptance.DEFAULT_BY,
+    *,
+    timing: bool = True,
+    check_config: bool = True,
+    requests: pl.DataFrame | None = None,
+) -> Report:
+    """The :class:`Report` of ``sums`` (:func:`report_sums` over columns that include those of
+    ``by``), with what ``ingested`` says beside its rows (sources, skipped lines, metadata...) and
+    its finished ``requests`` (default: all of them)."""
+    keys = acceptance.group_columns(by)
+    requests = ingested.requests if requests is None else requests
     # Summed once into cells: the acceptance summary, its groups and the timing by batch read them.
     cells = sums.cells
     overall, groups = acceptance.summarize_with_total(cells, by=by)
@@ -169,9 +211,9 @@ def analyze(
         recommendation = recommend(
             sums.recommendation_cells, bootstrap=0, metadata=ingested.metadata, check_config=check_config
         )
-    from_requests = not summary.num_windows and ingested.requests.height > 0
+    from_requests = not summary.num_windows and requests.height > 0
     if from_requests:  # finished requests alone: their own counts are the acceptance (one window each)
-        overall, groups = acceptance.summarize_with_total(as_windows(ingested.requests), by=by)
+        overall, groups = acceptance.summarize_with_total(as_windows(requests), by=by)
         summary = acceptance.summary_of(overall.row(0, named=True))
     return Report(
         by=tuple(by),
@@ -183,14 +225,18 @@ def analyze(
         ),
         sources=tuple(counted_sources(ingested)),
         skipped=tuple(ingested.skipped),
-        changes=tuple(changes_in(series_from_sums(over_time, series_columns(keys)), keys)),
+        changes=tuple(
+            changes_in(series_from_sums(sums.over_time, series_columns(keys)), keys)
+            if sums.over_time is not None
+            else ()
+        ),
         timing=tuple(BatchTiming.from_row(row, [c for c in keys if c != "batch_bucket"]) for row in by_batch),
         recommendation=recommendation,
         tax=tuple(schedule_tax_from(sums.tax)),
         unsteady=sums.unsteady,
         notices=tuple(ingested.notices),
         tuner_decisions=tuple(ingested.decisions),
-        requests=request_acceptance(ingested.requests),
+        requests=request_acceptance(requests),
         metadata=tuple(ingested.metadata),
         integrity=tuple(integrity(sums.integrity, ingested.metadata, ingested.decisions)),
         summary_from_requests=from_requests,
@@ -215,7 +261,6 @@ def whole_span(ingested: Ingested) -> TimeSpan | None:
     checked whole, nor its repeats dropped); None when the input is read whole."""
     if not ingested.deferred:
         return None
-    from specobs.ingest import first_pass
     from specobs.ingest.source import open_source
 
     spans = [TimeSpan.of(part.windows) for part in ingested.deferred if part.windows is not None]
@@ -223,4 +268,4 @@ def whole_span(ingested: Ingested) -> TimeSpan | None:
     return TimeSpan.merge(spans)
 
 
-__all__ = ["ReportSums", "analyze", "recommendation_input"]
+__all__ = ["ReportSums", "analyze", "recommendation_input", "report_from_sums", "report_sums"]

@@ -162,20 +162,23 @@ def key_hash(columns: Sequence[str | pl.Expr], seed: int = 0) -> pl.Expr:
     return pl.struct([(pl.col(c) if isinstance(c, str) else c).to_physical() for c in columns]).hash(seed=seed)
 
 
-def cells(windows: pl.LazyFrame | pl.DataFrame, extra: Sequence[Term] = ()) -> pl.DataFrame:
+def cells(
+    windows: pl.LazyFrame | pl.DataFrame, extra: Sequence[Term] = (), keys: Sequence[pl.Expr] = ()
+) -> pl.DataFrame:
     """The rows summed once into cells, one per value of :data:`CELL_KEYS`, holding every sum
     :func:`aggregate` needs (and the aggregations ``extra``): :func:`summarize` of the cells
     by any ``--by`` gives what it gives on the rows, from thousands of cells instead of
     millions of rows, so one pass over the rows serves every grouping.
 
     Every per-row quantity (a mask, a square, a per-position estimate) is computed on the rows
-    and only summed here; sums of floats may differ from the rows' in the last bits.
+    and only summed here; sums of floats may differ from the rows' in the last bits. ``keys``
+    split the cells further (a time bucket: ``specobs.analysis.sums``); the roll-ups ignore them.
     """
     lazy = windows.lazy().with_columns(hour_number().alias(HOUR_NUMBER))
 
     def build(positions: int) -> pl.DataFrame:
         terms = [t for t in _term_list(positions) if t.name not in CELL_KEYS]
-        return grouped_terms(lazy, CELL_KEYS, [*terms, *extra]).collect()
+        return grouped_terms(lazy, [*CELL_KEYS, *keys], [*terms, *extra]).collect()
 
     guess = _positions_guess(lazy)
     out = build(guess)

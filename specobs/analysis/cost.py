@@ -129,11 +129,12 @@ def timing_terms() -> list[Term]:
 _TIMING_SUMS = [t.name for t in timing_terms()]
 
 
-def step_cells(windows: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+def step_cells(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[pl.Expr] = ()) -> pl.DataFrame:
     """Steady-state rows (:func:`steady_state`) summed once into acceptance cells
-    (:func:`specobs.analysis.acceptance.cells`) that also hold the timing sums: the acceptance
-    summary by any grouping and :func:`timing_by_batch` both read them instead of the rows."""
-    return cells(steady_state(windows), timing_terms())
+    (:func:`specobs.analysis.acceptance.cells`, split further by ``keys``) that also hold the
+    timing sums: the acceptance summary by any grouping and :func:`timing_by_batch` both read
+    them instead of the rows."""
+    return cells(steady_state(windows), timing_terms(), keys)
 
 
 def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = ()) -> pl.DataFrame:
@@ -345,10 +346,11 @@ def schedule_tax(windows: pl.LazyFrame | pl.DataFrame) -> list[ScheduleTax]:
 _TAX_KEYS = ["model", "platform", "device"]
 
 
-def schedule_tax_sums(windows: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+def schedule_tax_sums(windows: pl.LazyFrame | pl.DataFrame, by: Sequence[pl.Expr] = ()) -> pl.DataFrame:
     """The decode sums :func:`schedule_tax_from` compares: k = 0 steady-state steps per model,
-    platform, device, method and batch size (sums, so those of several parts concatenate)."""
-    keys = [*_TAX_KEYS, "method", "batch_size"]
+    platform, device, method and batch size, and ``by`` (a time bucket; summed away by
+    :func:`schedule_tax_from`): sums, so those of several parts concatenate."""
+    keys: list[str | pl.Expr] = [*_TAX_KEYS, "method", "batch_size", *by]
     return decode_sums(steady_state(windows).filter(pl.col("num_spec_tokens") == 0), keys).collect()
 
 

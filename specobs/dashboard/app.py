@@ -1,9 +1,11 @@
 """The Streamlit app: pages, sidebar and caching. Layout only.
 
 Run it with ``specobs dashboard [PATHS] [--prometheus URL]`` or, from a checkout,
-``streamlit run dashboards/streamlit_app.py``. Results are cached by the inputs' signature
-and the filter values, in process memory (``st.cache_resource``: frames are shared, never
-copied), so changing pages or going back to a filter already seen costs no recomputation.
+``streamlit run dashboards/streamlit_app.py``. The inputs are held as their sums per time
+bucket and label set (``data.load_inputs``), cached by the inputs' signature; the sums inside
+the filters and each page's results are cached by the filter values too, in process memory
+(``st.cache_resource``: frames are shared, never copied), so changing pages or going back to a
+filter already seen costs no recomputation, and a new filter costs a filter of the sums.
 """
 
 from __future__ import annotations
@@ -20,21 +22,22 @@ import streamlit as st
 
 from specobs.advice.compare import compare
 from specobs.advice.recommend import recommend
-from specobs.advice.report_builder import analyze
+from specobs.advice.report_builder import ReportSums, report_from_sums
 from specobs.analysis.acceptance import GROUP_KEYS
 from specobs.dashboard import views
 from specobs.dashboard.data import (
     Filters,
     Inputs,
     Loaded,
-    apply_filters,
     apply_request_filters,
+    compare_rows,
     default_inputs,
     load_inputs,
+    recommendation_cells,
+    selected,
     signature,
 )
 from specobs.errors import SpecobsError
-from specobs.ingest import Ingested
 from specobs.records import RequestAcceptance
 from specobs.render import charts, sentences, to_json
 from specobs.render.sentences import config_check_note, config_warning, headline
@@ -58,34 +61,43 @@ def _loaded(key: tuple, _inputs: Inputs, _uploads: tuple[tuple[str, bytes], ...]
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def _filtered(key: tuple, filters: Filters, _loaded: Loaded) -> pl.DataFrame:
-    return apply_filters(_loaded.windows, filters)
+def _selected(key: tuple, filters: Filters, _loaded: Loaded) -> ReportSums:
+    return selected(_loaded, filters)
 
 
 @st.cache_resource(max_entries=16, show_spinner="Analysing…")
-def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _windows: pl.DataFrame, _loaded: Loaded):
-    ingested = Ingested(_windows.lazy(), _loaded.sources, _loaded.skipped)
-    ingested.requests = apply_request_filters(_loaded.requests, filters)
-    return analyze(ingested, groups, with_recommendation=False, timing=False)  # timing: the Cost page's own
+def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _sums: ReportSums, _loaded: Loaded):
+    requests = apply_request_filters(_loaded.requests, filters)
+    # The report of the selection's sums, as `specobs report` computes it (its recommendation: the Tuning page's).
+    return report_from_sums(_sums, _loaded.ingested, groups, requests=requests)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _recommendation_cells(key: tuple, filters: Filters, _loaded: Loaded) -> pl.DataFrame | None:
+    return recommendation_cells(_loaded, filters)
 
 
 @st.cache_resource(max_entries=16, show_spinner="Fitting the throughput model…")
-def _recommendation(key: tuple, filters: Filters, options: tuple, _windows: pl.DataFrame, _loaded: Loaded):
+def _recommendation(key: tuple, filters: Filters, options: tuple, _cells: pl.DataFrame | None, _loaded: Loaded):
     max_k, margin, cost_ratio, bootstrap = options
+    cells = _cells
+    if cells is None or cells.is_empty():
+        return None
     return recommend(
-        _windows, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, metadata=_loaded.metadata
+        cells, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, metadata=_loaded.metadata
     )
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def _derived(key: tuple, filters: Filters, name: str, args: tuple, _compute: Callable[[], Any]) -> Any:
-    """Any other frame a page derives from the filtered windows (``name`` and ``args`` say which)."""
+    """Any other frame a page derives from the selection's sums (``name`` and ``args`` say which)."""
     return _compute()
 
 
-@st.cache_resource(max_entries=16, show_spinner="Comparing…")
-def _comparison(key: tuple, filters: Filters, dimension: str, a: Any, b: Any, _windows: pl.DataFrame):
-    return compare(views.compare_subset(_windows, dimension, a), views.compare_subset(_windows, dimension, b))
+@st.cache_resource(max_entries=16, show_spinner="Comparing (reads the steps of both sides)…")
+def _comparison(key: tuple, filters: Filters, dimension: str, a: Any, b: Any, _loaded: Loaded):
+    column = GROUP_KEYS[dimension]
+    return compare(compare_rows(_loaded, filters, column, a), compare_rows(_loaded, filters, column, b))
 
 
 # --- sidebar ------------------------------------------------------------------------------------
@@ -132,24 +144,32 @@ def _filters(loaded: Loaded) -> tuple[Filters, tuple[str, ...]]:
         if chosen:
             values.append((column, tuple(chosen)))
     time_range: tuple[float, float] | None = None
-    bounds = loaded.bounds
-    if bounds and bounds[1] > bounds[0]:
-        low, high = (dt.datetime.fromtimestamp(v, dt.UTC).replace(tzinfo=None) for v in bounds)
-        low, high = low.replace(microsecond=0), high.replace(microsecond=0) + dt.timedelta(seconds=1)
+    grid = loaded.grid
+    if grid is not None and grid.count > 1:
+        low, high = (dt.datetime.fromtimestamp(v, dt.UTC).replace(tzinfo=None) for v in (grid.first, grid.last))
+        step = dt.timedelta(seconds=grid.width)
         chosen_range = st.sidebar.slider(
             "time range (UTC)",
             min_value=low,
             max_value=high,
             value=(low, high),
-            step=dt.timedelta(seconds=max(1, int((high - low).total_seconds() // 500))),
+            step=step,
             format="HH:mm:ss" if high - low < dt.timedelta(days=1) else "MM-DD HH:mm",
             key="time_range",
+            help=f"Snaps to the edges of {grid.count} time buckets of {_duration(grid.width)}: the app keeps "
+            "sums per bucket, not rows.",
         )
         if chosen_range != (low, high):
             first, last = chosen_range
             time_range = (first.replace(tzinfo=dt.UTC).timestamp(), last.replace(tzinfo=dt.UTC).timestamp())
     groups = st.sidebar.multiselect("group by", GROUP_CHOICES, default=list(DEFAULT_GROUPS), key="group_by")
     return Filters(tuple(values), time_range), tuple(groups)
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 60:.3g} min" if seconds >= 60 else f"{seconds:.3g} s"
 
 
 # --- pages --------------------------------------------------------------------------------------
@@ -221,7 +241,7 @@ def overview(ctx: Context) -> None:
         left, right = st.columns(2)
         for col, (curve, _) in zip((left, right), views.CURVES, strict=True):
             _chart(col, charts.positions(positions, curve))
-    series = ctx.derived(views.over_time_frame, columns)
+    series = ctx.derived(views.over_time_frame, columns, ctx.loaded.grid)
     if series.height:
         st.subheader("Acceptance over time")
         changes = views.changes_frame(report.changes, columns)
@@ -238,9 +258,9 @@ def overview(ctx: Context) -> None:
 
 
 def cost(ctx: Context) -> None:
-    columns = ctx.report().group_columns
+    report = ctx.report()
     st.header("Cost")
-    table = ctx.derived(views.timing_table, columns)
+    table = views.timing_table(report.timing, report.group_columns)
     if not table.height:
         st.info(
             "No timing in the selection. Timing comes from specobs capture (event files), V0 stage-time log "
@@ -304,7 +324,7 @@ def tune_runs(ctx: Context) -> None:
 
 
 def tuner_log(ctx: Context) -> None:
-    """The online tuner's decisions among the inputs (``SPECOBS_ONLINE_TUNER``)."""
+    """The online tuner's decisions among the inputs (``SPECOBS_TUNE``)."""
     from specobs.render.sentences import TUNER_HEADERS, tuner_rows, tuner_state
 
     decisions = ctx.loaded.decisions
@@ -381,7 +401,7 @@ def tuning(ctx: Context) -> None:
         st.markdown(f"- {line}")
     if rec.predicted:
         predicted = views.predicted_frame(rec)
-        measured = ctx.derived(views.measured_frame, views.method_labels(rec))
+        measured = ctx.derived(views.measured_frame, views.method_labels(rec), recommendation=True)
         st.subheader("Predicted speedup against k")
         _chart(st, charts.tuning(predicted, measured, "speedup"), stretch=False)
         st.subheader("Throughput against k: predicted (lines) and measured (triangles)")
@@ -398,7 +418,7 @@ def tuning(ctx: Context) -> None:
 
 def compare_page(ctx: Context) -> None:
     st.header("Compare")
-    choices = ctx.derived(views.compare_choices)
+    choices = views.compare_choices(ctx.sums.cells)
     if not choices:
         st.info("Nothing to compare: the selection has one run, method, platform… Add inputs or widen the filters.")
         return
@@ -445,29 +465,35 @@ def sources(ctx: Context) -> None:
             st.caption(f"The first {SKIPPED_SHOWN:,} of {total:,}; the CSV has them all.")
         st.dataframe(shown, hide_index=True)
         _download("Download CSV", views.skipped_table(loaded.skipped), "skipped-lines.csv")
-    st.caption(f"{ctx.windows.height:,} of {loaded.windows.height:,} windows pass the filters.")
+    kept = int(ctx.sums.cells.get_column("num_windows").sum()) if ctx.sums.cells.height else 0
+    st.caption(f"{kept:,} of {loaded.windows:,} windows pass the filters.")
 
 
 class Context:
-    """What a page needs: the loaded inputs, the filtered windows, and cached results."""
+    """What a page needs: the loaded inputs, the sums inside the filters, and cached results."""
 
     def __init__(self, key: tuple, loaded: Loaded, filters: Filters, groups: tuple[str, ...]) -> None:
         self.key, self.loaded, self.filters, self.groups = key, loaded, filters, groups
-        self.windows = _filtered(key, filters, loaded)
+        self.sums = _selected(key, filters, loaded)
 
     def report(self):
-        return _report(self.key, self.filters, self.groups, self.windows, self.loaded)
+        return _report(self.key, self.filters, self.groups, self.sums, self.loaded)
+
+    def recommendation_cells(self) -> pl.DataFrame | None:
+        return _recommendation_cells(self.key, self.filters, self.loaded)
 
     def recommendation(self, options: tuple):
-        return _recommendation(self.key, self.filters, options, self.windows, self.loaded)
+        return _recommendation(self.key, self.filters, options, self.recommendation_cells(), self.loaded)
 
-    def derived(self, view: Callable[..., Any], *args: Any) -> Any:
-        """``view(windows, *args)``, cached by the inputs, the filters, the view and ``args``."""
+    def derived(self, view: Callable[..., Any], *args: Any, recommendation: bool = False) -> Any:
+        """``view(frame, *args)`` of the selection's series over time, or of its recommendation
+        cells, cached by the inputs, the filters, the view and ``args``."""
         frozen = tuple(tuple(sorted(a.items())) if isinstance(a, dict) else a for a in args)
-        return _derived(self.key, self.filters, view.__name__, frozen, lambda: view(self.windows, *args))
+        frame = self.recommendation_cells() if recommendation else self.sums.over_time
+        return _derived(self.key, self.filters, view.__name__, frozen, lambda: view(frame, *args))
 
     def comparison(self, dimension: str, a: Any, b: Any):
-        return _comparison(self.key, self.filters, dimension, a, b, self.windows)
+        return _comparison(self.key, self.filters, dimension, a, b, self.loaded)
 
 
 RENDER: dict[str, Callable[[Context], None]] = {

@@ -15,10 +15,18 @@ import polars as pl
 
 from specobs import buckets
 from specobs.advice.validate import measured_throughput
-from specobs.analysis.acceptance import GROUP_KEYS, with_group_columns
-from specobs.analysis.cost import timing_by_batch
-from specobs.analysis.timeseries import acceptance_over_time
-from specobs.records import Comparison, GroupSummary, Recommendation, RequestAcceptance, RequestGroup, Summary
+from specobs.analysis.acceptance import GROUP_KEYS
+from specobs.analysis.sums import coarser, drafted_values
+from specobs.analysis.timeseries import series_from_sums
+from specobs.records import (
+    BatchTiming,
+    Comparison,
+    GroupSummary,
+    Recommendation,
+    RequestAcceptance,
+    RequestGroup,
+    Summary,
+)
 
 #: The two per-position curves: (name shown, the ``PositionRate`` attribute prefix).
 CURVES = (
@@ -117,14 +125,19 @@ CHART_POINTS = 120
 NOT_OVER_TIME = ("num_spec_tokens", "batch_bucket", "batch_size", "hour")
 
 
-def over_time_frame(windows: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
-    """Acceptance length per window (or time bucket) per group, with a ``time`` column.
+def over_time_frame(sums: pl.DataFrame | None, columns: Sequence[str], grid: Any = None) -> pl.DataFrame:
+    """Acceptance length per window (or time bucket) per group, with a ``time`` column, from the
+    series sums the report's change detection reads (``ReportSums.over_time``), put into at most
+    :data:`CHART_POINTS` buckets (``grid``: the time filter's, unused; part of the cache key).
 
     Groups by ``columns`` except k and batch size, which a dynamic-k engine changes from step
     to step: their series would be fragments of one timeline.
     """
     columns = [c for c in columns if c not in NOT_OVER_TIME]
-    series = acceptance_over_time(with_group_columns(windows.lazy()), list(columns), max_points=CHART_POINTS)
+    if sums is None or sums.is_empty():
+        empty = {c: pl.String for c in columns} | {"end_ts": pl.Float64, "num_drafts": pl.Int64}
+        sums = pl.DataFrame(schema={**empty, "source_line": pl.Int64, "num_accepted_tokens": pl.Int64})
+    series = series_from_sums(coarser(sums, CHART_POINTS), list(columns))
     labels = (
         [group_label(r, columns) for r in series.select(columns).to_dicts()] if columns else ["all"] * series.height
     )
@@ -169,13 +182,13 @@ TIMING_TABLE = {
 _MS = ("mean_draft_seconds", "mean_verify_seconds", "mean_other_seconds", "mean_step_seconds")
 
 
-def timing_table(windows: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
-    """``specobs.analysis.cost.timing_by_batch`` (as in the report) with readable headers, times in ms."""
+def timing_table(timing: Sequence[BatchTiming], columns: Sequence[str]) -> pl.DataFrame:
+    """The report's timing by batch bucket (``Report.timing``) with readable headers, times in ms."""
     records = []
-    for row in timing_by_batch(windows, columns).iter_rows(named=True):
-        record: dict[str, Any] = {"group": group_label(row, columns), "batch": row.get("batch_bucket")}
+    for t in timing:
+        record: dict[str, Any] = {"group": group_label(t.labels, columns), "batch": t.batch_bucket}
         for key, name in TIMING_TABLE.items():
-            value = row.get(key)
+            value = getattr(t, key)
             record[name] = value * 1000 if key in _MS and value is not None else value
         records.append(record)
     schema = {
@@ -243,12 +256,15 @@ def method_labels(rec: Recommendation) -> dict[str | None, str]:
     return {p.method: _method_label(p.method, p.draft_model) for p in rec.predicted}
 
 
-def measured_frame(windows: pl.DataFrame, labels: dict[str | None, str]) -> pl.DataFrame:
-    """Measured decode tokens/s per method, k and batch bucket (``measured_throughput``),
-    labelled as in ``labels`` (:func:`method_labels`); the plain engine's points are repeated
-    under each method, as every method's k = 0."""
+def measured_frame(cells: pl.DataFrame | None, labels: dict[str | None, str]) -> pl.DataFrame:
+    """Measured decode tokens/s per method, k and batch bucket (``measured_throughput`` of the
+    recommendation cells), labelled as in ``labels`` (:func:`method_labels`); the plain engine's
+    points are repeated under each method, as every method's k = 0."""
+    if cells is None or cells.is_empty():
+        schema = {"method": pl.String, "k": pl.Int64, "batch": pl.String, "batch_min": pl.Int64}
+        return pl.DataFrame(schema={**schema, "tokens_per_second": pl.Float64, "steps": pl.Int64})
     measured = (
-        measured_throughput(windows, by_bucket=True)
+        measured_throughput(cells, by_bucket=True)
         .rename({"batch_bucket": "batch", "measured": "tokens_per_second", "batch_size_min": "batch_min"})
         .with_columns(pl.col("method").cast(pl.String))  # relabelled below: text, not a category
     )
@@ -299,19 +315,9 @@ def method_comparison_table(rec: Recommendation) -> pl.DataFrame:
     return pl.DataFrame(records, infer_schema_length=None)
 
 
-def compare_choices(windows: pl.DataFrame) -> dict[str, list]:
+def compare_choices(cells: pl.DataFrame) -> dict[str, list]:
     """For each comparable dimension, its values that drafted, when there are at least two."""
-    columns = {name: GROUP_KEYS[name] for name in COMPARE_DIMENSIONS}
-    drafted = windows.lazy().filter(pl.col("num_drafts").fill_null(0) > 0)
-    values = drafted.select(
-        [pl.col(c).drop_nulls().unique().sort().implode().alias(name) for name, c in columns.items()]
-    ).collect()  # one pass, reading only these columns
-    return {name: values[name][0].to_list() for name in columns if values[name][0].len() >= 2}
-
-
-def compare_subset(windows: pl.DataFrame, dimension: str, value: Any) -> pl.LazyFrame:
-    """The rows of one side of a comparison (lazy: the comparison reads only what it needs)."""
-    return windows.lazy().filter(pl.col(GROUP_KEYS[dimension]) == value)
+    return drafted_values(cells, {name: GROUP_KEYS[name] for name in COMPARE_DIMENSIONS})
 
 
 def compare_positions_frame(cmp: Comparison, names: tuple[str, str]) -> pl.DataFrame:

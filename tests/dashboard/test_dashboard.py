@@ -20,6 +20,7 @@ from streamlit.testing.v1 import AppTest
 from support.helpers import report_json, run_cli
 
 from specobs.dashboard.data import ARGS_ENV
+from specobs.ingest import load
 
 APP = str(ROOT / "dashboards" / "streamlit_app.py")
 SWEEP = ROOT / "examples" / "data" / "vllm-cpu-sweep"
@@ -138,14 +139,19 @@ def test_method_filter_changes_every_number_to_that_methods(app):
 
 
 def test_time_range_filter_keeps_only_windows_inside_it(app):
+    """The range snaps to the nearest edges of the app's time buckets: the windows ending in the
+    buckets between them are the ones counted."""
+    from specobs.dashboard.data import Inputs, load_inputs
+
+    grid = load_inputs(Inputs((str(SWEEP),))).grid
     windows = pl.concat([pl.read_ndjson(p) for p in (NGRAM, DRAFT, PLAIN)], how="diagonal_relaxed")
     slider = app.slider(key="time_range")
     low, high = slider.value
-    cut = low + (high - low) / 2
+    cut = low + (high - low) / 2 + dt.timedelta(seconds=grid.width / 3)  # inside a bucket
     slider.set_value((low, cut)).run()
-    cut_ts = cut.replace(tzinfo=dt.UTC).timestamp()
-    low_ts = low.replace(tzinfo=dt.UTC).timestamp()
-    inside = windows.filter(pl.col("ts").is_between(low_ts, cut_ts))
+    start, stop = grid.snap(low.replace(tzinfo=dt.UTC).timestamp(), cut.replace(tzinfo=dt.UTC).timestamp())
+    assert start == 0 and grid.edge(stop) != cut.replace(tzinfo=dt.UTC).timestamp()
+    inside = windows.filter(pl.col("ts").is_between(grid.edge(start), grid.edge(stop), closed="left"))
     assert 0 < inside["num_drafts"].sum() < windows["num_drafts"].sum()
     assert metrics(app)["Drafts"] == f"{inside['num_drafts'].sum():,}"
 
@@ -307,17 +313,17 @@ def test_dashboard_command_rejects_missing_paths():
 
 
 def test_filters_keep_the_plain_baseline_under_a_method_filter():
-    from specobs.dashboard.data import Filters, apply_filters, filter_options
-    from specobs.ingest import load
+    from specobs.dashboard.data import Filters, Inputs, load_inputs, selected
 
+    loaded = load_inputs(Inputs((str(SWEEP),)))
+    assert loaded.options["method"] == ["draft_model", "ngram"]
+    cells = selected(loaded, Filters((("method", ("ngram",)),))).cells
+    assert set(cells["method"].to_list()) == {"ngram", None}
+    assert cells.filter(pl.col("method").is_null())["num_spec_tokens"].unique().to_list() == [0]
     windows = load([str(SWEEP)]).windows.collect()
-    assert filter_options(windows)["method"] == ["draft_model", "ngram"]
-    ngram = apply_filters(windows, Filters((("method", ("ngram",)),)))
-    assert set(ngram["method"].to_list()) == {"ngram", None}
-    assert ngram.filter(pl.col("method").is_null())["num_spec_tokens"].unique().to_list() == [0]
-    assert ngram.height == windows.filter(pl.col("method").is_null() | (pl.col("method") == "ngram")).height
-    engine = apply_filters(windows, Filters((("engine", (1,)),)))
-    assert engine.is_empty()
+    kept = windows.filter(pl.col("method").is_null() | (pl.col("method") == "ngram"))
+    assert cells["num_windows"].sum() == kept.height
+    assert selected(loaded, Filters((("engine", (1,)),))).cells.is_empty()
 
 
 def test_views_keep_bucket_order_and_labels():
