@@ -33,6 +33,7 @@ from specobs.analysis.requests import as_windows, request_acceptance
 from specobs.analysis.sums import TimeGrid
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.ingest import Ingested, counted_sources, first_pass
+from specobs.ingest.source import open_source
 from specobs.records import BatchTiming, GroupSummary, Report, Summary
 from specobs.schema import categorical_labels
 
@@ -261,7 +262,6 @@ def whole_span(ingested: Ingested) -> TimeSpan | None:
     checked whole, nor its repeats dropped); None when the input is read whole."""
     if not ingested.deferred:
         return None
-    from specobs.ingest.source import open_source
 
     spans = [TimeSpan.of(part.windows) for part in ingested.deferred if part.windows is not None]
     spans += [first_pass(open_source(name), TimeSpan.of) for part in ingested.deferred for name, _ in part.files]

@@ -40,7 +40,18 @@ from specobs.dashboard.data import (
 from specobs.errors import SpecobsError
 from specobs.records import RequestAcceptance
 from specobs.render import charts, sentences, to_json
-from specobs.render.sentences import config_check_note, config_warning, headline
+from specobs.render import tuning as render
+from specobs.render.plot import tune_frame
+from specobs.render.sentences import (
+    TUNER_HEADERS,
+    config_check_note,
+    config_warning,
+    headline,
+    tune_headline,
+    tune_notes,
+    tuner_rows,
+    tuner_state,
+)
 from specobs.render.tuning import BAND_HEADERS, band_rows, band_title
 
 PAGES = ("Overview", "Cost", "Tuning", "Compare", "Sources")
@@ -288,9 +299,6 @@ def _rows_table(headers: tuple[str, ...], rows: list[list[str]]) -> pl.DataFrame
 
 def tune_runs(ctx: Context) -> None:
     """``specobs tune`` results among the inputs: measured points, the schedule, the verification."""
-    from specobs.render import tuning as render
-    from specobs.render.plot import tune_frame
-    from specobs.render.sentences import tune_headline, tune_notes
 
     for name, result in ctx.loaded.tune_runs:
         st.subheader(f"Tune run: {name}")
@@ -325,7 +333,6 @@ def tune_runs(ctx: Context) -> None:
 
 def tuner_log(ctx: Context) -> None:
     """The online tuner's decisions among the inputs (``SPECOBS_TUNE``)."""
-    from specobs.render.sentences import TUNER_HEADERS, tuner_rows, tuner_state
 
     decisions = ctx.loaded.decisions
     st.subheader("Online tuner")

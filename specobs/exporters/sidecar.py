@@ -30,9 +30,11 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from specobs import schema
+from specobs.advice.recommend import recommend
 from specobs.exporters.follow import Follower, Lines, _Followed
 from specobs.exporters.prometheus import PrometheusMetrics
 from specobs.ingest import decisions, detect, events, metadata, read_source
+from specobs.ingest.events import steps_to_windows
 from specobs.ingest.source import Source
 
 logger = logging.getLogger("specobs")
@@ -171,8 +173,6 @@ class Sidecar:
         self._warn(f"skip {reason} {key}", f"specobs exporter: skipped {message} (further ones counted only)")
 
     def _tune(self) -> None:
-        from specobs.advice.recommend import recommend
-        from specobs.ingest.events import steps_to_windows
 
         try:
             frame = pl.DataFrame(list(self.recent), infer_schema_length=None)

@@ -31,10 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specobs.errors import Notice, Skipped
 from specobs.ingest import columns as C
-from specobs.ingest.registry import Progress, Read, Reader
-from specobs.ingest.scan import FoundLines, find_lines
-from specobs.ingest.source import Source
-from specobs.records import SourceReport
+from specobs.ingest.registry import Reader, line_reader
+from specobs.ingest.scan import FoundLines
 
 FORMAT = "prometheus-text"
 #: Serving series read beside the speculative ones: sample name → column (counters are
@@ -278,12 +276,4 @@ def _sniff(head: bytes) -> str | None:
     return None
 
 
-def _read_scrape(src: Source, fmt: str, progress: Progress = None) -> Read:
-    found = find_lines(src, NEEDLES, progress=progress)
-    frame, skipped = parse(found, src.name)
-    skipped = found.skipped + skipped
-    report = SourceReport(src.name, fmt, found.total_lines, frame.height, len(skipped))
-    return Read(report, skipped, windows=frame.lazy())
-
-
-READER = Reader((FORMAT,), _sniff, _read_scrape, detect_order=6, list_order=2)
+READER = Reader((FORMAT,), _sniff, line_reader(NEEDLES, parse), detect_order=6, list_order=2)

@@ -18,6 +18,7 @@ from functools import cache
 import polars as pl
 
 from specobs.errors import InputError, Skipped, SpecobsError
+from specobs.ingest.scan import FoundLines, find_lines
 from specobs.ingest.source import Source
 from specobs.records import RunMetadata, SourceReport, TunerDecision, TuneResult
 
@@ -55,6 +56,22 @@ class Reader:
     list_order: int
     family: str | None = None
     binary: bool = False
+
+
+def line_reader(
+    needles: Sequence[bytes], parse: Callable[[FoundLines, str], tuple[pl.DataFrame, list[Skipped]]]
+) -> Callable[[Source, str, Progress], Read]:
+    """The read of a text format whose few metric lines hold ``needles`` (a log, a scrape):
+    find those lines without splitting every line, then ``parse`` them into windows."""
+
+    def read(src: Source, fmt: str, progress: Progress = None) -> Read:
+        found = find_lines(src, needles, progress=progress)
+        frame, skipped = parse(found, src.name)
+        skipped = found.skipped + skipped
+        report = SourceReport(src.name, fmt, found.total_lines, frame.height, len(skipped))
+        return Read(report, skipped, windows=frame.lazy())
+
+    return read
 
 
 #: Why JSON that is none of the formats is refused, and what to do (docs/formats.md).
@@ -148,4 +165,7 @@ def read_source(src: Source, fmt: str | None = None, *, progress: Progress = Non
     return reader.read(src, resolved, progress)
 
 
-__all__ = ["JSON_HINT", "Read", "Reader", "check_format", "detect", "formats", "read_source", "readers", "resolve"]
+__all__ = [
+    "JSON_HINT", "Read", "Reader", "check_format", "detect", "formats", "line_reader", "read_source", "readers",
+    "resolve",
+]  # fmt: skip

@@ -24,10 +24,8 @@ import polars as pl
 
 from specobs.errors import Skipped
 from specobs.ingest import columns as C
-from specobs.ingest.registry import Progress, Read, Reader
-from specobs.ingest.scan import FoundLines, find_lines
-from specobs.ingest.source import Source
-from specobs.records import SourceReport
+from specobs.ingest.registry import Reader, line_reader
+from specobs.ingest.scan import FoundLines
 
 FORMAT = "sglang-log"
 NEEDLES = (b"Decode batch", b"ServerArgs(")
@@ -121,12 +119,4 @@ def _sniff(head: bytes) -> str | None:
     return FORMAT if b"Decode batch" in head or _PREFIX.search(head) else None
 
 
-def _read_log(src: Source, fmt: str, progress: Progress = None) -> Read:
-    found = find_lines(src, NEEDLES, progress=progress)
-    frame, skipped = parse(found, src.name)
-    skipped = found.skipped + skipped
-    report = SourceReport(src.name, fmt, found.total_lines, frame.height, len(skipped))
-    return Read(report, skipped, windows=frame.lazy())
-
-
-READER = Reader((FORMAT,), _sniff, _read_log, detect_order=8, list_order=1)
+READER = Reader((FORMAT,), _sniff, line_reader(NEEDLES, parse), detect_order=8, list_order=1)

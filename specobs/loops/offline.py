@@ -57,6 +57,7 @@ from specobs.advice.paired import (
     spread,
     systematic,
 )
+from specobs.advice.recommend import recommend
 from specobs.analysis.intervals import Z95
 from specobs.records import TuneBucket, TuneMeasurement, TuneNoise, TuneResult, TuneVerification
 
@@ -643,7 +644,6 @@ def speculative_config(base: dict[str, Any], schedule: Schedule) -> str | None:
 
 def model_chooser(windows: Any, method: str | None, largest: int) -> Chooser | None:
     """The fitted model's pick between two k for a bucket without measurements (see module doc)."""
-    from specobs.advice.recommend import recommend
 
     if windows is None:
         return None
