@@ -34,6 +34,8 @@ class Part:
 class Ingested:
     """Everything read from a set of inputs."""
 
+    #: Every row in the ``windows`` schema: a log or scrape interval, or one captured engine step
+    #: (a step is a window one step long, so both sum the same way; docs/schema.md).
     windows: pl.LazyFrame = field(default_factory=lambda: schema.empty(schema.WINDOWS).lazy())
     sources: list[SourceReport] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
