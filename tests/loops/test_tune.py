@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 
 import pytest
 from support.paths import ROOT
@@ -498,3 +499,32 @@ def test_the_bundled_tune_example_has_the_keys_of_a_fresh_result():
     assert set(keys(bundled)) == set(keys(fresh))
     assert set(bundled["seconds"]) == set(fresh["seconds"])
     assert json.loads(to_json(TuneResult.from_dict(bundled))) == bundled  # read back whole
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"speculative_config": {"num_speculative_tokens": 3}}, 'speculative_config: needs a "method"'),
+        ({"speculative_config": {"method": "ngram", "num_speculative_tokens": 40}}, "(1 to 32)"),
+        ({"batch_sizes": [4, 4]}, "batch_sizes 4,4: batch sizes are distinct"),
+        ({"max_tokens": 0}, "max_tokens 0: must be at least 1"),
+        ({"budget_s": float("nan")}, "budget_s nan: not a duration"),
+        ({"model": "./nowhere"}, "model ./nowhere: no such model folder"),
+        ({"prompts": []}, "prompts: no prompts"),
+    ],
+)
+def test_run_tune_checks_its_own_arguments_before_starting_an_engine(tmp_path, change, message):
+    """The API, not only the CLI, refuses what it cannot run with (no engine is started)."""
+    from specobs.errors import SpecobsError
+    from specobs.loops.vllm_bench import run_tune
+
+    model = tmp_path / "model"
+    model.mkdir()
+    arguments = {
+        "model": str(model), "speculative_config": {"method": "ngram", "num_speculative_tokens": 3},
+        "prompts": ["hello"], "batch_sizes": [1, 4], "max_tokens": 16, "budget_s": 60.0, "engine_args": {},
+        "out": tmp_path / "out", **change,
+    }  # fmt: skip
+    with pytest.raises(SpecobsError, match=re.escape(message)):
+        run_tune(**arguments)
+    assert not (tmp_path / "out").exists()
