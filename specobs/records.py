@@ -92,6 +92,10 @@ def rounded(value: Any, digits: int = 6) -> Any:
     return value
 
 
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
 class Result:
     """Base of the result types: ``to_dict()`` from the fields, in order, internal ones left out."""
 
@@ -414,6 +418,7 @@ class Report(Result):
     requests: RequestAcceptance | None = None  # finished requests (capture, server responses, offline outputs)
     metadata: tuple[RunMetadata, ...] = ()  # one record per engine, read beside the event files
     integrity: tuple[IntegrityIssue, ...] = ()  # config-integrity issues (worded among the findings)
+    breaks: tuple[Break, ...] = ()  # acceptance that broke against its own past, with likely causes
     #: True when the input holds finished requests alone: ``summary`` and ``groups`` are then
     #: summed from the requests' own counts (one window per request; ``analysis.requests.as_windows``).
     summary_from_requests: bool = False
@@ -448,6 +453,7 @@ class Report(Result):
             "tuner_decisions": [rounded(d.to_dict()) for d in self.tuner_decisions],
             "requests": rounded(self.requests.to_dict()) if self.requests is not None else None,
             "run_metadata": [m.to_dict() for m in self.metadata],
+            "breaks": [rounded(b.to_dict()) for b in self.breaks],
         }
 
 
@@ -469,16 +475,24 @@ class SourceReport:
 
 @dataclass(frozen=True)
 class ChangePoint:
-    """A step change in acceptance length between two stretches of windows."""
+    """A step change in acceptance length between two stretches of windows, or (``trend``) a
+    gradual drift: then ``index``/``ts`` are where the slide starts, ``end_ts`` where it ends,
+    ``before``/``after`` the fitted length at both ends and ``z`` the slope's."""
 
     index: int  # first window (0-based, in series order) after the change
     ts: float | None
     before: float
     after: float
     z: float
+    end_ts: float | None = None
+    rate_per_hour: float | None = None  # a drift's fitted slope, acceptance length per hour
+    trend: bool = False
+    rate_interval: tuple[float, float] | None = None  # the slope's 95% interval, per hour
 
     @property
     def kind(self) -> str:
+        if self.trend:
+            return "drift"
         return "regression" if self.after < self.before else "improvement"
 
 
@@ -501,8 +515,9 @@ class Change:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: the labels, then ``ts``, ``kind``, ``before``, ``after``, ``z``,
-        ``configuration`` and ``changed`` (field → [before, after])."""
-        return {
+        ``configuration`` and ``changed`` (field → [before, after]); a ``drift`` adds
+        ``end_ts`` and ``rate_per_hour``."""
+        out = {
             **self.labels,
             "ts": self.change.ts,
             "kind": self.kind,
@@ -511,6 +526,93 @@ class Change:
             "z": round(self.change.z, 2),
             "configuration": dict(self.configuration),
             "changed": {name: list(pair) for name, pair in self.changed.items()},
+        }
+        if self.change.trend:
+            out["end_ts"] = self.change.end_ts
+            out["rate_per_hour"] = round(self.change.rate_per_hour or 0.0, 4)
+            out["rate_interval"] = [round(v, 4) for v in self.change.rate_interval or ()]
+        return out
+
+
+@dataclass(frozen=True)
+class Cause(Result):
+    """A run-metadata field that changed where acceptance broke (before → after), ranked by how
+    often such a change moves acceptance; ``pitfall`` names a known pitfall its new value meets
+    (``specobs.analysis.pitfalls``)."""
+
+    field: str
+    before: Any
+    after: Any
+    pitfall: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRef(Result):
+    """One engine run of a lineage: its identity, span and steady-state acceptance."""
+
+    run_id: str | None
+    engine: int | None
+    start_ts: float | None
+    end_ts: float | None
+    num_drafts: int
+
+
+class BreakKind(StrEnum):
+    """What broke: acceptance fell or rose across a restart, collapsed near zero, or came back
+    lower right after a stretch with drafting off (k=0)."""
+
+    FALL = "fall"
+    RISE = "rise"
+    COLLAPSE = "collapse"
+    STALE_AFTER_OFF = "stale_after_off"
+
+
+@dataclass(frozen=True)
+class Break(Result):
+    """Acceptance that broke in one lineage (same model, method and workload), against the
+    lineage's own earlier steady state: the run before and the run after a restart (``fall``,
+    ``rise``, ``collapse``), or the steps before and after K=0 stretches (``stale_after_off``).
+
+    ``before``/``after`` are acceptance lengths at ``depth`` drafted positions (both sides'
+    per-position conditional rates, so a k change is compared on the positions both drafted);
+    ``interval`` is the 95% interval of ``after − before``. ``causes`` are the run-metadata
+    fields that changed between the two runs, most likely first; ``coincident_change`` is
+    False when none did (a restart alone, or within one run)."""
+
+    kind: BreakKind
+    labels: Mapping[str, Any]
+    ts: float | None
+    before: float | None  # None: a collapse with no earlier run to compare
+    after: float
+    difference: float | None
+    low: float | None
+    high: float | None
+    z: float | None
+    depth: int
+    before_run: RunRef | None = None
+    after_run: RunRef | None = None
+    causes: tuple[Cause, ...] = ()
+    coincident_change: bool | None = None  # None: a side has no run metadata to compare
+    pitfalls: tuple[str, ...] = ()  # known pitfalls the run after meets (ids)
+    resumes: int | None = None  # stale_after_off: K=0 stretches checked
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.labels,
+            "kind": str(self.kind),
+            "ts": self.ts,
+            "before": _round(self.before, 4),
+            "after": _round(self.after, 4),
+            "difference": _round(self.difference, 4),
+            "interval": None if self.low is None or self.high is None else [round(self.low, 4), round(self.high, 4)],
+            "z": _round(self.z, 2),
+            "depth": self.depth,
+            "before_run": jsonable(self.before_run),
+            "after_run": jsonable(self.after_run),
+            "causes": [c.to_dict() for c in self.causes],
+            "coincident_change": self.coincident_change,
+            "pitfalls": list(self.pitfalls),
+            "resumes": self.resumes,
         }
 
 
@@ -899,6 +1001,9 @@ class Comparison(Result):
     configuration: ConfigurationComparison
     throughput: Throughput | None
     acceptance: AcceptanceTest
+    #: Run-metadata fields that differ between A's and B's engines, most likely cause of an
+    #: acceptance change first (``analysis.breaks.causes``); empty without metadata on both sides.
+    causes: tuple[Cause, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -910,6 +1015,7 @@ class Comparison(Result):
             "configuration": self.configuration.to_dict(),
             "throughput": jsonable(self.throughput),
             "acceptance": self.acceptance.to_dict(),
+            "causes": [c.to_dict() for c in self.causes],
         }
 
 
@@ -1086,7 +1192,7 @@ class IntegrityIssue(Result):
     """
 
     kind: str  # schedule_ignored | schedule_disabled | synthetic_rejection | short_drafts | accepted_past_end |
-    # host_timed
+    # host_timed | known_pitfall
     run_id: str | None = None
     engine: int | None = None
     method: str | None = None
@@ -1095,6 +1201,25 @@ class IntegrityIssue(Result):
     observed: float | None = None
     corrected: float | None = None
     max_k: int | None = None
+    pitfall: str | None = None  # known_pitfall (and the table's own checks): the pitfall's id
+
+
+@dataclass(frozen=True)
+class Pitfall(Result):
+    """A known way speculative decoding goes wrong, as data (``specobs.analysis.pitfalls``).
+
+    ``when`` is a condition on run metadata: field → allowed values (a tuple), or one of the
+    tests ``"set"`` / ``"unset"`` / ``">1"``; ``environment`` fields are named
+    ``environment.NAME``. ``acceptance_below``: the pitfall shows only when the run's draft
+    acceptance rate is below it (None: the metadata alone meets it). ``source`` is the public
+    report it comes from, checked before it went in."""
+
+    id: str
+    title: str
+    when: Mapping[str, Any]
+    source: str
+    advice: str
+    acceptance_below: float | None = None
 
 
 #: Run-metadata fields that make two engines' numbers incomparable when they differ, in the
@@ -1171,9 +1296,14 @@ __all__ = [
     "Baseline",
     "Basis",
     "BatchTiming",
+    "Break",
+    "BreakKind",
     "BucketBasis",
     "BucketChoice",
     "BucketThroughput",
+    "Cause",
+    "Change",
+    "ChangePoint",
     "Comparison",
     "ConfigCheck",
     "Configuration",
@@ -1188,6 +1318,7 @@ __all__ = [
     "MethodWin",
     "ModelNote",
     "NoteKind",
+    "Pitfall",
     "PositionBound",
     "PositionChange",
     "PositionRate",
@@ -1199,6 +1330,7 @@ __all__ = [
     "RequestGroup",
     "Result",
     "RunMetadata",
+    "RunRef",
     "ScheduleTax",
     "ServedSpeedup",
     "SideTiming",

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from specobs.analysis.acceptance import summarize, summary_of, with_group_columns
+from specobs.analysis.breaks import causes
 from specobs.analysis.cost import steady_state, step_cells, timing_by_batch
 from specobs.analysis.intervals import Z95, t95
 from specobs.records import (
@@ -451,6 +452,7 @@ def compare(
         configuration=ConfigurationComparison(ca, cb, differences, setup),
         throughput=tp,
         acceptance=test,
+        causes=causes(metadata_a[0], metadata_b[0], rb.draft_acceptance_rate) if metadata_a and metadata_b else (),
     )
 
 

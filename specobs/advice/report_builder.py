@@ -20,6 +20,7 @@ import polars as pl
 
 from specobs.advice.recommend import recommend, recommendation_cells, with_method
 from specobs.analysis import acceptance
+from specobs.analysis.breaks import across_restart, find_breaks, not_named_by, resume_sums
 from specobs.analysis.cost import (
     schedule_tax_from,
     schedule_tax_sums,
@@ -57,6 +58,7 @@ class ReportSums:
     tax: pl.DataFrame  # schedule_tax_sums
     unsteady: dict[str, int]
     integrity: IntegritySums
+    resumes: pl.DataFrame  # analysis.breaks.resume_sums: acceptance around each K=0 stretch
 
     @classmethod
     def of(
@@ -96,6 +98,7 @@ class ReportSums:
             tax=schedule_tax_sums(frame, [*by_time, *(pl.col(c) for c in ("engine", "workload") if by_time)]),
             unsteady=unsteady_counts(frame),
             integrity=IntegritySums.of(frame, ingested.metadata, ingested.decisions),
+            resumes=resume_sums(frame),
         )
 
     @classmethod
@@ -131,6 +134,7 @@ class ReportSums:
             tax=pl.concat([p.tax for p in parts], how="diagonal_relaxed"),
             unsteady=unsteady,
             integrity=IntegritySums.merge([p.integrity for p in parts]),
+            resumes=pl.concat([p.resumes for p in parts], how="diagonal_relaxed"),
         )
 
 
@@ -212,6 +216,10 @@ def report_from_sums(
         recommendation = recommend(
             sums.recommendation_cells, bootstrap=0, metadata=ingested.metadata, check_config=check_config
         )
+    breaks = find_breaks(cells, ingested.metadata, sums.resumes)
+    changes = (
+        changes_in(series_from_sums(sums.over_time, series_columns(keys)), keys) if sums.over_time is not None else []
+    )
     from_requests = not summary.num_windows and requests.height > 0
     if from_requests:  # finished requests alone: their own counts are the acceptance (one window each)
         overall, groups = acceptance.summarize_with_total(as_windows(requests), by=by)
@@ -226,11 +234,7 @@ def report_from_sums(
         ),
         sources=tuple(counted_sources(ingested)),
         skipped=tuple(ingested.skipped),
-        changes=tuple(
-            changes_in(series_from_sums(sums.over_time, series_columns(keys)), keys)
-            if sums.over_time is not None
-            else ()
-        ),
+        changes=tuple(c for c in changes if not across_restart(c, breaks)),
         timing=tuple(BatchTiming.from_row(row, [c for c in keys if c != "batch_bucket"]) for row in by_batch),
         recommendation=recommendation,
         tax=tuple(schedule_tax_from(sums.tax)),
@@ -239,7 +243,8 @@ def report_from_sums(
         tuner_decisions=tuple(ingested.decisions),
         requests=request_acceptance(requests),
         metadata=tuple(ingested.metadata),
-        integrity=tuple(integrity(sums.integrity, ingested.metadata, ingested.decisions)),
+        integrity=tuple(not_named_by(integrity(sums.integrity, ingested.metadata, ingested.decisions), breaks)),
+        breaks=tuple(breaks),
         summary_from_requests=from_requests,
     )
 

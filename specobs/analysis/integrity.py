@@ -9,10 +9,12 @@ Each check reads the steps (and the run metadata) once and returns typed facts
   for it when that is below the maximum, else the schedule's k at its batch size (vLLM's
   dense lookup: gaps and the tail carry the previous range's k). Runs where the online tuner
   applied a k are left out: it rewrites the lookup at run time.
-- ``schedule_disabled``: a batch-size schedule was configured (a log's ``non-default args``)
-  with data parallel > 1, where vLLM drops it and every step drafts the static k.
-- ``synthetic_rejection``: ``rejection_sample_method="synthetic"``: vLLM accepts drafts at
-  configured rates, so acceptance measures the configuration, not the drafter.
+- known pitfalls (:mod:`specobs.analysis.pitfalls`, a table with a public source per entry):
+  each engine whose metadata (and draft acceptance rate, where the entry needs it) meets an
+  entry's condition. Two keep their own kind: ``schedule_disabled`` (a batch-size schedule
+  configured with data parallel > 1, where vLLM drops it and every step drafts the static k)
+  and ``synthetic_rejection`` (vLLM accepts drafts at configured rates, so acceptance
+  measures the configuration, not the drafter); the others are ``known_pitfall``.
 - ``short_drafts``: drafts fill less than :data:`FILL_BELOW` of k (ngram lookups that find
   shorter matches, a drafter that stops early): positions past the fill are rarely tried,
   while verification pays for k.
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from specobs.analysis.pitfalls import matching
 from specobs.records import IntegrityIssue, RunMetadata, TunerDecision
 
 #: Steps below the schedule's maximum k needed before calling the schedule ignored.
@@ -140,32 +143,39 @@ def _schedule_ignored(sums: IntegritySums, metadata: Sequence[RunMetadata], tune
     return out
 
 
-def _disabled(metadata: Sequence[RunMetadata]) -> list[IntegrityIssue]:
-    seen: dict[tuple[str | None, int | None], RunMetadata] = {}
-    for m in metadata:
-        if m.schedule_configured and not m.schedule and (m.data_parallel_size or 1) > 1:
-            seen.setdefault((m.run_id, m.engine), m)
-    return [
-        IntegrityIssue(
-            "schedule_disabled",
-            run_id=m.run_id,
-            engine=m.engine,
-            method=m.method,
-            affected=m.data_parallel_size or 0,
-            max_k=m.num_speculative_tokens,
-        )
-        for m in seen.values()
-    ]
+#: Pitfalls with a check of their own name: their issue kind is their id (the rest: ``known_pitfall``).
+OWN_KINDS = ("schedule_disabled", "synthetic_rejection")
 
 
-def _synthetic(metadata: Sequence[RunMetadata]) -> list[IntegrityIssue]:
-    seen: dict[tuple[str | None, int | None], RunMetadata] = {}
+def _pitfalls(metadata: Sequence[RunMetadata], sums: IntegritySums) -> list[IntegrityIssue]:
+    """Every known pitfall (``analysis.pitfalls``) each engine's metadata meets, its draft
+    acceptance rate (from its steps) checked where the entry needs it: first metadata per run."""
+    rates = {
+        (r["run_id"], r["engine"]): r["accepted"] / r["drafted"]
+        for r in sums.runs.iter_rows(named=True)
+        if r["drafted"]
+    }
+    out, seen = [], set()
     for m in metadata:
-        if m.rejection_sample_method == "synthetic":
-            seen.setdefault((m.run_id, m.engine), m)
-    return [
-        IntegrityIssue("synthetic_rejection", run_id=m.run_id, engine=m.engine, method=m.method) for m in seen.values()
-    ]
+        key = (m.run_id, m.engine)
+        if key in seen:
+            continue
+        seen.add(key)
+        rate = rates.get(key)
+        for pitfall in matching(m, rate):
+            out.append(
+                IntegrityIssue(
+                    pitfall.id if pitfall.id in OWN_KINDS else "known_pitfall",
+                    run_id=m.run_id,
+                    engine=m.engine,
+                    method=m.method,
+                    affected=(m.data_parallel_size or 0) if pitfall.id == "schedule_disabled" else 0,
+                    observed=rate,
+                    max_k=m.num_speculative_tokens,
+                    pitfall=pitfall.id,
+                )
+            )
+    return out
 
 
 def _short_drafts(sums: IntegritySums) -> list[IntegrityIssue]:
@@ -221,6 +231,7 @@ class IntegritySums:
     past_end: pl.DataFrame  # method, past, accepted, drafted
     host_timed: tuple[int, int]  # GPU steps timed on the host clock, GPU steps timed
     schedules: dict[tuple[str | None, int | None], tuple[int, int, float, int, float]]  # see _schedule_sums
+    runs: pl.DataFrame  # run_id, engine, accepted, drafted (tokens): each engine's draft acceptance rate
 
     @classmethod
     def of(
@@ -254,13 +265,16 @@ class IntegritySums:
         on_device = steps.filter(pl.col("platform").is_in(["cuda", "rocm"]) & pl.col("timing_clock").is_not_null())
         host = on_device.filter(pl.col("timing_clock").is_in(["host", "mixed"])).height
         schedules = _schedule_sums(steps, metadata, _tuned(decisions))
-        return cls(short, past, (host, on_device.height), schedules)
+        runs = steps.group_by("run_id", "engine", maintain_order=True).agg(
+            accepted=pl.col("num_accepted_tokens").sum(), drafted=pl.col("num_draft_tokens").sum()
+        )
+        return cls(short, past, (host, on_device.height), schedules, runs)
 
     @classmethod
     def merge(cls, parts: Sequence[IntegritySums]) -> IntegritySums:
-        def added(frames: list[pl.DataFrame], ops: dict[str, str]) -> pl.DataFrame:
+        def added(frames: list[pl.DataFrame], ops: dict[str, str], keys: Sequence[str] = ("method",)) -> pl.DataFrame:
             both = pl.concat(frames, how="vertical_relaxed")
-            return both.group_by("method", maintain_order=True).agg(getattr(pl.col(c), op)() for c, op in ops.items())
+            return both.group_by(keys, maintain_order=True).agg(getattr(pl.col(c), op)() for c, op in ops.items())
 
         schedules: dict[tuple[str | None, int | None], tuple[int, int, float, int, float]] = {}
         for part in parts:
@@ -273,6 +287,7 @@ class IntegritySums:
             added([p.past_end for p in parts], {"past": "sum", "accepted": "sum", "drafted": "sum"}),
             (sum(p.host_timed[0] for p in parts), sum(p.host_timed[1] for p in parts)),
             schedules,
+            added([p.runs for p in parts], {"accepted": "sum", "drafted": "sum"}, ("run_id", "engine")),
         )
 
 
@@ -285,7 +300,7 @@ def integrity(
     :class:`IntegritySums`) and their run metadata."""
     sums = windows if isinstance(windows, IntegritySums) else IntegritySums.of(windows, metadata, decisions)
     return [
-        *_disabled(metadata), *_schedule_ignored(sums, metadata, _tuned(decisions)), *_synthetic(metadata),
+        *_pitfalls(metadata, sums), *_schedule_ignored(sums, metadata, _tuned(decisions)),
         *_short_drafts(sums), *_past_end(sums), *_host_timed(sums),
     ]  # fmt: skip
 

@@ -8,8 +8,14 @@ acceptance length before and after it,
     z = (L_after − L_before) / sqrt(se_before² + se_after²),
 
 where each side's standard error is the ratio-estimator one over its windows. The best split
-is kept when |z| ≥ ``z_threshold`` and the relative change is at least ``min_change``; both
-halves are then searched again. Simple, explainable, and quiet on stationary noise.
+is kept when |z| passes ``z_threshold`` and the Bonferroni bound over the splits tried
+(:func:`split_threshold`) and the relative change is at least ``min_change``; both halves are
+then searched again. Simple, explainable, and quiet on stationary noise.
+
+Before a stretch is split it is tested for a gradual drift: a drafts-weighted line with a
+robust slope z past the same bound, a total move of ``min_change`` or more, that explains the
+stretch better than three constant levels. A steady slide is then one ``drift`` (its rate per
+hour and span), never a dozen steps, and never an "improvement" on a slide down.
 
 Acceptance depends on the configuration by design: a larger k lowers the later positions'
 rates and raises the length, batch size shifts what a drafter sees, workloads differ. A
@@ -21,14 +27,17 @@ switch as a configuration change, with what changed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from specobs.analysis.acceptance import with_group_columns
+from specobs.analysis.intervals import Z95
 from specobs.records import Change, ChangePoint
 
 #: Above this many windows, the series is bucketed in time to at most this many points.
@@ -162,6 +171,86 @@ def _split_scores(accepted: np.ndarray, drafts: np.ndarray, min_size: int) -> tu
     return index[keep], len_b[keep], len_a[keep], z[keep]
 
 
+#: Family-wise error rate of the split search: with n candidate splits, a split must pass
+#: the two-sided Bonferroni bound at this level (and ``z_threshold``), so a long series of
+#: pure noise is no likelier to show a step than a short one.
+FAMILY_ALPHA = 0.05
+
+
+def split_threshold(candidates: int, z_threshold: float) -> float:
+    """The |z| a split must reach among ``candidates`` tested splits (see :data:`FAMILY_ALPHA`)."""
+    if candidates <= 1:
+        return z_threshold
+    return max(z_threshold, NormalDist().inv_cdf(1 - FAMILY_ALPHA / (2 * candidates)))
+
+
+def _weighted_rss(y: np.ndarray, w: np.ndarray) -> float:
+    """Σ w (y − ȳ_w)²: what a constant level leaves unexplained."""
+    mean = float(np.sum(w * y) / np.sum(w))
+    return float(np.sum(w * (y - mean) ** 2))
+
+
+def _best_split_rss(y: np.ndarray, w: np.ndarray, min_size: int) -> tuple[float, int] | None:
+    """The least weighted RSS of two constant levels (and where the second starts), over
+    splits leaving ``min_size`` points a side, from prefix sums."""
+    n = len(y)
+    if n < 2 * min_size:
+        return None
+    sw, swy, swyy = np.cumsum(w), np.cumsum(w * y), np.cumsum(w * y * y)
+    idx = np.arange(min_size, n - min_size + 1)  # second level starts at idx
+    left = swyy[idx - 1] - swy[idx - 1] ** 2 / sw[idx - 1]
+    rw, rwy, rwyy = sw[-1] - sw[idx - 1], swy[-1] - swy[idx - 1], swyy[-1] - swyy[idx - 1]
+    right = rwyy - rwy**2 / rw
+    total = left + right
+    best = int(np.argmin(total))
+    return float(total[best]), int(idx[best])
+
+
+def _levels_rss(y: np.ndarray, w: np.ndarray, min_size: int) -> float:
+    """The weighted RSS of the best three constant levels found by splitting twice (binary
+    segmentation's next step): what a staircase leaves unexplained."""
+    first = _best_split_rss(y, w, min_size)
+    if first is None:
+        return _weighted_rss(y, w)
+    rss, at = first
+    options = [rss]
+    for lo, hi, other in ((0, at, (at, len(y))), (at, len(y), (0, at))):
+        inner = _best_split_rss(y[lo:hi], w[lo:hi], min_size)
+        if inner is not None:
+            options.append(inner[0] + _weighted_rss(y[other[0] : other[1]], w[other[0] : other[1]]))
+    return min(options)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A drafts-weighted straight line through a stretch of the series, with a
+    heteroskedasticity-robust (HC0) standard error of its slope."""
+
+    slope: float  # acceptance length per second
+    se: float
+    start: float  # fitted length at the first point
+    end: float  # fitted length at the last point
+    rss: float
+
+    @property
+    def z(self) -> float:
+        return self.slope / self.se if self.se > 0 else 0.0
+
+
+def trend(t: np.ndarray, y: np.ndarray, w: np.ndarray) -> Trend | None:
+    """The :class:`Trend` of points ``(t, y)`` weighted by ``w``; None without a time spread."""
+    sw = float(np.sum(w))
+    tm, ym = float(np.sum(w * t)) / sw, float(np.sum(w * y)) / sw
+    dt = t - tm
+    sxx = float(np.sum(w * dt * dt))
+    if sxx <= 0:
+        return None
+    slope = float(np.sum(w * dt * (y - ym))) / sxx
+    resid = y - ym - slope * dt
+    se = math.sqrt(float(np.sum((w * dt * resid) ** 2))) / sxx
+    return Trend(slope, se, ym + slope * (t[0] - tm), ym + slope * (t[-1] - tm), float(np.sum(w * resid * resid)))
+
+
 def change_points(
     series: pl.DataFrame,
     *,
@@ -169,12 +258,33 @@ def change_points(
     z_threshold: float = 4.0,
     min_change: float = 0.05,
 ) -> list[ChangePoint]:
-    """Step changes in ``series`` (a frame from :func:`acceptance_over_time`, one group: known
-    counts only)."""
+    """Step changes and gradual drifts in ``series`` (a frame from :func:`acceptance_over_time`,
+    one group: known counts only).
+
+    Each stretch is first tested for a drift: a slope whose robust z passes the split
+    threshold, that moves the length by ``min_change`` or more over the stretch, and whose
+    line explains the stretch better than the best three constant levels (a staircase of two
+    steps is steps, a steady slide is a drift, not a dozen steps). A drift ends the search in
+    its stretch; otherwise the best split is kept when it passes :func:`split_threshold` and
+    ``min_change``, and both sides are searched again."""
     accepted = series["num_accepted_tokens"].cast(pl.Float64).to_numpy()
     drafts = series["num_drafts"].cast(pl.Float64).to_numpy()
     times = series["end_ts"].to_list()
+    clock = series["end_ts"].cast(pl.Float64).to_numpy() if series["end_ts"].null_count() == 0 else None
+    lengths = 1 + accepted / drafts
     found: list[ChangePoint] = []
+
+    def drift(lo: int, hi: int, threshold: float) -> ChangePoint | None:
+        if clock is None or hi - lo < 2 * min_size:
+            return None
+        line = trend(clock[lo:hi], lengths[lo:hi], drafts[lo:hi])
+        if line is None or abs(line.z) < threshold or abs(line.end - line.start) < min_change * line.start:
+            return None
+        if line.rss >= _levels_rss(lengths[lo:hi], drafts[lo:hi], min_size):
+            return None
+        interval = ((line.slope - Z95 * line.se) * 3600, (line.slope + Z95 * line.se) * 3600)
+        return ChangePoint(lo, times[lo], float(line.start), float(line.end), line.z, times[hi - 1],
+                           line.slope * 3600, True, interval)  # fmt: skip
 
     def search(lo: int, hi: int) -> None:
         if hi - lo < 2 * min_size:
@@ -182,9 +292,14 @@ def change_points(
         index, before, after, z = _split_scores(accepted[lo:hi], drafts[lo:hi], min_size)
         if not len(z):
             return
+        threshold = split_threshold(len(z), z_threshold)
+        slide = drift(lo, hi, threshold)
+        if slide is not None:
+            found.append(slide)
+            return
         top = int(np.argmax(np.abs(z)))  # the first of equal ones
         b, a, zt = float(before[top]), float(after[top]), float(z[top])
-        if abs(zt) < z_threshold or abs(a - b) < min_change * b:
+        if abs(zt) < threshold or abs(a - b) < min_change * b:
             return
         at = lo + int(index[top])
         found.append(ChangePoint(at, times[at], b, a, zt))
@@ -262,6 +377,8 @@ def changes_in(
     for values, part in groups.items():
         part = part.sort("end_ts", "source_line", nulls_last=True)
         for point in steps_in(part):
+            if point.trend:  # a slide of the mixed series: within one configuration, (1) tells
+                continue
             before = _dominant(part[max(0, point.index - min_size) : point.index], CONFIGURATION)
             after = _dominant(part[point.index : point.index + min_size], CONFIGURATION)
             changed = {c: (before[c], after[c]) for c in CONFIGURATION if before[c] != after[c]}

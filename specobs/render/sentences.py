@@ -9,14 +9,19 @@ from collections.abc import Mapping, Sequence
 
 from specobs.analysis.acceptance import MATERIAL_IID_GAP, WASTED_THRESHOLD
 from specobs.analysis.cost import COARSE_OUTLIER_FACTOR, OUTLIER_FACTOR
+from specobs.analysis.pitfalls import BREAK_SOURCES
+from specobs.analysis.pitfalls import BY_ID as PITFALL_BY_ID
 from specobs.analysis.requests import MATERIAL_MEAN_GAP
 from specobs.records import (
     MEASURED_BASES,
     AcceptanceTest,
     Baseline,
     Basis,
+    Break,
+    BreakKind,
     BucketBasis,
     BucketChoice,
+    Cause,
     Change,
     Comparison,
     Difference,
@@ -30,6 +35,7 @@ from specobs.records import (
     Report,
     RequestAcceptance,
     RunMetadata,
+    RunRef,
     ScheduleTax,
     SpeedupBand,
     Summary,
@@ -173,7 +179,20 @@ def change_findings(changes: Sequence[Change]) -> list[Finding]:
         where = ", ".join(f"{k}={v}" for k, v in change.labels.items() if v is not None)
         where = f" ({where})" if where else ""
         direction = "fell" if c.after < c.before else "rose"
-        if change.kind == "configuration_change":
+        if change.kind == "drift":
+            low, high = c.rate_interval or (math.nan, math.nan)
+            hours = (c.end_ts - c.ts) / 3600 if c.end_ts is not None and c.ts is not None else math.nan
+            known = {k: v for k, v in change.configuration.items() if v is not None}
+            within = ", ".join(f"{CONFIG_NAMES.get(k, k)} {v}" for k, v in known.items())
+            text = (
+                f"Acceptance length {'slid' if c.after < c.before else 'climbed'} {c.before:.2f} → {c.after:.2f} "
+                f"over {hours:.1f} h from {_when(c.ts)}{where}{' within ' + within if within else ''}: a gradual "
+                f"drift of {c.rate_per_hour or 0:+.3f} per hour (95% interval {low:+.3f} to {high:+.3f}), not a "
+                "step, with nothing in the configuration changing. EAGLE acceptance drifting down for hours and "
+                f"recovering only on restart was reported with prefix caching on ({BREAK_SOURCES['drift']}): "
+                "compare with a freshly restarted engine."
+            )
+        elif change.kind == "configuration_change":
             switched = ", ".join(f"{CONFIG_NAMES.get(k, k)} {a} → {b}" for k, (a, b) in change.changed.items())
             text = (
                 f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}{where} when "
@@ -187,6 +206,73 @@ def change_findings(changes: Sequence[Change]) -> list[Finding]:
                 f"{' within ' + within if within else ''}: {change.kind} (z={c.z:.1f})."
             )
         out.append(Finding(change.kind, text))
+    return out
+
+
+def _cause(cause: Cause) -> str:
+    text = f"{environment_name(cause.field)} {config_values(cause.before)} → {config_values(cause.after)}"
+    if cause.pitfall is not None:
+        p = PITFALL_BY_ID[cause.pitfall]
+        text += f" (a known pitfall: {p.title}, {p.source})"
+    return text
+
+
+def _run(ref: RunRef | None) -> str:
+    if ref is None:
+        return "?"
+    return f"{ref.run_id or '?'}" + (f" engine {ref.engine}" if ref.engine is not None else "")
+
+
+def break_findings(breaks: Sequence[Break]) -> list[Finding]:
+    """Acceptance that broke against its own past (``analysis.breaks``), with its likely causes."""
+    out = []
+    for b in breaks:
+        where = ", ".join(f"{k}={v}" for k, v in b.labels.items() if v is not None)
+        where = f" ({where})" if where else ""
+        interval = f"95% interval {b.low:+.2f} to {b.high:+.2f}" if b.low is not None and b.high is not None else ""
+        if b.kind == BreakKind.STALE_AFTER_OFF:
+            out.append(Finding(str(b.kind), (
+                f"Right after drafting was switched off (k=0) and back on, position 1's acceptance rate drops from "
+                f"{b.before - 1 if b.before is not None else 0:.2f} to {b.after - 1:.2f}{where}, run "
+                f"{_run(b.after_run)}: {b.difference or 0:+.2f} on average over {b.resumes} resumes ({interval}). "
+                "The drafter's state looks stale after a K=0 stretch (reported for TensorRT-LLM, "
+                f"{BREAK_SOURCES['stale_after_off']}): prefer a schedule without k=0 ranges at the batch sizes this "
+                "engine crosses, or check the drafter keeps its KV cache in sync while k=0."
+            )))  # fmt: skip
+            continue
+        if b.before is None:
+            text = (
+                f"Acceptance collapsed{where}: the drafter's tokens are almost never accepted (acceptance length "
+                f"{b.after:.2f}, run {_run(b.after_run)}) — a broken drafter, backend or checkpoint, not a weak one."
+            )
+        else:
+            verb = {BreakKind.FALL: "fell", BreakKind.RISE: "rose", BreakKind.COLLAPSE: "collapsed"}[b.kind]
+            text = (
+                f"Acceptance length {verb} {b.before:.2f} → {b.after:.2f}{where} when the engine restarted at "
+                f"{_when(b.ts)} (run {_run(b.before_run)} → {_run(b.after_run)}; {b.difference or 0:+.2f}, "
+                f"{interval}"
+                + (
+                    f", over the first {b.depth} positions both drafted"
+                    if b.depth and b.kind != BreakKind.COLLAPSE
+                    else ""
+                )
+                + ")."
+            )
+        if b.coincident_change is None:
+            text += " A run has no run metadata, so no configuration change can be named."
+        elif b.causes:
+            text += " Changed with it, most likely cause first: " + "; ".join(_cause(c) for c in b.causes) + "."
+        elif b.before is not None:
+            text += (
+                " Nothing in the run metadata changed with it: not a configuration change (a drift the restart "
+                "reset, different traffic, or a change specobs does not record)."
+            )
+        named = {c.pitfall for c in b.causes}
+        for pid in b.pitfalls:
+            if pid not in named:
+                p = PITFALL_BY_ID[pid]
+                text += f" It meets a known pitfall: {p.title} ({p.source}): {p.advice}"
+        out.append(Finding(str(b.kind), text))
     return out
 
 
@@ -286,6 +372,7 @@ def report_findings(report: Report) -> list[Finding]:
         input_findings(report)
         + integrity_findings(report.integrity)
         + acceptance_findings(report.summary)
+        + break_findings(report.breaks)
         + change_findings(report.changes)
         + cost_findings(report.tax, report.unsteady)
         + request_findings(report.requests)
@@ -353,6 +440,14 @@ def integrity_findings(issues: Sequence[IntegrityIssue]) -> list[Finding]:
                 f"Rejection sampling is synthetic{who} (rejection_sample_method=synthetic): vLLM accepts drafts at "
                 "configured rates, so these acceptance numbers measure the configuration, not the drafter."
             )
+        elif i.kind == "known_pitfall" and i.pitfall in PITFALL_BY_ID:
+            p = PITFALL_BY_ID[i.pitfall]
+            rate = (
+                f" (draft acceptance rate {i.observed:.1%})"
+                if p.acceptance_below is not None and i.observed is not None
+                else ""
+            )
+            text = f"Known pitfall{who}: {p.title}{rate}. {p.advice} Source: {p.source}"
         elif i.kind == "short_drafts":
             text = (
                 f"Drafts fill {i.observed or 0:.0%} of k{who} ({i.affected:,} draft tokens where k allowed "
@@ -775,7 +870,19 @@ def _why(la: float | None, lb: float | None, test: AcceptanceTest, tp: Throughpu
 
 
 def verdict(cmp: Comparison) -> str:
-    """The comparison's one-paragraph verdict; ``cmp.kind`` (``tuning.compare``) decides what it says."""
+    """The comparison's one-paragraph verdict; ``cmp.kind`` (``tuning.compare``) decides what it
+    says; where acceptance moved, the run-metadata changes ranked as its likely causes follow."""
+    text = _verdict(cmp)
+    if cmp.causes and cmp.acceptance.direction in ("fell", "rose"):
+        text += (
+            f" Acceptance {cmp.acceptance.direction}; likely causes, most likely first: "
+            + "; ".join(_cause(c) for c in cmp.causes)
+            + "."
+        )
+    return text
+
+
+def _verdict(cmp: Comparison) -> str:
     la, lb = cmp.a.mean_acceptance_length, cmp.b.mean_acceptance_length
     tp, test, differences = cmp.throughput, cmp.acceptance, cmp.configuration.differences
     setup = cmp.configuration.environment
