@@ -140,7 +140,14 @@ def acceptance_over_time(
     return series_from_sums(time_sums(windows, keys, TimeSpan.of(windows), max_points), keys)
 
 
-def _split_scores(accepted: np.ndarray, drafts: np.ndarray, min_size: int) -> tuple[np.ndarray, ...]:
+#: Drafts each side of a split must hold: a stretch of a few steps of a few requests each
+#: (step-level input) is too little to call a change on, whatever its z.
+MIN_SIDE_DRAFTS = 200
+
+
+def _split_scores(
+    accepted: np.ndarray, drafts: np.ndarray, min_size: int, min_drafts: float = MIN_SIDE_DRAFTS
+) -> tuple[np.ndarray, ...]:
     """Change index, both sides' lengths and the z statistic of every split whose sides hold
     ``min_size`` windows or more and whose z is finite, from prefix sums (O(n)).
 
@@ -167,7 +174,8 @@ def _split_scores(accepted: np.ndarray, drafts: np.ndarray, min_size: int) -> tu
         len_a, var_a = side(after, count_after)
         z = (len_a - len_b) / np.sqrt(var_b + var_a)
     index = np.arange(1, n + 1)
-    keep = (index >= min_size) & (index <= n - min_size) & np.isfinite(z)
+    enough = (before["d"] >= min_drafts) & (after["d"] >= min_drafts)
+    keep = (index >= min_size) & (index <= n - min_size) & np.isfinite(z) & enough
     return index[keep], len_b[keep], len_a[keep], z[keep]
 
 
