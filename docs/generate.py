@@ -200,19 +200,31 @@ def _exporter_families() -> list[Any]:
 
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry, health=lambda: {"dropped_events": 0, "hook_errors": 0})
-    sidecar = Sidecar([str(_sweep_file("ngram"))], metrics, tuning_interval=0)
+    sidecar = Sidecar([str(_sweep_file("ngram")), str(_metadata_file("ngram"))], metrics, tuning_interval=0)
     try:
         sidecar.poll_once()
     finally:
         sidecar.stop()
     # The online tuner's families get samples only from its decision log: one decision shows them.
     metrics.observe_decision({"tuner_action": "apply", "batch_size_min": 1, "batch_size_max": 1, "to_k": 3})
+    # The per-request histogram, only from finished requests (SPECOBS_REQUESTS): one request shows it.
+    metrics.observe_request(_REQUEST)
     if sidecar.errors:
         raise GenerationError(f"the exporter met {sidecar.errors} error(s) reading {_sweep_file('ngram').name}")
     health = _sidecar_health()
     if health is not None:
         registry.register(health(sidecar))
     return list(registry.collect())
+
+
+#: A finished request (a ``requests`` row) of the ngram run, for the metric tables.
+_REQUEST = {"model": "tiny-llama", "engine": 0, "method": "ngram", "num_spec_tokens": 6, "num_spec_steps": 4,
+            "num_draft_tokens": 24, "num_accepted_tokens": 6}  # fmt: skip
+
+
+def _metadata_file(method: str) -> Path:
+    (path,) = sorted(SWEEP.glob(f"run-metadata-{method}-*.jsonl"))
+    return path
 
 
 def _sidecar_health() -> Any:
@@ -268,6 +280,9 @@ def otel_table() -> str:
             row = json.loads(line)
             if row.get("request_id") is None:
                 metrics.observe_step(row)
+    with _metadata_file("ngram").open(encoding="utf-8") as lines:
+        metrics.observe_metadata(json.loads(next(lines)))
+    metrics.observe_request(_REQUEST)
     data = reader.get_metrics_data()
     rows: list[tuple[str, ...]] = []
     for resource in data.resource_metrics:

@@ -17,6 +17,10 @@ map a step each by hand, and OpenTelemetry had no label cap, count check or NaN 
   more than all the rest of a step's export) and lists them as :class:`Point`\\ s, the cost ratio,
   draft share and config info included: the Prometheus collector builds its families from them
   at scrape, the OpenTelemetry exporter reports them from observable instruments.
+- :class:`EngineInfo` holds each engine's latest run metadata (``specobs_engine_info``, one series
+  per ``(model_name, engine)``: a restart with another configuration replaces it), and
+  :class:`RequestSums` the per-request acceptance histogram of finished requests
+  (``specobs_request_acceptance_length``), both made by :class:`StepMapper` with the same caps and checks.
 
 Every number comes from the analysis functions (bucket labels, drafts per position, a step's
 drafted positions, the cost ratio and draft share): this module only checks, caps and adds.
@@ -24,11 +28,12 @@ drafted positions, the cost ratio and draft share): this module only checks, cap
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -41,8 +46,11 @@ MAX_POSITIONS = 16
 #: ``specobs_speculative_config_info`` series per (model, engine, method): the k values seen
 #: last (a schedule or a tuner switches between a few; each new one replaces the oldest).
 MAX_K_SERIES = 4
+#: Run-metadata fields (:class:`specobs.records.RunMetadata`) that ``specobs_engine_info`` publishes
+#: as labels, beside the identity labels and ``num_speculative_tokens``.
+INFO_FIELDS = ("vllm_version", "platform", "device_arch", "attention_backend", "graph_mode", "model_runner")
 #: Distinct values each input-derived label may take before the rest are folded into ``other``.
-LABEL_BUDGET = {"model_name": 32, "engine": 16, "num_speculative_tokens": 16}
+LABEL_BUDGET = {"model_name": 32, "engine": 16, "num_speculative_tokens": 16, **dict.fromkeys(INFO_FIELDS, 32)}
 #: ``method`` takes vLLM's method names, ``none`` (no method in the input) and ``other``.
 METHODS = frozenset((*schema.KNOWN_METHODS, "none"))
 MAX_LABEL_LENGTH = 100
@@ -56,7 +64,10 @@ DROP_REASONS = (NON_FINITE, NEGATIVE, WRONG_TYPE, INCONSISTENT)
 #: Labels whose folds are counted from the start (``num_speculative_tokens`` from its first fold).
 CAPPED_LABELS = ("model_name", "engine", "method")
 
-COUNTER, TIMING, GAUGE = "counter", "timing", "gauge"
+COUNTER, TIMING, GAUGE, HISTOGRAM = "counter", "timing", "gauge", "histogram"
+#: Upper bounds (``le``) of ``specobs_request_acceptance_length``'s buckets, in tokens per verify
+#: step (``+Inf`` follows): 1.1 and below is a request whose drafts were all but rejected.
+REQUEST_ACCEPTANCE_BOUNDS = (1.1, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,7 +76,7 @@ class Spec:
 
     name: str  #: Prometheus family name (a counter's samples add ``_total`` and ``_created``)
     otel: str  #: OpenTelemetry instrument name
-    kind: str  #: COUNTER, TIMING (Prometheus summary, OpenTelemetry histogram) or GAUGE
+    kind: str  #: COUNTER, TIMING (Prometheus summary, OpenTelemetry histogram), GAUGE or HISTOGRAM (both)
     labels: tuple[str, ...]
     unit: str  #: OpenTelemetry unit (Prometheus names carry theirs)
     help: str
@@ -134,12 +145,24 @@ DROPPED_VALUES = _counter(
     "contradict each other (inconsistent, the whole row).",
     ("reason",),
 )  # fmt: skip
+ENGINE_INFO = Spec(
+    "specobs_engine_info", "specobs.engine_info", GAUGE, (*LABELS, "num_speculative_tokens", *INFO_FIELDS), "1",
+    "1 per engine (model_name, engine): what it runs on and with, from its latest run metadata (a restart with "
+    "another configuration replaces the series; an empty label is a value the metadata did not have).",
+)  # fmt: skip
+REQUEST_ACCEPTANCE = Spec(
+    "specobs_request_acceptance_length", "specobs.request.acceptance_length", HISTOGRAM, LABELS, "{token}",
+    "Acceptance length of each finished request that verified drafts: 1 + its accepted draft tokens / its "
+    "verify steps (vLLM's per-request mean acceptance length, bonus token included).",
+)  # fmt: skip
 #: What a steps row becomes, in the order the exporters publish it.
 STEP_SPECS = (*COUNTER_SPECS, ACCEPTED_PER_POSITION, DRAFTS_PER_POSITION, *TIMING_SPECS, COST_RATIO, DRAFT_SHARE,
               CONFIG_INFO)  # fmt: skip
+#: What a run-metadata record and a finished request (a ``requests`` row) become.
+ENGINE_SPECS = (ENGINE_INFO, REQUEST_ACCEPTANCE)
 #: What the mapping counts about itself.
 HEALTH_SPECS = (LABEL_OVERFLOW, DROPPED_VALUES)
-SPECS = (*STEP_SPECS, *HEALTH_SPECS)
+SPECS = (*STEP_SPECS, *ENGINE_SPECS, *HEALTH_SPECS)
 
 _POSITION_LABELS = tuple(str(p) for p in range(MAX_POSITIONS))
 
@@ -180,6 +203,23 @@ class StepUpdate(NamedTuple):
             for spec, value in zip(TIMING_SPECS, seconds, strict=True):
                 if value is not None:
                     yield Point(spec, (*self.labels, bucket), (1, value), None)
+
+
+class InfoUpdate(NamedTuple):
+    """One run-metadata record as ``specobs_engine_info`` publishes it: the engine's key
+    ``(model_name, engine)``, every label in ``ENGINE_INFO.labels`` order, and when the record
+    was taken (None: unknown)."""
+
+    key: tuple[str, str]
+    labels: tuple[str, ...]
+    ts: float | None
+
+
+class RequestUpdate(NamedTuple):
+    """One finished request: its labels and its acceptance length (tokens per verify step)."""
+
+    labels: tuple[str, str, str]
+    length: float
 
 
 def _plain(value: str) -> bool:
@@ -328,6 +368,52 @@ class StepMapper:
             return value
         self.drop(_why(value))
         return None
+
+    def map_metadata(self, record: Mapping[str, Any] | Any) -> InfoUpdate:
+        """A run-metadata record (the capture's dict or a :class:`specobs.records.RunMetadata`) as
+        ``specobs_engine_info``'s labels. Identity labels are capped as a step row's are; a field
+        the record lacks is an empty label (never a guess), a value of the wrong type too (counted
+        ``wrong_type``), and a string over its budget or unfit for a label is ``other`` (counted
+        per label)."""
+        get = record.get if isinstance(record, Mapping) else (lambda name: getattr(record, name, None))
+        cap = self.cap
+        labels = self.labels_of({"model": get("model"), "engine": get("engine"), "method": get("method")})
+        k = get("num_speculative_tokens")
+        if k is None:
+            k_label = ""
+        elif type(k) is int and k >= 0:
+            k_label = cap("num_speculative_tokens", str(k))
+        else:
+            self.drop(_why(k))
+            k_label = ""
+        fields = []
+        for name in INFO_FIELDS:
+            value = get(name)
+            if value is not None and not isinstance(value, str):
+                self.drop(WRONG_TYPE)
+                value = None
+            fields.append("" if value is None else cap(name, value))
+        ts = get("ts")
+        when = float(ts) if isinstance(ts, int | float) and _finite(ts) else None
+        return InfoUpdate((labels[0], labels[1]), (*labels, k_label, *fields), when)
+
+    def map_request(self, row: dict[str, Any]) -> RequestUpdate | None:
+        """A finished request (a ``requests`` row) as its acceptance length,
+        ``1 + num_accepted_tokens / num_spec_steps`` (``specobs.analysis.requests.acceptance_length``);
+        None for a request that never verified a draft (no length, as the analysis leaves it out)
+        and for a row whose counts are bad (counted by reason) or contradict each other (more
+        accepted than drafted, or than k per verify step: ``inconsistent``)."""
+        steps = self._count(row.get("num_spec_steps"))
+        accepted = self._count(row.get("num_accepted_tokens"))
+        if not steps or accepted is None:
+            return None
+        drafted = self._count(row.get("num_draft_tokens"))
+        k = _positive(row.get("num_spec_tokens"))
+        if (drafted is not None and accepted > drafted) or (k is not None and accepted > steps * k):
+            self.drop(INCONSISTENT)
+            return None
+        labels, _, _ = self._labels_and_k(row)
+        return RequestUpdate(labels, 1.0 + accepted / steps)
 
     def map(self, row: dict[str, Any], steps: int | None = None) -> StepUpdate | None:
         """A steps row (``steps=1``) or a window of counts (``num_timed_steps`` of them); None when
@@ -503,4 +589,60 @@ class StepSums:
                     add(Point(DRAFT_SHARE, key, share, None))
                 for k in sorted(group.ks):
                     add(Point(CONFIG_INFO, (*key, k), 1, None))
+        return out
+
+
+class EngineInfo:
+    """Each engine's latest run metadata, one ``specobs_engine_info`` series per ``(model_name,
+    engine)``. A record for an engine replaces its series (a restart with another configuration:
+    the old series is gone at the next scrape, so Prometheus marks it stale and a join sees only
+    the current one), unless it is older than the one published (both timed): a sidecar may read
+    a previous run's metadata file after the current one's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._latest: dict[tuple[str, str], tuple[tuple[str, ...], float | None]] = {}
+
+    def set(self, update: InfoUpdate) -> bool:
+        """Publish ``update`` for its engine; False when an older record was ignored."""
+        with self._lock:
+            current = self._latest.get(update.key)
+            if current is not None and update.ts is not None and current[1] is not None and update.ts < current[1]:
+                return False
+            self._latest[update.key] = (update.labels, update.ts)
+        return True
+
+    def points(self) -> list[Point]:
+        with self._lock:
+            return [Point(ENGINE_INFO, labels, 1, None) for labels, _ in self._latest.values()]
+
+
+class RequestSums:
+    """The per-request acceptance histogram of every (model_name, engine, method): counts per
+    bucket of :data:`REQUEST_ACCEPTANCE_BOUNDS` (an upper bound is inclusive, as ``le`` is), sum
+    and count, as plain numbers under one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: labels → [count in each bucket (the last one +Inf), sum, count]
+        self._groups: dict[tuple[str, str, str], list[Any]] = {}
+
+    def add(self, update: RequestUpdate) -> None:
+        bucket = bisect.bisect_left(REQUEST_ACCEPTANCE_BOUNDS, update.length)
+        with self._lock:
+            group = self._groups.get(update.labels)
+            if group is None:
+                group = self._groups[update.labels] = [[0] * (len(REQUEST_ACCEPTANCE_BOUNDS) + 1), 0.0, 0]
+            group[0][bucket] += 1
+            group[1] += update.length
+            group[2] += 1
+
+    def points(self) -> list[Point]:
+        """One point per group: ``(cumulative counts per bound, +Inf last; sum; count)``."""
+        with self._lock:
+            groups = [(labels, list(counts), total, n) for labels, (counts, total, n) in self._groups.items()]
+        out = []
+        for labels, counts, total, n in groups:
+            cumulative = tuple(sum(counts[: i + 1]) for i in range(len(counts)))
+            out.append(Point(REQUEST_ACCEPTANCE, labels, (cumulative, total, n), None))
         return out

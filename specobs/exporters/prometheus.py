@@ -17,6 +17,13 @@ Names and labels are a contract (docs/exporters.md, rules in exporters/prometheu
   yields them afresh, so a method or bucket that is no longer recommended disappears),
   ``specobs_cost_ratio`` with ``specobs_draft_share`` beside it (``analysis.cost.cost_ratio`` and
   ``draft_share`` of the running sums), ``specobs_speculative_config_info``;
+- ``specobs_engine_info`` (value 1): one series per ``(model_name, engine)`` labelled with the
+  engine's latest run metadata (``method``, ``num_speculative_tokens`` and
+  :data:`~specobs.exporters.mapping.INFO_FIELDS`); a record with another configuration replaces
+  the series, so a PromQL join on ``model_name, engine`` sees the current one only;
+- histogram ``specobs_request_acceptance_length`` (fixed buckets
+  :data:`~specobs.exporters.mapping.REQUEST_ACCEPTANCE_BOUNDS`): each finished request's acceptance
+  length, when request capture (``SPECOBS_REQUESTS``) hands ``requests`` rows over;
 - ``specobs_dropped_events_total``, ``specobs_hook_errors_total`` (read from the recorder at scrape);
 - ``specobs_label_overflow_total{label}`` and ``specobs_dropped_values_total{reason}``: what the
   mapping folded into ``other`` or left out.
@@ -50,16 +57,25 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-from specobs import buckets
+from specobs import buckets, schema
 from specobs.advice.recommend import traffic_speedup
-from specobs.capture.sinks import is_step
+from specobs.capture.sinks import DECISION_KEY, is_step, side_kind
 from specobs.exporters.mapping import (
     COUNTER,
     COUNTER_SPECS,
+    ENGINE_SPECS,
     HEALTH_SPECS,
+    HISTOGRAM,
     LABEL_BUDGET,
     LABELS,
     MAX_K_SERIES,
@@ -68,9 +84,12 @@ from specobs.exporters.mapping import (
     METHODS,
     OTHER,
     PUBLISHED_CACHE,
+    REQUEST_ACCEPTANCE_BOUNDS,
     STEP_SPECS,
     TIMING,
     TIMING_SPECS,
+    EngineInfo,
+    RequestSums,
     Spec,
     StepMapper,
     StepSums,
@@ -86,7 +105,7 @@ __all__ = [
 #: The series one engine may publish at most, by design: :func:`series_budget` with every method an
 #: engine could run at once, k = MAX_POSITIONS and every batch bucket (tests/test_exporters.py
 #: holds a real scrape to it; docs/exporters.md shows the budget).
-SERIES_PER_ENGINE = 500
+SERIES_PER_ENGINE = 550
 #: The counters of every (model_name, engine, method) as ``(family, help)``, in the order of
 #: :data:`specobs.exporters.mapping.COUNTER_SPECS`.
 COUNTERS = tuple((spec.name, spec.help) for spec in COUNTER_SPECS)
@@ -108,6 +127,9 @@ def series_budget(
          methods * len(TIMINGS) * batch_buckets * 2),
         (("specobs_cost_ratio", "specobs_draft_share"), "one", methods * 2),
         (("specobs_speculative_config_info",), f"one per k, the last {MAX_K_SERIES} seen", methods * MAX_K_SERIES),
+        (("specobs_request_acceptance_length",), f"`_bucket` × {len(REQUEST_ACCEPTANCE_BOUNDS) + 1}, `_sum`, `_count`",
+         methods * (len(REQUEST_ACCEPTANCE_BOUNDS) + 3)),
+        (("specobs_engine_info",), "one: the latest run metadata", 1),
     ]  # fmt: skip
 
 
@@ -121,22 +143,36 @@ def _family(spec: Spec) -> Metric:
         return CounterMetricFamily(spec.name, spec.help, labels=spec.labels)
     if spec.kind == TIMING:
         return SummaryMetricFamily(spec.name, spec.help, labels=spec.labels)
+    if spec.kind == HISTOGRAM:
+        return HistogramMetricFamily(spec.name, spec.help, labels=spec.labels)
     return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
 
 
-class _StepSeries(Collector):
-    """Every family a steps row feeds, and what the mapping left out: built at scrape from the
-    mapping's plain sums (:class:`~specobs.exporters.mapping.StepSums`) and counts."""
+#: ``le`` of each bucket of ``specobs_request_acceptance_length``, as the text format writes it.
+_REQUEST_LE = (*map(floatToGoString, REQUEST_ACCEPTANCE_BOUNDS), "+Inf")
 
-    def __init__(self, mapper: StepMapper, sums: StepSums) -> None:
+
+class _StepSeries(Collector):
+    """Every family a steps row, a run-metadata record or a finished request feeds, and what the
+    mapping left out: built at scrape from the mapping's plain sums
+    (:class:`~specobs.exporters.mapping.StepSums`, :class:`~specobs.exporters.mapping.EngineInfo`,
+    :class:`~specobs.exporters.mapping.RequestSums`) and counts."""
+
+    def __init__(self, mapper: StepMapper, sums: StepSums, info: EngineInfo, requests: RequestSums) -> None:
         self.mapper = mapper
         self.sums = sums
+        self.info = info
+        self.requests = requests
 
     def collect(self) -> Iterable[Metric]:
-        families = {spec: _family(spec) for spec in (*STEP_SPECS, *HEALTH_SPECS)}
-        for spec, labels, value, created in (*self.sums.points(), *self.mapper.points()):
+        families = {spec: _family(spec) for spec in (*STEP_SPECS, *ENGINE_SPECS, *HEALTH_SPECS)}
+        points = (*self.sums.points(), *self.info.points(), *self.requests.points(), *self.mapper.points())
+        for spec, labels, value, created in points:
             family = families[spec]
-            if spec.kind == TIMING:
+            if spec.kind == HISTOGRAM:
+                cumulative, total, _ = value
+                family.add_metric(labels, list(zip(_REQUEST_LE, cumulative, strict=True)), total)  # type: ignore[attr-defined]
+            elif spec.kind == TIMING:
                 family.add_metric(labels, value[0], value[1])  # type: ignore[attr-defined]
             elif created is not None:
                 family.add_metric(labels, value, created=created)  # type: ignore[attr-defined]
@@ -222,7 +258,10 @@ class PrometheusMetrics:
         self.mapper = StepMapper(label_budget)
         self.cap = self.mapper.cap
         self.sums = StepSums()
-        self.series = _StepSeries(self.mapper, self.sums)
+        #: each engine's latest run metadata, and the per-request acceptance histogram
+        self.info = EngineInfo()
+        self.requests = RequestSums()
+        self.series = _StepSeries(self.mapper, self.sums, self.info, self.requests)
         r.register(self.series)
         self.tuning = _Tuning()
         r.register(self.tuning)
@@ -248,6 +287,19 @@ class PrometheusMetrics:
         update = self.mapper.map(row, 1)
         if update is not None:
             self.sums.add(update)
+
+    def observe_metadata(self, record: Any) -> bool:
+        """An engine's run metadata (the capture's record or a :class:`~specobs.records.RunMetadata`):
+        ``specobs_engine_info`` of its ``(model_name, engine)`` becomes this one (False: the record
+        is older than the one published, and ignored)."""
+        return self.info.set(self.mapper.map_metadata(record))
+
+    def observe_request(self, row: dict[str, Any]) -> None:
+        """A finished request (a ``requests`` row): one observation of
+        ``specobs_request_acceptance_length`` (none for a request without drafts)."""
+        update = self.mapper.map_request(row)
+        if update is not None:
+            self.requests.add(update)
 
     def observe_decision(self, row: dict[str, Any]) -> None:
         """One row of the online tuner's decision log (``TunerDecision.to_row()``)."""
@@ -291,10 +343,16 @@ class PrometheusSink:
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
         for row in rows:
-            if "tuner_action" in row:
-                self.metrics.observe_decision(row)
-            elif is_step(row):  # per-request rows would count steps twice; metadata is no step
+            if is_step(row):  # per-request shares of a step would count steps twice
                 self.metrics.observe_step(row)
+                continue
+            kind = side_kind(row)
+            if kind == DECISION_KEY:
+                self.metrics.observe_decision(row)
+            elif kind == schema.METADATA_KEY:
+                self.metrics.observe_metadata(row)
+            elif kind == schema.REQUEST_KEY:
+                self.metrics.observe_request(row)
 
     def close(self) -> None:
         pass

@@ -7,6 +7,11 @@ seconds the recommendation is refitted on the most recent steps (or windows) and
 gauges. vLLM V0 logs print running totals, which cannot be followed piecewise: they are
 reported once and skipped.
 
+Run-metadata files (``-meta-``) publish ``specobs_engine_info`` per engine, the latest record of
+an engine winning (a restart with another configuration replaces the series); finished-request
+files (``-requests-``, and the other ``requests`` inputs) feed ``specobs_request_acceptance_length``.
+Both go through their validated readers too.
+
 Event-file records go through the validated reader (:func:`specobs.ingest.events.parse_line`,
 :func:`~specobs.ingest.events.read_parquet_checked`): a bad record is skipped whole, logged as
 ``FILE:LINE: why`` (the first of each reason per file) and counted in
@@ -31,9 +36,11 @@ from prometheus_client.registry import Collector
 
 from specobs import schema
 from specobs.advice.recommend import recommend
+from specobs.errors import Notice, Skipped
 from specobs.exporters.follow import Follower, Lines, _Followed
 from specobs.exporters.prometheus import PrometheusMetrics
 from specobs.ingest import decisions, detect, events, metadata, read_source
+from specobs.ingest import requests as request_files
 from specobs.ingest.events import steps_to_windows
 from specobs.ingest.source import Source
 
@@ -101,7 +108,11 @@ class Sidecar:
         if state.kind == decisions.FORMAT:
             return self._feed_decisions(state, data)
         if state.kind == metadata.FORMAT:
+            self._feed_metadata(state, data)
             return 0  # describes an engine; nothing to count
+        if state.kind in request_files.FORMATS:
+            self._feed_requests(state, data)
+            return 0  # finished requests: the per-request histogram, no steps
         src = Source(str(state.path), None, False, len(data), head=data[:65536], data=data)
         windows = read_source(src, state.kind).windows
         if windows is None:
@@ -146,6 +157,36 @@ class Sidecar:
                 continue
             self.metrics.observe_decision(decision.to_row())
         return 0
+
+    def _feed_metadata(self, state: _Followed, data: bytes) -> None:
+        """Run metadata: each valid record replaces its engine's ``specobs_engine_info``."""
+        src = Source(str(state.path), None, False, len(data), head=data[:65536], data=data)
+        records, skipped, _ = metadata.read(src)
+        self._skipped_lines(state, data, skipped)
+        for record in records:
+            self.metrics.observe_metadata(record)
+
+    def _feed_requests(self, state: _Followed, data: bytes) -> None:
+        """Finished requests, read by the validated ``requests`` reader: one histogram observation each."""
+        src = Source(str(state.path), None, False, len(data), head=data[:65536], data=data)
+        frame, skipped, _ = request_files.read(src, str(state.kind))
+        self._skipped_lines(state, data, skipped)
+        for row in frame.iter_rows(named=True):
+            self.rows_seen += 1
+            try:
+                self.metrics.observe_request(row)
+            except Exception as exc:
+                self._skip("error", f"{state.path}: {type(exc).__name__}: {exc}", key=str(state.path))
+
+    def _skipped_lines(self, state: _Followed, data: bytes, skipped: list[Skipped]) -> None:
+        """Count and name (``FILE:LINE``) what a side-file reader skipped; notices are not skips."""
+        first = data.first_line if isinstance(data, Lines) else None
+        for bad in skipped:
+            if isinstance(bad, Notice):
+                continue
+            line = None if bad.line is None or first is None else first + bad.line - 1
+            where = f"{state.path}:{line}" if line is not None else str(state.path)
+            self._skip(_reason(bad.why), f"{where}: {bad.why}", key=str(state.path))
 
     def _feed_frame(self, frame: pl.DataFrame, *, step: bool) -> int:
         fed = 0
@@ -219,6 +260,17 @@ class Sidecar:
     def stop(self) -> None:
         self._stop.set()
         self.follower.close()
+
+
+def _reason(why: str) -> str:
+    """The ``specobs_skipped_records_total`` reason of a side-file record a reader skipped, from its why."""
+    if why.startswith("not valid JSON"):
+        return events.INVALID_JSON
+    if " is negative" in why:
+        return events.NEGATIVE
+    if " is not " in why or why.startswith("not a"):
+        return events.WRONG_TYPE
+    return events.INCONSISTENT
 
 
 class SidecarHealth(Collector):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from specobs.capture.config import CaptureConfig
-from specobs.exporters.otel import OtelMetrics, OtelSink
+from specobs.exporters.otel import OtelMetrics, OtelSink, resource_attributes
 from specobs.exporters.prometheus import PrometheusMetrics, PrometheusSink, serve
 
 
@@ -17,7 +17,10 @@ def capture_sinks(
 
     ``health`` (the recorder's counters) feeds ``specobs_dropped_events_total`` and
     ``specobs_hook_errors_total``; the Prometheus port is offset by the engine index so that
-    data-parallel engine cores on one host do not collide.
+    data-parallel engine cores on one host do not collide. ``resource``: the engine's labels and
+    run-metadata fields (``RunMetadata`` names), which OpenTelemetry carries as resource attributes
+    (:data:`specobs.exporters.otel.RESOURCE_ATTRIBUTES`). The run-metadata record and finished
+    requests reach both exporters as rows (``specobs_engine_info``, ``specobs_request_acceptance_length``).
     """
     sinks: list = [config.sink()]
     if config.prometheus:
@@ -26,7 +29,7 @@ def capture_sinks(
         serve(metrics, f"{host or '127.0.0.1'}:{int(port) + engine}")
         sinks.append(PrometheusSink(metrics))
     if config.otel:
-        otel = OtelMetrics.from_environment(resource)
+        otel = OtelMetrics.from_environment(resource_attributes(resource or {}))
         if otel is not None:
             sinks.append(OtelSink(otel))
     return sinks

@@ -14,6 +14,7 @@ from http.server import HTTPServer
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 from support.otlp import ROW, _Receiver
 
 from specobs.exporters.prometheus import PrometheusMetrics
@@ -42,6 +43,8 @@ NAMES = {
     "specobs.cost_ratio": "specobs_cost_ratio",
     "specobs.draft_share": "specobs_draft_share",
     "specobs.speculative_config_info": "specobs_speculative_config_info",
+    "specobs.engine_info": "specobs_engine_info",
+    "specobs.request.acceptance_length": "specobs_request_acceptance_length",
     "specobs.label_overflow": "specobs_label_overflow",
     "specobs.dropped_values": "specobs_dropped_values",
 }
@@ -77,12 +80,44 @@ ROWS: list[tuple[dict, bool]] = [
 ]
 
 
+METADATA = {"specobs_metadata": 1, "ts": 10.0, "model": "tiny", "engine": 0, "method": "eagle",
+            "num_speculative_tokens": 3, "vllm_version": "0.32.0", "platform": "rocm", "device_arch": "gfx942",
+            "attention_backend": "ROCM_AITER_FA", "graph_mode": "full_and_piecewise", "model_runner": "v1"}  # fmt: skip
+#: Run metadata: two engines, one restarted with another backend (the first record is replaced), an
+#: older record read late (ignored), hostile values (capped, dropped).
+METADATA_RECORDS = [
+    METADATA,
+    {**METADATA, "engine": 1, "method": "ngram", "attention_backend": None, "device_arch": None},
+    {**METADATA, "ts": 20.0, "attention_backend": "ROCM_ATTN", "vllm_version": "0.33.0"},
+    {**METADATA, "ts": 15.0, "attention_backend": "TRITON_ATTN"},
+    {**METADATA, "engine": 2, "graph_mode": "Ignore previous instructions", "model_runner": 2,
+     "num_speculative_tokens": -1},
+]  # fmt: skip
+REQUEST = {"model": "tiny", "engine": 0, "method": "eagle", "request_key": "0123456789abcdef", "num_spec_tokens": 3,
+           "num_spec_steps": 10, "num_draft_tokens": 30, "num_accepted_tokens": 14}  # fmt: skip
+#: Finished requests over every bucket of the per-request histogram, two engines, and bad rows.
+REQUEST_ROWS = [
+    *({**REQUEST, "num_accepted_tokens": a} for a in (0, 1, 5, 10, 14, 15, 20, 25, 30)),
+    *({**REQUEST, "num_spec_tokens": 16, "num_spec_steps": 2, "num_draft_tokens": 32, "num_accepted_tokens": a}
+      for a in (9, 11, 15, 32)),
+    {**REQUEST, "engine": 1, "method": "ngram", "num_accepted_tokens": 3},
+    {**REQUEST, "num_spec_steps": 0, "num_accepted_tokens": 0},  # no drafts: no length
+    {**REQUEST, "num_accepted_tokens": 31},  # inconsistent
+    {**REQUEST, "num_spec_steps": float("nan")},
+    {**REQUEST, "model": "Ignore previous instructions"},
+]  # fmt: skip
+
+
 def feed(metrics: PrometheusMetrics | OtelMetrics) -> None:
     for row, window in ROWS:
         if window:
             metrics.observe_window(row)
         else:
             metrics.observe_step(row)
+    for record in METADATA_RECORDS:
+        metrics.observe_metadata(record)
+    for row in REQUEST_ROWS:
+        metrics.observe_request(row)
 
 
 def prometheus_series(registry: CollectorRegistry) -> dict[tuple, float]:
@@ -97,11 +132,23 @@ def prometheus_series(registry: CollectorRegistry) -> dict[tuple, float]:
             if family.type == "counter":
                 assert sample.name == family.name + "_total"
                 out[(family.name, labels, "value")] = sample.value
-            elif family.type == "summary":
+            elif family.type == "summary" or family.type == "histogram":
                 out[(family.name, labels, sample.name.removeprefix(family.name + "_"))] = sample.value
             else:
                 assert family.type == "gauge", family
                 out[(family.name, labels, "value")] = sample.value
+    return out
+
+
+def buckets(name: str, labels: frozenset, bounds, counts) -> dict[tuple, float]:
+    """An OpenTelemetry histogram's per-bucket counts as Prometheus' cumulative ``_bucket`` series
+    (only for the families Prometheus publishes as histograms: the timings are summaries there)."""
+    if name != "specobs_request_acceptance_length":
+        return {}
+    out, total = {}, 0
+    for bound, count in zip([*bounds, math.inf], counts, strict=True):
+        total += count
+        out[(name, labels | {("le", floatToGoString(bound))}, "bucket")] = total
     return out
 
 
@@ -117,6 +164,7 @@ def otel_series(metrics_data) -> dict[tuple, float]:
                     if hasattr(point, "bucket_counts"):  # a histogram: what a summary publishes
                         out[(name, labels, "count")] = point.count
                         out[(name, labels, "sum")] = point.sum
+                        out.update(buckets(name, labels, point.explicit_bounds, point.bucket_counts))
                     else:
                         out[(name, labels, "value")] = point.value
     return out
@@ -136,6 +184,7 @@ def otlp_series(requests) -> dict[tuple, float]:
                         if kind == "histogram":
                             out[(name, labels, "count")] = point.count
                             out[(name, labels, "sum")] = point.sum
+                            out.update(buckets(name, labels, point.explicit_bounds, point.bucket_counts))
                         else:
                             number = point.WhichOneof("value")
                             out[(name, labels, "value")] = getattr(point, number)
@@ -191,10 +240,14 @@ def test_the_hostile_rows_were_checked_capped_and_counted(prometheus):
     # NaN and Inf seconds, NaN accepted tokens, NaN in a per-position list; -0.5 s, -3 drafts, -1
     # in a list; "12" tokens and 2.5 draft tokens; 13 accepted of 12 drafted, 2 accepted at a
     # position 1 draft reached, 9 drafts reaching a position of a step with 4.
-    assert dropped == {"non_finite": 4, "negative": 3, "wrong_type": 2, "inconsistent": 3}
+    # Then the metadata and requests: a model_runner of 2 (wrong_type), a k of -1 (negative), a NaN of
+    # verify steps (non_finite), 31 accepted of 30 drafted (inconsistent).
+    assert dropped == {"non_finite": 4 + 1, "negative": 3 + 1, "wrong_type": 2 + 1, "inconsistent": 3 + 1}
     models = {dict(labels).get("model_name") for _, labels, _ in prometheus}
     assert models - {None} == {"tiny", "model-0", "model-1", "other"}
-    assert value("specobs_label_overflow", label="model_name") == 7  # model-2 … model-7 and the prompt
+    # model-2 … model-7 and the prompt; the request with the prompt for a model name
+    assert value("specobs_label_overflow", label="model_name") == 7 + 1
+    assert value("specobs_label_overflow", label="graph_mode") == 1
     assert value("specobs_label_overflow", label="method") == 1
     assert value("specobs_label_overflow", label="num_speculative_tokens") == 21 - 16  # k 3 … 23, 16 kept
     tiny = {"model_name": "tiny", "engine": "0", "method": "eagle"}
@@ -213,3 +266,28 @@ def test_the_hostile_rows_were_checked_capped_and_counted(prometheus):
     assert value("specobs_drafts_per_position", position="3", **ngram) is None  # reached by no draft
     assert value("specobs_step_seconds", "count", **ngram, batch_size_bucket="2048+") == 1
     assert value("specobs_step_seconds", "count", **tiny, batch_size_bucket="unknown") == 1
+
+
+def test_metadata_and_requests_were_replaced_capped_and_counted(prometheus):
+    """The engine and request series both published, by hand."""
+    info = {dict(labels)["engine"]: dict(labels) for name, labels, _ in prometheus if name == "specobs_engine_info"}
+    assert sorted(info) == ["0", "1", "2"]
+    assert info["0"]["attention_backend"] == "ROCM_ATTN" and info["0"]["vllm_version"] == "0.33.0"
+    assert info["1"]["attention_backend"] == "" and info["1"]["method"] == "ngram"
+    assert info["2"]["graph_mode"] == "other" and info["2"]["model_runner"] == ""
+    assert info["2"]["num_speculative_tokens"] == ""
+
+    def value(field, **labels):
+        return prometheus.get(("specobs_request_acceptance_length", frozenset(labels.items()), field))
+
+    tiny = {"model_name": "tiny", "engine": "0", "method": "eagle"}
+    # k = 3, 10 steps: lengths 1.0, 1.1, 1.5, 2.0, 2.4, 2.5, 3.0, 3.5, 4.0; k = 16, 2 steps: 5.5, 6.5, 8.5, 17.0
+    assert value("count", **tiny) == 13
+    assert value("sum", **tiny) == pytest.approx(
+        1.0 + 1.1 + 1.5 + 2.0 + 2.4 + 2.5 + 3.0 + 3.5 + 4.0 + 5.5 + 6.5 + 8.5 + 17
+    )
+    cumulative = [value("bucket", **tiny, le=le) for le in ("1.1", "1.5", "2.0", "2.5", "3.0", "3.5", "4.0", "5.0",
+                                                             "6.0", "8.0", "+Inf")]  # fmt: skip
+    assert cumulative == [2, 3, 4, 6, 7, 8, 9, 9, 10, 11, 13]
+    assert value("count", model_name="tiny", engine="1", method="ngram") == 1
+    assert value("count", model_name="other", engine="0", method="eagle") == 1  # the prompt-like model name

@@ -18,6 +18,21 @@ from specobs.exporters.prometheus import PrometheusMetrics
 from specobs.exporters.sidecar import Sidecar
 
 LABELS = {"model_name": "tiny", "engine": "0", "method": "eagle"}
+#: A run-metadata record as the capture writes it (specobs.capture.vllm.metadata.metadata_row).
+METADATA = {
+    "specobs_metadata": 1, "ts": 1000.0, "run_id": "r1", "engine": 0, "pid": 7, "model": "tiny",
+    "model_path": "/models/tiny", "method": "eagle", "num_speculative_tokens": 3, "vllm_version": "0.32.0",
+    "platform": "rocm", "device": "AMD Instinct MI300X", "device_arch": "gfx942",
+    "attention_backend": "ROCM_AITER_FA", "draft_attention_backend": "ROCM_AITER_FA",
+    "graph_mode": "full_and_piecewise", "model_runner": "v1", "environment": {"VLLM_ROCM_USE_AITER": "1"},
+}  # fmt: skip
+#: A finished request's row (schema.REQUESTS) as the capture writes it: 10 verify steps, 14 accepted.
+REQUEST = {
+    "ts": 1001.0, "model": "tiny", "engine": 0, "method": "eagle", "request_key": "0123456789abcdef",
+    "finish_reason": "stop", "num_prompt_tokens": 20, "num_output_tokens": 25, "num_spec_tokens": 3,
+    "num_spec_steps": 10, "num_draft_tokens": 30, "num_accepted_tokens": 14,
+    "acceptance_histogram": [2, 3, 3, 2],
+}  # fmt: skip
 
 
 def value(registry: CollectorRegistry, name: str, **labels) -> float | None:
@@ -455,6 +470,22 @@ def test_one_engine_stays_within_its_series_budget():
                                       "num_accepted_tokens_per_pos": shorter})  # fmt: skip
             for batch in batches:
                 metrics.observe_step({**wide, "engine": engine, "method": method, "batch_size": batch})
+            # finished requests in every bucket of the per-request histogram (lengths 1 … 17)
+            for accepted in range(17):
+                metrics.observe_request(
+                    {
+                        **REQUEST,
+                        "engine": engine,
+                        "method": method,
+                        "num_spec_tokens": 16,
+                        "num_spec_steps": 1,
+                        "num_draft_tokens": 16,
+                        "num_accepted_tokens": accepted,
+                    }
+                )
+        # the engine restarted four times with other configurations: one info series, the latest
+        for version in ("0.30.0", "0.31.0", "0.32.0", "0.33.0"):
+            metrics.observe_metadata({**METADATA, "engine": engine, "vllm_version": version, "ts": None})
 
     run_engine(0)
     samples: dict[str, int] = {}
@@ -467,7 +498,7 @@ def test_one_engine_stays_within_its_series_budget():
                     "specobs_hook_errors": 1}  # fmt: skip
     assert {name: n for name, n in samples.items() if n} == process_wide
     engine = sum(n for *_, n in budget)
-    assert engine == 3 * (12 + 2 * 16 * 2 + 3 * 13 * 2 + 2 + 4) == 480
+    assert engine == 3 * (12 + 2 * 16 * 2 + 3 * 13 * 2 + 2 + 4 + (11 + 2)) + 1 == 520
     info = {s.labels["num_speculative_tokens"] for f in registry.collect() for s in f.samples
             if f.name == "specobs_speculative_config_info" and s.labels["method"] == "ngram"}  # fmt: skip
     assert info == {"13", "14", "15", "16"}
@@ -478,7 +509,15 @@ def test_one_engine_stays_within_its_series_budget():
     steps = {line.split('batch_size_bucket="')[1].split('"')[0] for line in scraped
              if line.startswith('specobs_step_seconds_count{') and 'method="ngram"' in line}  # fmt: skip
     assert steps == set(BOUNDED_LABELS) and len(steps) == 13
-    assert not [line for line in scraped if "_bucket{" in line or "quantile=" in line or "seconds_created" in line]
+    assert not [line for line in scraped if "quantile=" in line or ("_created" in line and "seconds" in line)]
+    # the only histogram is the per-request one: 11 buckets per method, every one reached here
+    assert {line.split("{")[0] for line in scraped if "_bucket{" in line} == {
+        "specobs_request_acceptance_length_bucket"
+    }
+    assert registry.get_sample_value("specobs_request_acceptance_length_bucket",
+                                     {**LABELS, "method": "mtp", "le": "1.1"}) == 1  # fmt: skip
+    (info,) = [s for f in registry.collect() if f.name == "specobs_engine_info" for s in f.samples]
+    assert info.labels["vllm_version"] == "0.33.0"
     count = registry.get_sample_value(
         "specobs_step_seconds_count", {**LABELS, "method": "mtp", "batch_size_bucket": "2048+"}
     )  # fmt: skip

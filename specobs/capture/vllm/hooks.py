@@ -58,8 +58,9 @@ def event_files_only(config: CaptureConfig, engine: int, health: Any, resource: 
 class Wiring:
     """What the entry point plugs into the capture, so that the capture imports neither the
     exporters nor the online tuner: ``sinks(config, engine, health, resource)`` gives the
-    recorder's sinks, ``tuner(config, scheduler, labels, recorder)`` starts an engine's online
-    tuner (None: off). ``specobs.vllm.wiring()`` is the full one."""
+    recorder's sinks (``resource``: the engine's labels and run-metadata fields as strings, by
+    their :class:`specobs.records.RunMetadata` names), ``tuner(config, scheduler, labels,
+    recorder)`` starts an engine's online tuner (None: off). ``specobs.vllm.wiring()`` is the full one."""
 
     sinks: Callable[[CaptureConfig, int, Any, dict[str, str]], list] = event_files_only
     tuner: Callable[[CaptureConfig, Any, dict[str, Any], Any], Any] | None = None
@@ -190,7 +191,8 @@ class Capture:
 
     def _new_recorder(self, labels: dict[str, Any]) -> Recorder:
         recorder = Recorder([], capacity=self.config.queue_size)
-        resource = {f"specobs.{k}": str(labels[k]) for k in ("model", "platform", "device") if labels.get(k)}
+        # What the engine is and runs (its labels and run-metadata fields): the exporters name and bound them.
+        resource = {k: str(v) for k, v in labels.items() if isinstance(v, str | int) and not isinstance(v, bool)}
         try:
             recorder.sinks = self.wiring.sinks(
                 self.config, labels.get("engine") or 0, lambda: recorder.counters, resource
@@ -287,7 +289,7 @@ class Capture:
             timing_clock=clock_of(step.draft, step.verify),
         )
         if self._recorder is None:
-            self._recorder = self._new_recorder(labels)
+            self._recorder = self._new_recorder({**self.metadata(scheduler), **labels})
         recorder = self._recorder
         if id(scheduler) not in self._described:
             self._describe(scheduler, recorder)
