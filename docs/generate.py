@@ -181,6 +181,20 @@ def cli_command_table(name: str) -> str:
     return table(("option", "default", "help"), rows)
 
 
+def pitfalls_table() -> str:
+    from specobs.analysis.pitfalls import PITFALLS
+
+    def condition(p: Any) -> str:
+        parts = [f"{name} {test}" if isinstance(test, str) else f"{name} ∈ {', '.join(map(str, test))}"
+                 for name, test in p.when.items()]  # fmt: skip
+        if p.acceptance_below is not None:
+            parts.append(f"draft acceptance rate < {p.acceptance_below:g}")
+        return "; ".join(parts)
+
+    rows = [(code(p.id), p.title, condition(p), p.source) for p in PITFALLS]
+    return table(("id", "pitfall", "condition", "source"), rows)
+
+
 def exit_codes_table() -> str:
     from specobs.errors import EXIT_CODES
 
@@ -332,6 +346,14 @@ _LABELS = (
 
 JSON_KEYS: dict[str, dict[str, str]] = {
     "report": {
+        "breaks": "acceptance that broke against its own past (`analysis.breaks`; see Breaks and causes below), "
+        "one object per break: the lineage's `model`, `method`, `workload`; `kind` (`fall`, `rise`, `collapse`, "
+        "`stale_after_off`); `ts`; `before` and `after` (acceptance length at `depth` positions: the earlier "
+        "run's steady state and the later one's, or the steps before and after K=0 stretches); `difference` and "
+        "its 95% `interval`; `z`; `depth`; `before_run` / `after_run` (`run_id`, `engine`, `start_ts`, "
+        "`end_ts`, `num_drafts`); `causes` (run-metadata fields that changed, most likely first: `field`, "
+        "`before`, `after`, `pitfall`); `coincident_change` (false: nothing changed; null: no metadata); "
+        "`pitfalls` the later run meets; `resumes` (K=0 stretches checked)",
         "run_metadata": "one object per engine read from the run-metadata files beside captured event files "
         "(vLLM version, platform, device and its architecture, attention backends, graph mode, parallelism, "
         "speculative config, dtypes, environment): the fields of docs/schema.md, Run metadata",
@@ -409,7 +431,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "its `interval`s are null); null when nothing drafted. `--method` names the method of rows that carry none",
         "change_points[]": "changes of acceptance length (`detect_changes`), one object per change, " + _LABELS,
         "change_points[].ts": "time (unix seconds) of the first window after the change",
-        "change_points[].kind": "`regression` / `improvement` within one configuration, or `configuration_change`",
+        "change_points[].kind": "`regression` / `improvement` within one configuration, `drift` (a steady "
+        "slide: adds `end_ts`, `rate_per_hour` and its 95% `rate_interval`), or `configuration_change`",
         "change_points[].before": "mean acceptance length before",
         "change_points[].after": "mean acceptance length after",
         "change_points[].z": "two-sample z statistic of the split",
@@ -687,6 +710,9 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "acceptance.standard_error": "its standard error (no smaller than the pooled one)",
         "acceptance.z": "difference / standard error",
         "acceptance.direction": "`fell`, `rose`, `unchanged` (|z| ≤ 1.96) or null",
+        "causes": "run-metadata fields that differ between A's and B's first engines, most likely cause of an "
+        "acceptance change first (`field`, `before`, `after`, `pitfall`: a known pitfall B meets); empty "
+        "without metadata on both sides",
     },
 }
 
@@ -838,6 +864,7 @@ def _tables() -> dict[str, tuple[str, Callable[[], str]]]:
         "cli-commands": ("cli.md", cli_commands_table),
         "cli-global": ("cli.md", cli_global_table),
         "exit-codes": ("cli.md", exit_codes_table),
+        "pitfalls": ("report.md", pitfalls_table),
         "metrics": ("exporters.md", metrics_table),
         "series-budget": ("exporters.md", series_budget_table),
         "otel-instruments": ("exporters.md", otel_table),
