@@ -387,8 +387,23 @@ class LengthBin(Result):
 
 
 @dataclass(frozen=True)
+class FlaggedRequest(Result):
+    """A request whose draft acceptance rate sits far below its class's (same workload and
+    prompt-length bucket, the request itself left out): a quality signal (``analysis.requests``)."""
+
+    request_key: str | None  # a hash of the request id, never the id or its text
+    workload: str | None
+    prompt_bucket: str | None
+    num_draft_tokens: int
+    draft_acceptance_rate: float
+    class_draft_acceptance_rate: float
+    z: float
+
+
+@dataclass(frozen=True)
 class RequestAcceptance(Result):
-    """Acceptance per request (``requests`` rows): overall, its distribution, and by group."""
+    """Acceptance per request (``requests`` rows): overall, its distribution, and by group;
+    ``flagged``: the worst of the ``num_flagged`` requests far below their class."""
 
     overall: RequestGroup
     histogram: tuple[LengthBin, ...]
@@ -396,6 +411,8 @@ class RequestAcceptance(Result):
     by_output_length: tuple[RequestGroup, ...]
     by_workload: tuple[RequestGroup, ...]
     by_method: tuple[RequestGroup, ...]
+    num_flagged: int = 0
+    flagged: tuple[FlaggedRequest, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -1310,6 +1327,7 @@ __all__ = [
     "ConfigurationComparison",
     "Difference",
     "Finding",
+    "FlaggedRequest",
     "GroupSummary",
     "IntegrityIssue",
     "KBand",

@@ -30,7 +30,7 @@ from typing import Any
 import polars as pl
 
 from specobs import buckets, schema
-from specobs.records import LengthBin, RequestAcceptance, RequestGroup
+from specobs.records import FlaggedRequest, LengthBin, RequestAcceptance, RequestGroup
 
 #: Width of the acceptance-length histogram's bins (tokens per step).
 BIN_WIDTH = 0.25
@@ -183,10 +183,61 @@ __all__ = [
     "PERCENTILES",
     "acceptance_length",
     "as_windows",
+    "flagged_requests",
     "histogram",
     "per_request",
     "summarize",
 ]
+
+
+#: Draft tokens a request needs before it is judged against its class.
+FLAG_MIN_DRAFTS = 30
+#: Other requests its class needs.
+FLAG_MIN_CLASS = 5
+#: A flagged request accepts below this share of its class's rate ...
+FLAG_SHARE = 0.5
+#: ... and its binomial z against the class's rate is at or below this.
+FLAG_Z = -4.0
+#: Flagged requests listed (the worst first); all are counted.
+FLAG_LISTED = 20
+
+
+def flagged_requests(frame: pl.DataFrame) -> tuple[int, list[FlaggedRequest]]:
+    """Requests far below their class (workload and prompt-length bucket): a draft acceptance
+    rate under :data:`FLAG_SHARE` of the class's without them, and a binomial z at or below
+    :data:`FLAG_Z` (the share guards against the binomial's too-small error: drafts within a
+    request are not independent). Returns how many, and the :data:`FLAG_LISTED` lowest z."""
+    keys = ["workload", "prompt_bucket"]
+    a, n = pl.col("num_accepted_tokens").cast(pl.Float64), pl.col("num_draft_tokens").cast(pl.Float64)
+    rest_a = a.sum().over(keys) - a
+    rest_n = n.sum().over(keys) - n
+    rate = a / n
+    others = rest_a / rest_n
+    scored = (
+        frame.filter(pl.col("num_draft_tokens") > 0)
+        .with_columns(_others=pl.len().over(keys) - 1)
+        .with_columns(rate=rate, class_rate=others, _z=(rate - others) / (others * (1 - others) / n).sqrt())
+        .filter(
+            (pl.col("num_draft_tokens") >= FLAG_MIN_DRAFTS)
+            & (pl.col("_others") >= FLAG_MIN_CLASS)
+            & (pl.col("rate") < FLAG_SHARE * pl.col("class_rate"))
+            & (pl.col("_z") <= FLAG_Z)
+        )
+        .sort("_z")
+    )
+    listed = [
+        FlaggedRequest(
+            r.get("request_key"),
+            r["workload"],
+            r["prompt_bucket"],
+            int(r["num_draft_tokens"]),
+            float(r["rate"]),
+            float(r["class_rate"]),
+            float(r["_z"]),
+        )  # fmt: skip
+        for r in scored.head(FLAG_LISTED).iter_rows(named=True)
+    ]
+    return scored.height, listed
 
 
 def request_acceptance(requests: pl.DataFrame) -> RequestAcceptance | None:
@@ -199,4 +250,11 @@ def request_acceptance(requests: pl.DataFrame) -> RequestAcceptance | None:
         name: tuple(RequestGroup.from_row(row, row[column]) for row in summarize(frame, column).iter_rows(named=True))
         for name, column in GROUPINGS.items()
     }
-    return RequestAcceptance(overall=overall, histogram=tuple(LengthBin(**b) for b in histogram(frame)), **groups)
+    count, flagged = flagged_requests(frame)
+    return RequestAcceptance(
+        overall=overall,
+        histogram=tuple(LengthBin(**b) for b in histogram(frame)),
+        **groups,
+        num_flagged=count,
+        flagged=tuple(flagged),
+    )

@@ -402,6 +402,16 @@ def request_findings(r: RequestAcceptance | None) -> list[Finding]:
             f"Per request, the acceptance length averages {rw:.2f} over {drafted:,} "
             f"request(s){spread}; weighted by verify steps (what the engine gets) it is {tw:.2f}, {why}."
         )))  # fmt: skip
+    if r.num_flagged:
+        worst = r.flagged[0]
+        out.append(Finding("requests_flagged", (
+            f"{r.num_flagged:,} request(s) accepted far less than others of their workload and prompt length (under "
+            f"half their class's draft acceptance rate, beyond noise): the worst, request {worst.request_key}, "
+            f"accepted {worst.draft_acceptance_rate:.0%} of {worst.num_draft_tokens:,} draft tokens against "
+            f"{worst.class_draft_acceptance_rate:.0%} for its class. Low acceptance on one request often means "
+            "unusual output (another language, a loop, garbled text): check those outputs, listed under "
+            "requests.flagged."
+        )))  # fmt: skip
     if o.num_requests_without_drafts:
         out.append(Finding("requests", (
             f"{o.num_requests_without_drafts:,} of {o.num_requests:,} finished request(s) never verified a draft "

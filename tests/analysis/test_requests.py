@@ -481,3 +481,41 @@ def test_requests_beside_steps_leave_the_summary_to_the_steps(tmp_path):
     steps = report_json(str(next(tmp_path.glob("specobs-sim*"))))
     assert data["summary"] == steps["summary"]  # the requests are shown apart, not added
     assert data["requests"]["overall"]["num_requests"] == 3
+
+
+def _class_requests(rng, count: int, rate: float, *, workload: str, prompt: int, drafts: int = 60) -> list[dict]:
+    rows = []
+    for i in range(count):
+        accepted = int(rng.binomial(drafts, rate))
+        rows.append({"request_key": f"{workload}-{prompt}-{rate}-{i}", "workload": workload,
+                     "num_prompt_tokens": prompt, "num_output_tokens": 100, "num_spec_steps": drafts // 3,
+                     "num_draft_tokens": drafts, "num_accepted_tokens": accepted})  # fmt: skip
+    return rows
+
+
+def test_a_request_far_below_its_class_is_flagged_and_a_low_class_is_not():
+    import numpy as np
+
+    from specobs import schema
+    from specobs.analysis.requests import FLAG_SHARE, flagged_requests, per_request, request_acceptance
+
+    rng = np.random.default_rng(7)
+    rows = (
+        _class_requests(rng, 40, 0.7, workload="chat", prompt=100)
+        + _class_requests(rng, 1, 0.1, workload="chat", prompt=100, drafts=90)  # far below its class
+        + _class_requests(rng, 40, 0.15, workload="code", prompt=1000)  # a whole class accepts little: no flag
+        + _class_requests(rng, 1, 0.05, workload="chat", prompt=100, drafts=12)  # too few drafts to judge
+    )
+    frame = schema.conform(pl.DataFrame(rows), schema.REQUESTS)
+    count, flagged = flagged_requests(per_request(frame))
+    assert count == 1
+    (worst,) = flagged
+    assert worst.request_key == "chat-100-0.1-0" and worst.prompt_bucket == "64-127"
+    # By hand: the class's rate without the request, and the request's own.
+    others = frame.filter((pl.col("workload") == "chat") & (pl.col("request_key") != worst.request_key))
+    assert worst.class_draft_acceptance_rate == pytest.approx(
+        others["num_accepted_tokens"].sum() / others["num_draft_tokens"].sum()
+    )
+    assert worst.draft_acceptance_rate < FLAG_SHARE * worst.class_draft_acceptance_rate
+    result = request_acceptance(frame)
+    assert result.num_flagged == 1 and result.to_dict()["flagged"][0]["request_key"] == worst.request_key
