@@ -234,7 +234,7 @@ def flagged_requests(frame: pl.DataFrame) -> tuple[int, list[FlaggedRequest]]:
             float(r["rate"]),
             float(r["class_rate"]),
             float(r["_z"]),
-        )  # fmt: skip
+        )
         for r in scored.head(FLAG_LISTED).iter_rows(named=True)
     ]
     return scored.height, listed
