@@ -327,14 +327,15 @@ def stale_breaks(resumes: pl.DataFrame) -> list[Break]:
         sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
         se = sd / math.sqrt(n)
         t = mean / se if se > 0 else 0.0
-        rb = float(part["before_accepted"].sum() / part["before_drafts"].sum())
-        ra = float(part["after_accepted"].sum() / part["after_drafts"].sum())
+        totals = part.select(pl.col("before_accepted", "before_drafts", "after_accepted", "after_drafts").sum())
+        ba, bd, aa, ad = (float(v) for v in totals.row(0))
+        rb, ra = ba / bd, aa / ad
         if t > -STALE_Z or -mean < MIN_CHANGE * rb:
             continue
         labels = dict(zip(keys, values, strict=True))
         half = t95(n - 1) * se
         ref = RunRef(labels["run_id"], labels["engine"], None, None, int(part["after_drafts"].sum()))
-        out.append(Break(BreakKind.STALE_AFTER_OFF, {c: labels[c] for c in LINEAGE}, float(part["ts"].min()),
+        out.append(Break(BreakKind.STALE_AFTER_OFF, {c: labels[c] for c in LINEAGE}, part["ts"].cast(pl.Float64).min(),  # type: ignore[arg-type]
                          1 + rb, 1 + ra, mean, mean - half, mean + half, t, 1, None, ref, (), False,
                          resumes=n))  # fmt: skip
     return out
