@@ -69,6 +69,8 @@ HEALTH = {"specobs_dropped_events_total", "specobs_hook_errors_total"}
 BOUNDED_LABELS = {
     "model_name", "engine", "method", "position", "batch_size_bucket", "le",
     "num_speculative_tokens", "job", "instance",
+    # specobs_engine_info's run-metadata labels (capped like the others: specobs.exporters.mapping.INFO_FIELDS)
+    "vllm_version", "platform", "device_arch", "attention_backend", "graph_mode", "model_runner",
 }  # fmt: skip
 UNBOUNDED_LABELS = ("request_id", "prompt", "trace_id", "span_id", "user")
 
@@ -127,6 +129,7 @@ def test_every_alert_is_documented_labelled_and_unit_tested():
     assert names >= {
         "SpecDecodeAcceptanceCollapse", "SpecDecodeAcceptanceRegression", "SpecDecodeNotPaying",
         "SpecDecodeWastedPositions", "SpecDecodeMetricsAbsent", "SpecobsDroppingEvents",
+        "SpecDecodeAcceptanceDropAfterChange",
     }  # fmt: skip
 
     doc = ALERTS_DOC.read_text()
