@@ -261,7 +261,8 @@ def test_dashboard_panels_cover_the_brief():
     titles = " | ".join(title.lower() for title, _ in dashboard_exprs())
     for words in ("acceptance length", "draft acceptance rate", "per-position", "conditional", "draft vs verify",
                   "step time", "cost ratio", "predicted speedup", "recommended k", "accepted tokens per draft",
-                  "dropped events"):  # fmt: skip
+                  "dropped events", "1 day ago", "engine info", "engine configuration",
+                  "per-request acceptance"):  # fmt: skip
         assert words in titles, words
 
 
@@ -408,3 +409,62 @@ def test_dashboard_accepted_length_heatmap_follows_from_the_per_position_counter
     (tmp_path / "heatmap_test.yml").write_text(json.dumps(spec))
     result = promtool("test", "rules", str(tmp_path / "heatmap_test.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _promtool_panel_test(tmp_path, name: str, exprs: dict[str, str], group_name: str, cases: list[dict]) -> None:
+    """Run panel expressions (record name → Grafana expression) as rules on the input series of one
+    rules_test.yml group, with promql_expr_test ``cases``."""
+    rules = [{"record": record, "expr": to_promql(expr)} for record, expr in exprs.items()]
+    (tmp_path / f"{name}.yml").write_text(json.dumps({"groups": [{"name": name, "rules": rules}]}))
+    group = next(g for g in load_yaml(RULES_TEST)["tests"] if g["name"] == group_name)
+    spec = {"rule_files": [f"{name}.yml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": group["input_series"], "promql_expr_test": cases}]}  # fmt: skip
+    (tmp_path / f"{name}_test.yml").write_text(json.dumps(spec))
+    result = promtool("test", "rules", str(tmp_path / f"{name}_test.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_dashboard_engine_info_panels_list_both_sides_of_a_change(tmp_path):
+    """On the rules' own change series, at minute 540 with a 1h range: m-changed and m-upgraded
+    show the configuration before the restart at minute 500 and the one after, m-fell (scraped by
+    two instances) one row, m-early (changed at minute 100) only its current one."""
+    exprs = dict(dashboard_exprs())
+    table = exprs["Engine info: every configuration in the range"]
+    timeline = exprs["Engine configuration over time"]
+    info = ('model_name="{m}", engine="0", method="eagle3", num_speculative_tokens="3", vllm_version="{v}", '
+            'platform="rocm", device_arch="gfx942", attention_backend="{b}", graph_mode="full_and_piecewise", '
+            'model_runner="v1"')  # fmt: skip
+    old, new = ("0.32.0", "ROCM_AITER_FA"), ("0.33.0", "ROCM_ATTN")
+    rows = [("m-changed", old), ("m-changed", new), ("m-upgraded", old), ("m-upgraded", new), ("m-fell", old),
+            ("m-early", new)]  # fmt: skip
+
+    def samples(record: str, which) -> list[dict]:
+        return [{"labels": record + "{" + info.format(m=m, v=v, b=b) + "}", "value": 1} for m, (v, b) in which]
+
+    now = [r for r in rows if r[1] == new or r[0] == "m-fell"]  # minute 540: the old series are gone (stale after 5m)
+    cases = [
+        {"expr": "dashboard:info_table:check", "eval_time": "540m", "exp_samples": samples("dashboard:info_table:check", rows)},
+        {"expr": "dashboard:info_timeline:check", "eval_time": "540m",
+         "exp_samples": samples("dashboard:info_timeline:check", now)},
+    ]  # fmt: skip
+    _promtool_panel_test(tmp_path, "info", {"dashboard:info_table:check": table, "dashboard:info_timeline:check": timeline},
+                         "acceptance drop after a change", cases)  # fmt: skip
+
+
+@needs_promtool
+def test_dashboard_drift_panel_compares_with_a_day_ago(tmp_path):
+    """The drift panel on the regression rule's series: m-regress fell from 3 to 2 at minute 1500;
+    at minute 1560 the panel shows 2 now and 3 a day ago, the numbers the alert compares."""
+    (panel,) = [
+        p for p in walk_panels(load_dashboard()["panels"]) if p.get("title", "").startswith("Acceptance length now")
+    ]
+    now, ago = (t["expr"] for t in panel["targets"])
+    assert "offset 1d" not in now and ago.count("offset 1d") == 4
+    cases = [
+        {"expr": f'dashboard:{name}:check{{model_name="m-regress"}}', "eval_time": "1560m",
+         "exp_samples": [{"labels": f'dashboard:{name}:check{{model_name="m-regress", engine="0"}}', "value": value}]}
+        for name, value in (("now", 2), ("ago", 3))
+    ]  # fmt: skip
+    _promtool_panel_test(tmp_path, "drift", {"dashboard:now:check": now, "dashboard:ago:check": ago},
+                         "acceptance regression", cases)  # fmt: skip
