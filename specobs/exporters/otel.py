@@ -96,8 +96,9 @@ RESOURCE_ATTRIBUTES = {
 
 def resource_attributes(metadata: dict[str, Any]) -> dict[str, str]:
     """The resource attributes of an engine from its run-metadata fields (names as in
-    :class:`specobs.records.RunMetadata`): a field that is missing, not a string or integer, or
-    unfit for a label (longer than 100 characters, whitespace, control characters) is left out::
+    :class:`specobs.records.RunMetadata`): a field that is missing, not a string or integer, longer
+    than 100 characters or with control characters is left out (a space is fine: one process
+    has one resource, and a device is named ``AMD Instinct MI300X``)::
 
         resource_attributes({"vllm_version": "0.32.0", "num_speculative_tokens": 3, "pid": 7})
         == {"vllm.version": "0.32.0", "vllm.speculative.num_speculative_tokens": "3"}
@@ -108,7 +109,7 @@ def resource_attributes(metadata: dict[str, Any]) -> dict[str, str]:
         if isinstance(value, bool) or not isinstance(value, str | int):
             continue
         text = str(value)
-        if text and len(text) <= MAX_LABEL_LENGTH and text.isprintable() and not any(c.isspace() for c in text):
+        if text and len(text) <= MAX_LABEL_LENGTH and text.isprintable():
             out[attribute] = text
     return out
 

@@ -315,7 +315,9 @@ def test_otel_resource_attributes_and_engine_series_arrive_at_a_real_receiver(mo
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "60000")
     # What the capture passes: the engine's labels and run-metadata fields, raw (hooks.Capture._new_recorder)
     engine = {k: str(v) for k, v in METADATA.items() if isinstance(v, str | int) and not isinstance(v, bool)}
-    engine["device"] = "AMD Instinct MI300X"  # a space: never an attribute value
+    engine["model_path"] = "/models/tiny"  # not a resource attribute
+    engine["draft_model"] = "x" * 101  # nor this (and too long anyway)
+    engine["graph_mode"] = "full_and_piecewise\n"  # a control character: left out
     sinks = capture_sinks(CaptureConfig(directory="/nonexistent-unused", otel=True), 0, None, engine)
     (otel,) = [s for s in sinks if isinstance(s, OtelSink)]
     otel.write([METADATA, ROW, {**REQUEST, "num_accepted_tokens": 14}, {**REQUEST, "num_accepted_tokens": 6}])
@@ -330,12 +332,12 @@ def test_otel_resource_attributes_and_engine_series_arrive_at_a_real_receiver(mo
                     received[m.name] = m
     assert {k: v for k, v in resource.items() if not k.startswith(("telemetry.", "service.instance"))} == {
         "service.name": "specobs", "specobs.model": "tiny", "specobs.platform": "rocm",
-        "specobs.device.arch": "gfx942", "vllm.version": "0.32.0", "vllm.engine.index": "0",
-        "vllm.attention.backend": "ROCM_AITER_FA", "vllm.graph_mode": "full_and_piecewise",
+        "specobs.device": "AMD Instinct MI300X", "specobs.device.arch": "gfx942", "vllm.version": "0.32.0",
+        "vllm.engine.index": "0", "vllm.attention.backend": "ROCM_AITER_FA",
         "vllm.model_runner": "v1", "vllm.speculative.method": "eagle",
         "vllm.speculative.num_speculative_tokens": "3",
     }  # fmt: skip
-    assert set(RESOURCE_ATTRIBUTES.values()) - set(resource) == {"specobs.device"}
+    assert set(RESOURCE_ATTRIBUTES.values()) - set(resource) == {"vllm.graph_mode"}
     (point,) = received["specobs.engine_info"].gauge.data_points
     assert {a.key: a.value.string_value for a in point.attributes} == INFO_LABELS and point.as_int == 1
     (hist,) = received["specobs.request.acceptance_length"].histogram.data_points
