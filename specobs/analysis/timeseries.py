@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from specobs.analysis.acceptance import with_group_columns
+from specobs.analysis.acceptance import MIN_SUPPORT, with_group_columns
 from specobs.analysis.intervals import Z95
 from specobs.records import Change, ChangePoint
 
@@ -140,9 +140,9 @@ def acceptance_over_time(
     return series_from_sums(time_sums(windows, keys, TimeSpan.of(windows), max_points), keys)
 
 
-#: Drafts each side of a split must hold: a stretch of a few steps of a few requests each
-#: (step-level input) is too little to call a change on, whatever its z.
-MIN_SIDE_DRAFTS = 200
+#: Drafts each side of a split must hold (as many as a per-position rate needs to be used):
+#: a stretch of a few steps of a request or two is too little to call a change on.
+MIN_SIDE_DRAFTS = MIN_SUPPORT
 
 
 def _split_scores(

@@ -113,7 +113,11 @@ def test_accepted_tokens_past_the_end_synthetic_sampling_and_short_drafts_are_fi
     assert (short.affected, short.checked, short.observed) == (200, 400, 0.5)
     assert "synthetic_rejection" in kinds
     findings = document(report)["findings"]
-    assert findings[0].startswith("Rejection sampling is synthetic") or findings[0].startswith("10 accepted")
+    # Integrity comes first: the known pitfall of the helper's metadata (EAGLE-3 on ROCM_ATTN on
+    # gfx942), synthetic sampling, the tokens past the end.
+    first = findings[:3]
+    assert any(f.startswith("Rejection sampling is synthetic") for f in first)
+    assert any(f.startswith("Known pitfall") and "issues/46596" in f for f in first)
     assert any("50.0% as counted, 45.0% without them" in f for f in findings)
 
 
