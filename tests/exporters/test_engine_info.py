@@ -359,3 +359,52 @@ def test_otel_is_a_no_op_when_unconfigured(monkeypatch):
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", raising=False)
     sinks = capture_sinks(CaptureConfig(directory="/nonexistent-unused", otel=True), 0, None, {"vllm_version": "1"})
     assert not [s for s in sinks if isinstance(s, OtelSink)]
+
+
+# --- a real Prometheus: the replaced info series goes stale, a join sees the new one ----------
+
+
+@pytest.mark.prometheus
+@pytest.mark.slow
+def test_a_real_prometheus_sees_only_the_new_info_series_after_a_restart(tmp_path):
+    """The in-process exporter served to a real Prometheus scraping every second: after the engine's
+    metadata is replaced (ROCM_AITER_FA → ROCM_ATTN), an instant query returns the new series only
+    (the old one was marked stale at the first scrape without it), a join of the acceptance counters
+    with it carries the new backend, and ``last_over_time`` still holds both sides of the change."""
+    import shutil
+    import sys
+    import time
+
+    from support.paths import ROOT
+
+    if shutil.which("prometheus") is None:
+        pytest.skip("needs Debian's prometheus (apt-get install prometheus)")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_soak
+
+    from specobs.exporters.prometheus import serve
+
+    metrics = PrometheusMetrics(CollectorRegistry())
+    metrics.observe_metadata(METADATA)
+    metrics.observe_step({**ROW, "method": "eagle"})
+    address = serve(metrics, "127.0.0.1:0")
+    with bench_soak.processes() as procs:
+        base = bench_soak.start_prometheus(procs, tmp_path, address)
+
+        def backends(promql: str) -> list[str]:
+            return sorted(r["metric"]["attention_backend"] for r in bench_soak.query(base, promql))
+
+        bench_soak.wait_for(lambda: backends("specobs_engine_info") == ["ROCM_AITER_FA"], 30, "the first info series")
+        metrics.observe_metadata({**METADATA, "ts": 2000.0, "attention_backend": "ROCM_ATTN", "vllm_version": "0.33.0"})
+        bench_soak.wait_for(lambda: backends("specobs_engine_info") == ["ROCM_ATTN"], 30, "the replaced info series")
+        time.sleep(2)  # a few more scrapes: the old series stays gone
+        assert backends("specobs_engine_info") == ["ROCM_ATTN"]
+        joined = bench_soak.query(
+            base,
+            "sum by (model_name, engine) (specobs_accepted_tokens_total) * on (model_name, engine) "
+            "group_left (attention_backend, vllm_version) specobs_engine_info",
+        )
+        assert [
+            (r["metric"]["attention_backend"], r["metric"]["vllm_version"], float(r["value"][1])) for r in joined
+        ] == [("ROCM_ATTN", "0.33.0", 6.0)]
+        assert backends("last_over_time(specobs_engine_info[5m])") == ["ROCM_AITER_FA", "ROCM_ATTN"]
