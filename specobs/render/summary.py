@@ -19,19 +19,21 @@ from specobs.render import sentences
 
 #: Which findings the summary shows, most important first (a lower rank first):
 #: 0 the numbers do not measure what the configuration says (config integrity, counts that
-#:   contradict what the engine printed); 1 acceptance fell within one configuration (a regression);
-#: 2 the k = 0 tax a schedule pays; 3 what limits the drafts or biases a number (short drafts,
-#:   wasted positions, underestimated positions, host-clock timing) and an improvement;
+#:   contradict what the engine printed) or acceptance collapsed; 1 acceptance fell (within one
+#:   configuration, across a restart, slid, or came back stale after K=0) or a known pitfall is
+#:   met; 2 the k = 0 tax a schedule pays; 3 what limits the drafts or biases a number (short
+#:   drafts, wasted positions, underestimated positions, host-clock timing) and an improvement;
 #: 4 the iid model misleads (conditional acceptance falling or rising materially); 5 the spread
-#:   across requests; 6 where the counts came from. A kind not named here (a new one) ranks 7.
+#:   across requests and requests far below their class; 6 where the counts came from. A kind
+#:   not named here (a new one) ranks 7.
 FINDING_RANK = {
     "synthetic_rejection": 0, "schedule_ignored": 0, "schedule_disabled": 0, "accepted_past_end": 0,
-    "printed_values_contradict_counts": 0,
-    "regression": 1,
+    "printed_values_contradict_counts": 0, "collapse": 0,
+    "regression": 1, "fall": 1, "drift": 1, "stale_after_off": 1, "known_pitfall": 1,
     "schedule_tax": 2,
-    "short_drafts": 3, "wasted_positions": 3, "interval_bias": 3, "host_timed": 3, "improvement": 3,
+    "short_drafts": 3, "wasted_positions": 3, "interval_bias": 3, "host_timed": 3, "improvement": 3, "rise": 3,
     "conditional_trend": 4,
-    "requests": 5,
+    "requests": 5, "requests_flagged": 5,
     "drafts_derived": 6,
 }  # fmt: skip
 #: Never in the summary: its acceptance line says the first two; a configuration change is a

@@ -73,7 +73,9 @@ def test_the_sweeps_steps_are_its_planned_switches(sweep):
     # Without configurations, the same detector reads the planned k switches as regressions ...
     keys = group_columns(DEFAULT_BY)
     series = acceptance_over_time(with_group_columns(sweep.lazy()), keys)
-    mixed = [c for _, part in series.partition_by(keys, as_dict=True).items() for c in change_points(part)]
+    mixed = [
+        c for _, part in series.partition_by(keys, as_dict=True).items() for c in change_points(part, serial=False)
+    ]
     assert any(c.kind == "regression" for c in mixed)
     # ... which are switches of k or batch size: every one named as a configuration change is one.
     found = detect_changes(sweep, keys)
