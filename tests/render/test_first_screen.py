@@ -150,7 +150,9 @@ def test_findings_rank_integrity_then_regressions_then_the_tax_one_kind_at_a_tim
 @pytest.mark.parametrize(
     ("path", "kinds"),
     [
-        ("vllm-cpu-methods", ["accepted_past_end", "regression", "accepted_past_end"]),
+        # No regression: mtp-mimo's last 34 zero-acceptance steps repeat a stretch its run shows
+        # twice before (the same prompt again), which the steps' autocorrelation accounts for.
+        ("vllm-cpu-methods", ["accepted_past_end", "accepted_past_end", "accepted_past_end"]),
         ("vllm-cpu-sweep", ["schedule_tax", "schedule_tax"]),
         ("vllm-cpu-sweep.log", ["wasted_positions", "interval_bias", "conditional_trend"]),
         ("vllm-cpu-ngram-k3.log", ["interval_bias", "drafts_derived"]),
