@@ -209,8 +209,16 @@ def change_findings(changes: Sequence[Change]) -> list[Finding]:
     return out
 
 
+#: How a break's cause fields read (beyond :data:`ENVIRONMENT_NAMES`).
+CAUSE_NAMES = {
+    "draft_model": "draft model", "num_speculative_tokens": "k", "schedule": "batch-size schedule",
+    "model_path": "target model path",
+}  # fmt: skip
+
+
 def _cause(cause: Cause) -> str:
-    text = f"{environment_name(cause.field)} {config_values(cause.before)} → {config_values(cause.after)}"
+    name = CAUSE_NAMES.get(cause.field) or environment_name(cause.field)
+    text = f"{name} {config_values(cause.before)} → {config_values(cause.after)}"
     if cause.pitfall is not None:
         p = PITFALL_BY_ID[cause.pitfall]
         text += f" (a known pitfall: {p.title}, {p.source})"
