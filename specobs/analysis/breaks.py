@@ -246,40 +246,58 @@ def restart_breaks(states: Sequence[RunState], metadata: Sequence[RunMetadata]) 
     return out
 
 
-def resume_sums(steps: pl.DataFrame) -> pl.DataFrame:
+def resume_sums(steps: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """Per resume (a K=0 stretch with drafting steps on both sides, within one run): position
     1's accepted and drafted counts over the :data:`RESUME_STEPS` drafting steps before and
     after it. Columns: the lineage, ``run_id``, ``engine``, ``ts`` (the resume), ``before_accepted``,
     ``before_drafts``, ``after_accepted``, ``after_drafts``."""
     keys = [*LINEAGE, "run_id", "engine"]
-    empty = pl.DataFrame(schema={**{c: steps.schema.get(c, pl.String) for c in keys}, "ts": pl.Float64,
+    schema = steps.collect_schema()
+    empty = pl.DataFrame(schema={**{c: schema.get(c, pl.String) for c in keys}, "ts": pl.Float64,
                                  "before_accepted": pl.Int64, "before_drafts": pl.Int64,
                                  "after_accepted": pl.Int64, "after_drafts": pl.Int64})  # fmt: skip
     needed = {*keys, "counters", "end_ts", "num_spec_tokens", "num_drafts", "num_accepted_tokens_per_pos"}
-    if not needed <= set(steps.columns):
-        return empty
-    rows = steps.filter(pl.col("counters").eq_missing("step")).select(
-        *keys, pl.col("end_ts").alias("ts"), "num_spec_tokens", "num_drafts", "num_accepted_tokens_per_pos"
-    )
-    if not rows.height:
+    if not needed <= set(steps.collect_schema().names()):
         return empty
     off = (pl.col("num_spec_tokens") == 0) & (pl.col("num_drafts").fill_null(0) == 0)
-    drafting = (pl.col("num_drafts") > 0) & pl.col("num_accepted_tokens_per_pos").list.len().gt(0)
+    step = pl.col("counters").eq_missing("step")
+    # Only runs with a K=0 step have a resume: the others (most inputs) cost one filter.
+    with_off = steps.lazy().filter(step & off.fill_null(False)).select(keys).unique().collect()
+    if not with_off.height:
+        return empty
+    # One 64-bit id per run (a hash of its labels): windows over one integer column, not five
+    # categoricals (3.7 s → 1.5 s on 10M steps with K=0 stretches in every run).
+    run = pl.struct(keys).hash()
+    ids = with_off.with_columns(_g=run)
+    rows = (
+        steps.lazy()
+        .filter(step)
+        .select(
+            run.alias("_g"),
+            pl.col("end_ts").alias("ts"),
+            "num_spec_tokens",
+            "num_drafts",
+            pl.col("num_accepted_tokens_per_pos").list.get(0, null_on_oob=True).alias("_first"),
+        )
+        .filter(pl.col("_g").is_in(ids["_g"].implode()))
+        .collect()
+    )
+    drafting = (pl.col("num_drafts") > 0) & pl.col("_first").is_not_null()
     marked = (
-        rows.sort([*keys, "ts"], nulls_last=True)
+        # Time order alone: every window below runs over one run's rows, in frame order.
+        rows.sort("ts", nulls_last=True, maintain_order=True)
         .with_columns(_off=off.fill_null(False), _drafting=drafting.fill_null(False))
         .filter(pl.col("_off") | pl.col("_drafting"))
-        .with_columns(_switch=(pl.col("_off") != pl.col("_off").shift(1)).over(keys).fill_null(True))
-        .with_columns(_stretch=pl.col("_switch").cum_sum().over(keys))
+        .with_columns(_switch=(pl.col("_off") != pl.col("_off").shift(1)).over("_g").fill_null(True))
+        .with_columns(_stretch=pl.col("_switch").cum_sum().over("_g"))
     )
     runs = (
         marked.filter(pl.col("_drafting"))
         .with_columns(
-            _first=pl.col("num_accepted_tokens_per_pos").list.get(0, null_on_oob=True),
-            _head=pl.int_range(pl.len()).over([*keys, "_stretch"]),
-            _tail=pl.int_range(pl.len()).reverse().over([*keys, "_stretch"]),
+            _head=pl.int_range(pl.len()).over(["_g", "_stretch"]),
+            _tail=pl.int_range(pl.len()).reverse().over(["_g", "_stretch"]),
         )
-        .group_by([*keys, "_stretch"], maintain_order=True)
+        .group_by(["_g", "_stretch"], maintain_order=True)
         .agg(
             start=pl.col("ts").min(),
             head_accepted=pl.col("_first").filter(pl.col("_head") < RESUME_STEPS).sum(),
@@ -287,15 +305,14 @@ def resume_sums(steps: pl.DataFrame) -> pl.DataFrame:
             tail_accepted=pl.col("_first").filter(pl.col("_tail") < RESUME_STEPS).sum(),
             tail_drafts=pl.col("num_drafts").filter(pl.col("_tail") < RESUME_STEPS).sum(),
         )
-        .sort([*keys, "_stretch"], nulls_last=True)
-    )
+    )  # first appearance is time order: each run's stretches come in order
     # Drafting stretches alternate with off ones: stretch s + 2 follows the off stretch s + 1.
     paired = runs.with_columns(
-        _prev=pl.col("_stretch").shift(1).over(keys),
-        before_accepted=pl.col("tail_accepted").shift(1).over(keys),
-        before_drafts=pl.col("tail_drafts").shift(1).over(keys),
+        _prev=pl.col("_stretch").shift(1).over("_g"),
+        before_accepted=pl.col("tail_accepted").shift(1).over("_g"),
+        before_drafts=pl.col("tail_drafts").shift(1).over("_g"),
     ).filter(pl.col("_prev").is_not_null() & (pl.col("_stretch") == pl.col("_prev") + 2))
-    return paired.select(
+    return paired.join(ids, on="_g", how="inner", maintain_order="left").select(
         *keys,
         pl.col("start").alias("ts"),
         pl.col("before_accepted").cast(pl.Int64),
