@@ -7,7 +7,8 @@ acceptance length before and after it,
 
     z = (L_after − L_before) / sqrt(se_before² + se_after²),
 
-where each side's standard error is the ratio-estimator one over its windows. The best split
+where each side's standard error is the ratio-estimator one over its windows, with the
+residual variance per window pooled over both sides. The best split
 is kept when |z| passes ``z_threshold`` and the Bonferroni bound over the splits tried
 (:func:`split_threshold`) and the relative change is at least ``min_change``; both halves are
 then searched again. Simple, explainable, and quiet on stationary noise.
@@ -161,17 +162,21 @@ def _split_scores(
     count_before = np.arange(1, n + 1, dtype=np.float64)
     count_after = float(n) - count_before
 
-    def side(prefix: dict[str, np.ndarray], count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def side(prefix: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         ratio = prefix["a"] / prefix["d"]
         resid = prefix["aa"] - 2 * ratio * prefix["ad"] + ratio * ratio * prefix["dd"]
-        mean_d = prefix["d"] / count
-        var = np.maximum(np.maximum(resid, 0) / (count * (count - 1) * mean_d * mean_d), 1e-12)
-        return 1 + ratio, var
+        return ratio, np.maximum(resid, 0)
 
-    # Split t (0-based) is "windows [0, t] | [t+1, n)"; its change index is t + 1.
+    # Split t (0-based) is "windows [0, t] | [t+1, n)"; its change index is t + 1. The residual
+    # variance per window is pooled over both sides (the null is one series): a side's own
+    # variance from its 5 windows can come out tiny by chance and make any split "significant".
     with np.errstate(divide="ignore", invalid="ignore"):
-        len_b, var_b = side(before, count_before)
-        len_a, var_a = side(after, count_after)
+        ratio_b, resid_b = side(before)
+        ratio_a, resid_a = side(after)
+        pooled = (resid_b + resid_a) / max(n - 2, 1)
+        var_b = np.maximum(pooled * count_before / before["d"] ** 2, 1e-12)
+        var_a = np.maximum(pooled * count_after / after["d"] ** 2, 1e-12)
+        len_b, len_a = 1 + ratio_b, 1 + ratio_a
         z = (len_a - len_b) / np.sqrt(var_b + var_a)
     index = np.arange(1, n + 1)
     enough = (before["d"] >= min_drafts) & (after["d"] >= min_drafts)

@@ -103,29 +103,29 @@ def restart(
     return folder
 
 
-def backend_change(folder: Path) -> Path:
+def backend_change(folder: Path, seed: int = 0) -> Path:
     """ROCM_AITER_FA for an hour (length 2.95), restarted on ROCM_ATTN (2.02)."""
-    return restart(folder, {}, {"attention_backend": "ROCM_ATTN"}, rate_before=0.8, rate_after=0.55)
+    return restart(folder, {}, {"attention_backend": "ROCM_ATTN"}, rate_before=0.8, rate_after=0.55, seed=seed)
 
 
-def version_change(folder: Path) -> Path:
+def version_change(folder: Path, seed: int = 1) -> Path:
     """vLLM 0.31.0 then 0.32.0, acceptance unchanged."""
-    return restart(folder, {"vllm_version": "0.31.0"}, {}, rate_before=0.7, rate_after=0.7, seed=1)
+    return restart(folder, {"vllm_version": "0.31.0"}, {}, rate_before=0.7, rate_after=0.7, seed=seed)
 
 
-def restart_alone(folder: Path) -> Path:
+def restart_alone(folder: Path, seed: int = 2) -> Path:
     """Acceptance falls across a restart with the same configuration."""
-    return restart(folder, {}, {}, rate_before=0.8, rate_after=0.7, seed=2)
+    return restart(folder, {}, {}, rate_before=0.8, rate_after=0.7, seed=seed)
 
 
-def collapse(folder: Path) -> Path:
+def collapse(folder: Path, seed: int = 3) -> Path:
     """A healthy engine on TRITON_ATTN, restarted on ROCM_AITER_FA, where EAGLE-3 accepts nothing."""
-    return restart(folder, {"attention_backend": "TRITON_ATTN"}, {}, rate_before=0.7, rate_after=0.0, seed=3)
+    return restart(folder, {"attention_backend": "TRITON_ATTN"}, {}, rate_before=0.7, rate_after=0.0, seed=seed)
 
 
-def slide(folder: Path, hours: float = 6.0) -> Path:
+def slide(folder: Path, seed: int = 4, hours: float = 6.0) -> Path:
     """One engine whose per-position rate slides from 0.80 to 0.62 over ``hours``, nothing changed."""
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng(seed)
     every = 2.0
     count = int(hours * 3600 / every)
     span = count * every
@@ -134,9 +134,9 @@ def slide(folder: Path, hours: float = 6.0) -> Path:
     return folder
 
 
-def noise(folder: Path) -> Path:
+def noise(folder: Path, seed: int = 5) -> Path:
     """Six hours at one rate, then a restart with nothing changed: nothing to find."""
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(seed)
     count = 10_800
     second = START + count * 2.0 + 60
     write_run(folder, "r1", steps(rng, "r1", START, count, 0.75), metadata("r1", START - 5))
@@ -148,10 +148,10 @@ def noise(folder: Path) -> Path:
 CYCLE, OFF_FROM, OFF_TO, STALE_STEPS = 400, 200, 260, 30
 
 
-def stale_after_off(folder: Path, *, stale_rate: float = 0.4) -> Path:
+def stale_after_off(folder: Path, seed: int = 6, *, stale_rate: float = 0.4) -> Path:
     """One engine with a batch-size schedule that switches drafting off (k=0) for 60 steps every
     400; for 30 steps after each resume the drafter accepts at ``stale_rate`` instead of 0.75."""
-    rng = np.random.default_rng(6)
+    rng = np.random.default_rng(seed)
 
     def off(i: int) -> bool:
         return OFF_FROM <= i % CYCLE < OFF_TO
@@ -165,7 +165,8 @@ def stale_after_off(folder: Path, *, stale_rate: float = 0.4) -> Path:
     return folder
 
 
-SCENARIOS: dict[str, Callable[[Path], Path]] = {
+#: Each takes the folder to write and a seed (the tests use the defaults).
+SCENARIOS: dict[str, Callable[..., Path]] = {
     "backend_change": backend_change,
     "version_change": version_change,
     "restart_alone": restart_alone,
