@@ -147,7 +147,12 @@ MIN_SIDE_DRAFTS = MIN_SUPPORT
 
 
 def _split_scores(
-    accepted: np.ndarray, drafts: np.ndarray, min_size: int, min_drafts: float = MIN_SIDE_DRAFTS
+    accepted: np.ndarray,
+    drafts: np.ndarray,
+    min_size: int,
+    min_drafts: float = MIN_SIDE_DRAFTS,
+    *,
+    pooled: bool = True,
 ) -> tuple[np.ndarray, ...]:
     """Change index, both sides' lengths and the z statistic of every split whose sides hold
     ``min_size`` windows or more and whose z is finite, from prefix sums (O(n)).
@@ -167,15 +172,20 @@ def _split_scores(
         resid = prefix["aa"] - 2 * ratio * prefix["ad"] + ratio * ratio * prefix["dd"]
         return ratio, np.maximum(resid, 0)
 
-    # Split t (0-based) is "windows [0, t] | [t+1, n)"; its change index is t + 1. The residual
-    # variance per window is pooled over both sides (the null is one series): a side's own
-    # variance from its 5 windows can come out tiny by chance and make any split "significant".
+    # Split t (0-based) is "windows [0, t] | [t+1, n)"; its change index is t + 1. With
+    # ``pooled`` (one configuration: the null is one series) the residual variance per window
+    # is pooled over both sides: a side's own variance from its 5 windows can come out tiny by
+    # chance and make any split "significant". Without (a series of blocks of settings), each
+    # side's own.
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio_b, resid_b = side(before)
         ratio_a, resid_a = side(after)
-        pooled = (resid_b + resid_a) / max(n - 2, 1)
-        var_b = np.maximum(pooled * count_before / before["d"] ** 2, 1e-12)
-        var_a = np.maximum(pooled * count_after / after["d"] ** 2, 1e-12)
+        if pooled:
+            s2_b = s2_a = (resid_b + resid_a) / max(n - 2, 1)
+        else:
+            s2_b, s2_a = resid_b / (count_before - 1), resid_a / (count_after - 1)
+        var_b = np.maximum(s2_b * count_before / before["d"] ** 2, 1e-12)
+        var_a = np.maximum(s2_a * count_after / after["d"] ** 2, 1e-12)
         len_b, len_a = 1 + ratio_b, 1 + ratio_a
         z = (len_a - len_b) / np.sqrt(var_b + var_a)
     index = np.arange(1, n + 1)
@@ -303,9 +313,10 @@ def change_points(
     its stretch; otherwise the best split is kept when it passes :func:`split_threshold` and
     ``min_change``, and both sides are searched again.
 
-    With ``serial`` (one configuration's series), z and the slope's error are widened by the
-    residuals' lag-1 autocorrelation (:func:`autocorrelation_factor`); a series that mixes
-    configurations is autocorrelated by its blocks of settings, which is what its search is for."""
+    With ``serial`` (one configuration's series), the residual variance is pooled over both
+    sides of a split and z and the slope's error are widened by the residuals' lag-1
+    autocorrelation (:func:`autocorrelation_factor`); a series that mixes configurations is
+    autocorrelated by its blocks of settings, which is what its search is for."""
     accepted = series["num_accepted_tokens"].cast(pl.Float64).to_numpy()
     drafts = series["num_drafts"].cast(pl.Float64).to_numpy()
     times = series["end_ts"].to_list()
@@ -328,7 +339,7 @@ def change_points(
     def search(lo: int, hi: int) -> None:
         if hi - lo < 2 * min_size:
             return
-        index, before, after, z = _split_scores(accepted[lo:hi], drafts[lo:hi], min_size)
+        index, before, after, z = _split_scores(accepted[lo:hi], drafts[lo:hi], min_size, pooled=serial)
         if not len(z):
             return
         threshold = split_threshold(len(z), z_threshold)

@@ -196,7 +196,9 @@ def test_change_point_finds_a_regression_and_not_noise():
 
 def test_change_point_is_the_split_of_largest_z_by_hand():
     """The first split found is the one with the largest |z| of the two sides' ratio
-    estimates, each side's variance Σ(a − r·d)² / (n(n − 1)·mean(d)²), computed split by split."""
+    estimates, each side's variance s²·n_side / (Σd_side)² with s² = Σ(a − r_side·d)² over both
+    sides / (n − 2) (pooled), computed split by split; the chosen split's z is then divided by
+    √((1 + ρ)/(1 − ρ)), ρ the lag-1 autocorrelation of those residuals (0 when negative)."""
     rng = random.Random(11)
     rows = []
     for i in range(90):
@@ -205,22 +207,31 @@ def test_change_point_is_the_split_of_largest_z_by_hand():
         rows.append(window_from(lengths, 3, end_ts=1000.0 + 10 * i))
     series = acceptance_over_time(windows(rows))
     a, d = series["num_accepted_tokens"].to_list(), series["num_drafts"].to_list()
+    n = len(a)
 
-    def side(lo: int, hi: int) -> tuple[float, float]:
-        r = sum(a[lo:hi]) / sum(d[lo:hi])
-        n, mean_d = hi - lo, sum(d[lo:hi]) / (hi - lo)
-        resid = sum((a[i] - r * d[i]) ** 2 for i in range(lo, hi))
-        return 1 + r, max(resid / (n * (n - 1) * mean_d**2), 1e-12)
+    def residuals(t: int) -> list[float]:
+        out = []
+        for lo, hi in ((0, t), (t, n)):
+            r = sum(a[lo:hi]) / sum(d[lo:hi])
+            out += [a[i] - r * d[i] for i in range(lo, hi)]
+        return out
 
     def z(t: int) -> float:
-        (before, var_b), (after, var_a) = side(0, t), side(t, len(a))
-        return (after - before) / (var_b + var_a) ** 0.5
+        s2 = sum(e * e for e in residuals(t)) / (n - 2)
+        before, after = 1 + sum(a[:t]) / sum(d[:t]), 1 + sum(a[t:]) / sum(d[t:])
+        var = s2 * t / sum(d[:t]) ** 2 + s2 * (n - t) / sum(d[t:]) ** 2
+        return (after - before) / var**0.5
 
-    best = max(range(5, len(a) - 4), key=lambda t: abs(z(t)))
+    best = max(range(5, n - 4), key=lambda t: abs(z(t)))
+    e = residuals(best)
+    rho = sum(x * y for x, y in zip(e, e[1:], strict=False)) / (
+        sum(x * x for x in e[:-1]) * sum(y * y for y in e[1:])
+    ) ** 0.5
+    rho = min(max(rho, 0.0), 0.9)
     first = change_points(series)[0]
     assert (first.index, first.kind) == (best, "regression")
-    assert first.z == pytest.approx(z(best), rel=1e-9)
-    assert first.before == pytest.approx(side(0, best)[0], rel=1e-12)
+    assert first.z == pytest.approx(z(best) / ((1 + rho) / (1 - rho)) ** 0.5, rel=1e-9)
+    assert first.before == pytest.approx(1 + sum(a[:best]) / sum(d[:best]), rel=1e-12)
 
 
 def test_total_is_the_roll_up_of_groups_and_lists_longer_than_k_widen():
