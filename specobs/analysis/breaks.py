@@ -138,10 +138,18 @@ def run_states(cells: pl.DataFrame) -> list[RunState]:
 
 
 def _first_metadata(metadata: Sequence[RunMetadata]) -> dict[tuple[str | None, int | None], RunMetadata]:
+    """The first record per (run, engine), and per run under engine None for sources that do
+    not say which engine a record is (a log's start-up lines)."""
     out: dict[tuple[str | None, int | None], RunMetadata] = {}
     for m in metadata:
         out.setdefault((m.run_id, m.engine), m)
+    for m in metadata:
+        out.setdefault((m.run_id, None), m)
     return out
+
+
+def _metadata_of(known: Mapping[tuple[str | None, int | None], RunMetadata], ref: RunRef) -> RunMetadata | None:
+    return known.get((ref.run_id, ref.engine)) or known.get((ref.run_id, None))
 
 
 def _differences(a: RunMetadata, b: RunMetadata) -> Iterator[tuple[str, Any, Any]]:
@@ -211,7 +219,7 @@ def restart_breaks(states: Sequence[RunState], metadata: Sequence[RunMetadata]) 
     threshold = split_threshold(compared, BREAK_Z)
     out = []
     for before, run in pairs:
-        m_after = known.get((run.ref.run_id, run.ref.engine))
+        m_after = _metadata_of(known, run.ref)
         collapsed = (
             run.draft_acceptance_rate is not None
             and run.draft_acceptance_rate < COLLAPSED_BELOW
@@ -237,7 +245,7 @@ def restart_breaks(states: Sequence[RunState], metadata: Sequence[RunMetadata]) 
         z = diff / se if se > 0 else (0.0 if diff == 0 else math.copysign(math.inf, diff))
         if not collapsed and (abs(z) < threshold or abs(diff) < MIN_CHANGE * lb):
             continue
-        m_before = known.get((before.ref.run_id, before.ref.engine))
+        m_before = _metadata_of(known, before.ref)
         found = causes(m_before, m_after, run.draft_acceptance_rate) if m_before and m_after else ()
         coincident = bool(found) if m_before and m_after else None
         kind = BreakKind.COLLAPSE if collapsed else BreakKind.FALL if diff < 0 else BreakKind.RISE

@@ -33,6 +33,8 @@ Counting conventions (see docs/formats.md):
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import re
 from typing import Any
 
@@ -436,6 +438,24 @@ def run_metadata(found: FoundLines, source: str) -> list[RunMetadata]:
     return out
 
 
+def _with_run_ids(metadata: list[RunMetadata], windows: pl.DataFrame) -> list[RunMetadata]:
+    """Each start-up record with the run id of the first window after its line: a log that
+    several server processes wrote (a restart) labels each process's windows apart
+    (``file [APIServer pid=N]``), and an engine's start-up line comes before its windows, so a
+    restart's metadata joins its own windows."""
+    if not metadata or windows.is_empty():
+        return metadata
+    ordered = windows.select("source_line", "run_id").drop_nulls().sort("source_line")
+    lines = ordered["source_line"].to_list()
+    runs = ordered["run_id"].to_list()
+    out = []
+    for m in metadata:
+        line = int(m.source.rsplit(":", 1)[1]) if m.source and ":" in m.source else None
+        at = bisect.bisect_right(lines, line) if line is not None else len(lines)
+        out.append(dataclasses.replace(m, run_id=runs[at]) if at < len(runs) else m)
+    return out
+
+
 def _literal(text: str) -> dict[str, Any]:
     """A Python dict literal as vLLM prints its arguments (``{'model': 'm', ...}``); {} when it
     is not one (an object repr inside, a cut line)."""
@@ -768,7 +788,7 @@ def _read_log(src: Source, fmt: str, progress: Progress = None) -> Read:
     found = find_lines(src, NEEDLES, fields=scan_fields(src.head), progress=progress)
     mtime = src.path.stat().st_mtime if src.path is not None else None
     frame, skipped = parse(found, src.name, year=reference_year(mtime), reference=mtime)
-    metadata = tuple(run_metadata(found, src.name))
+    metadata = tuple(_with_run_ids(run_metadata(found, src.name), frame))
     skipped = found.skipped + skipped
     report = SourceReport(src.name, fmt, found.total_lines, frame.height, len(skipped), metadata)
     return Read(report, skipped, windows=frame.lazy(), metadata=metadata)

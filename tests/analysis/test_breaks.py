@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from support import break_scenarios as scenarios
 from support.break_scenarios import length
+from support.paths import DATA
 
 import specobs
 from specobs.analysis.pitfalls import PITFALLS
@@ -154,3 +155,23 @@ def test_every_break_kind_and_pitfall_is_worded(made):
     seen = {f["kind"] for name in made for f in report(made[name])["_findings"]}
     assert {"fall", "collapse", "stale_after_off", "drift"} <= seen
     assert all(p.source.startswith("https://github.com/") for p in PITFALLS)
+
+
+@pytest.mark.parametrize(("factor", "kind"), [(0.6, "fall"), (1.0, None)])
+def test_a_log_appended_across_a_restart_names_the_kv_cache_change(tmp_path, factor, kind):
+    """A server log holding two server processes: each start-up line's metadata joins the
+    windows after it, so the restart's fall names the KV-cache dtype that changed with it."""
+    log = scenarios.log_restart(tmp_path, DATA / "vllm-cpu-eagle-k3.log", factor=factor)
+    doc = report(log.parent)
+    assert [m["kv_cache_dtype"] for m in doc["run_metadata"]] == ["auto", "fp8"]
+    assert len({m["run_id"] for m in doc["run_metadata"]}) == 2
+    if kind is None:
+        assert doc["breaks"] == [] and breaking(doc) == []
+        return
+    (b,) = doc["breaks"]
+    assert b["kind"] == kind and b["coincident_change"] is True
+    assert [(c["field"], c["before"], c["after"]) for c in b["causes"]] == [("kv_cache_dtype", "auto", "fp8")]
+    # By hand: the printed counts of each process's SpecDecoding lines.
+    first, second = (doc["groups"][0], doc["groups"][1])
+    assert b["before"] == pytest.approx(first["mean_acceptance_length"], abs=0.02)
+    assert b["after"] == pytest.approx(second["mean_acceptance_length"], abs=0.02)

@@ -9,6 +9,7 @@ with probability ``p`` given it accepted the ones before (so the acceptance leng
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -175,3 +176,36 @@ SCENARIOS: dict[str, Callable[..., Path]] = {
     "noise": noise,
     "stale_after_off": stale_after_off,
 }
+
+
+def scaled_log(text: str, factor: float) -> str:
+    """A vLLM V1 log with every SpecDecoding line's accepted tokens (and the rates and mean
+    length printed from them) scaled by ``factor``, drafts unchanged."""
+
+    def line(match: re.Match[str]) -> str:
+        text = match.group(0)
+        accepted = int(re.search(r"Accepted: (\d+) tokens", text).group(1))  # type: ignore[union-attr]
+        text = re.sub(r"Accepted: \d+ tokens", f"Accepted: {round(accepted * factor)} tokens", text)
+        text = re.sub(r"Mean acceptance length: ([\d.]+)",
+                      lambda m: f"Mean acceptance length: {1 + (float(m.group(1)) - 1) * factor:.2f}", text)  # fmt: skip
+        text = re.sub(r"Per-position acceptance rate: ([\d., ]+?), Avg",
+                      lambda m: "Per-position acceptance rate: "
+                      + ", ".join(f"{float(x) * factor:.3f}" for x in m.group(1).split(", ")) + ", Avg", text)  # fmt: skip
+        return re.sub(r"Avg Draft acceptance rate: ([\d.]+)%",
+                      lambda m: f"Avg Draft acceptance rate: {float(m.group(1)) * factor:.1f}%", text)  # fmt: skip
+
+    return re.sub(r".*SpecDecoding metrics:.*", line, text)
+
+
+def log_restart(folder: Path, log: Path, *, factor: float = 0.6) -> Path:
+    """One server log appended across a restart: the bundled log, then the same server an hour
+    later in new processes with an fp8 KV cache, accepting ``factor`` of the tokens."""
+    text = log.read_text()
+    pids = sorted(set(re.findall(r"pid=(\d+)", text)))
+    later = scaled_log(text, factor).replace("kv_cache_dtype=auto", "kv_cache_dtype=fp8")
+    for pid in pids:
+        later = later.replace(f"pid={pid}", f"pid={int(pid) + 10_000}")
+    later = re.sub(r"(\d\d-\d\d) (\d\d):", lambda m: f"{m.group(1)} {int(m.group(2)) + 1:02d}:", later)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "server.log").write_text(text + later)
+    return folder / "server.log"
