@@ -36,7 +36,7 @@ import polars as pl
 
 from specobs.analysis import acceptance
 from specobs.analysis.intervals import Z95, t95
-from specobs.analysis.pitfalls import COLLAPSED_BELOW, PITFALLS, field_names, matching, metadata_meets
+from specobs.analysis.pitfalls import COLLAPSED_BELOW, field_names, matching, metadata_meets
 from specobs.analysis.timeseries import split_threshold
 from specobs.records import Break, BreakKind, Cause, Change, IntegrityIssue, RunMetadata, RunRef
 
@@ -400,13 +400,13 @@ __all__ = [
     "BREAK_Z",
     "CAUSE_ORDER",
     "LINEAGE",
-    "PITFALLS",
     "RunState",
     "across_restart",
     "causes",
     "find_breaks",
     "length_at",
     "length_error",
+    "not_named_by",
     "restart_breaks",
     "resume_sums",
     "run_states",
