@@ -31,7 +31,7 @@ from specobs.analysis.cost import (
 )
 from specobs.analysis.integrity import IntegritySums, integrity
 from specobs.analysis.requests import as_windows, request_acceptance
-from specobs.analysis.sums import TimeGrid
+from specobs.analysis.sums import TimeGrid, with_time_bucket
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.ingest import Ingested, counted_sources, first_pass
 from specobs.ingest.source import open_source
@@ -98,7 +98,7 @@ class ReportSums:
             tax=schedule_tax_sums(frame, [*by_time, *(pl.col(c) for c in ("engine", "workload") if by_time)]),
             unsteady=unsteady_counts(frame),
             integrity=IntegritySums.of(frame, ingested.metadata, ingested.decisions),
-            resumes=resume_sums(frame),
+            resumes=resume_sums(frame) if grid is None else with_time_bucket(resume_sums(frame), grid, "ts"),
         )
 
     @classmethod

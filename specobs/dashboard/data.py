@@ -221,6 +221,7 @@ def selected(loaded: Loaded, filters: Filters) -> ReportSums:
         cells=within(sums.cells, filters.values, buckets),
         tax=within(sums.tax, filters.values, buckets),
         over_time=cut(sums.over_time),
+        resumes=within(sums.resumes, filters.values, buckets),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import polars as pl
@@ -224,9 +225,7 @@ def test_change_point_is_the_split_of_largest_z_by_hand():
 
     best = max(range(5, n - 4), key=lambda t: abs(z(t)))
     e = residuals(best)
-    rho = sum(x * y for x, y in zip(e, e[1:], strict=False)) / (
-        sum(x * x for x in e[:-1]) * sum(y * y for y in e[1:])
-    ) ** 0.5
+    rho = sum(x * y for x, y in itertools.pairwise(e)) / (sum(x * x for x in e[:-1]) * sum(y * y for y in e[1:])) ** 0.5
     rho = min(max(rho, 0.0), 0.9)
     first = change_points(series)[0]
     assert (first.index, first.kind) == (best, "regression")

@@ -37,6 +37,7 @@ INPUTS = [
     DATA / "vllm-cpu-serve",
     DATA / "vllm-cpu-ngram-k3.log",
     DATA / "vllm-cpu-eagle-k3.metrics.txt",
+    DATA / "vllm-cpu-restart",  # a restart's break (fall, draft model) from the sums
 ]
 GROUPINGS = [("method", "k"), DEFAULT_BY, ("engine", "batch_size", "workload")]
 
@@ -185,3 +186,17 @@ def test_the_app_holds_no_rows():
     assert all(frame.lazy().collect().height < 10_000 for frame in held)  # requests only
     assert isinstance(loaded.ingested, Ingested) and loaded.ingested.windows.collect().is_empty()
     assert loaded.sums.cells.height < sum(s.windows for s in loaded.sources)
+
+
+def test_a_filter_keeps_the_breaks_of_what_it_keeps(tmp_path):
+    """K=0 resumes are summed per run and time bucket: a method filter that drops the run drops
+    its stale_after_off break, one that keeps it keeps the break the report finds."""
+    from support.break_scenarios import stale_after_off
+
+    folder = stale_after_off(tmp_path / "stale")
+    loaded = load_inputs(Inputs((str(folder),)))
+    want = [b.to_dict() for b in reference([folder], DEFAULT_BY).breaks]
+    assert [b["kind"] for b in want] == ["stale_after_off"]
+    kept = shown(loaded, DEFAULT_BY, Filters((("method", ("eagle3",)),)))
+    assert [b.to_dict() for b in kept.breaks] == want
+    assert shown(loaded, DEFAULT_BY, Filters((("method", ("ngram",)),))).breaks == ()
