@@ -416,6 +416,71 @@ class RequestAcceptance(Result):
 
 
 @dataclass(frozen=True)
+class ServingLevel(Result):
+    """One configuration at one load level of a serving benchmark: runs and mean measures."""
+
+    model: str | None
+    config: str | None
+    speculative: bool | None
+    load: str  # concurrency | rate
+    level: float
+    runs: int
+    output_throughput: float | None
+    mean_tpot_ms: float | None
+    p99_tpot_ms: float | None
+    mean_ttft_ms: float | None
+    acceptance_length: float | None
+
+
+@dataclass(frozen=True)
+class LoadRatio(Result):
+    """A speculative configuration over the plain server at one load level (B/A of geometric
+    means over repeats; 95% interval, None with one run on a side)."""
+
+    model: str | None
+    config: str | None
+    plain_config: str | None
+    load: str
+    level: float
+    runs: int
+    plain_runs: int
+    throughput_ratio: float | None
+    throughput_low: float | None
+    throughput_high: float | None
+    tpot_ratio: float | None  # below 1: tokens come faster
+    tpot_low: float | None
+    tpot_high: float | None
+
+
+@dataclass(frozen=True)
+class Crossover(Result):
+    """Where a configuration's throughput ratio falls through 1 (``how``: ``crossed``, ``never``
+    within the levels measured, ``below`` 1 from the lowest, ``unknown``), with the levels where
+    its 95% bounds cross (None: open at that end)."""
+
+    model: str | None
+    config: str | None
+    load: str
+    metric: str
+    level: float | None
+    how: str
+    low: float | None
+    high: float | None
+    lowest_level: float
+    highest_level: float
+    repeated: bool  # every level had repeats on both sides (else no interval)
+
+
+@dataclass(frozen=True)
+class Serving(Result):
+    """Speculation under load, from serving-benchmark results (``analysis.serving``)."""
+
+    levels: tuple[ServingLevel, ...]
+    ratios: tuple[LoadRatio, ...]
+    crossovers: tuple[Crossover, ...]
+
+
+@dataclass(frozen=True)
 class Report(Result):
     """Everything ``specobs report`` shows, computed once (``specobs.advice.report_builder.analyze``)."""
 
@@ -436,14 +501,15 @@ class Report(Result):
     metadata: tuple[RunMetadata, ...] = ()  # one record per engine, read beside the event files
     integrity: tuple[IntegrityIssue, ...] = ()  # config-integrity issues (worded among the findings)
     breaks: tuple[Break, ...] = ()  # acceptance that broke against its own past, with likely causes
+    serving: Serving | None = None  # serving-benchmark results: speculation against plain under load
     #: True when the input holds finished requests alone: ``summary`` and ``groups`` are then
     #: summed from the requests' own counts (one window per request; ``analysis.requests.as_windows``).
     summary_from_requests: bool = False
 
     @property
     def empty(self) -> bool:
-        """No speculative decoding metrics were found (neither steps nor finished requests)."""
-        return not self.summary.num_windows and self.requests is None
+        """No speculative decoding metrics were found (no steps, finished requests or serving results)."""
+        return not self.summary.num_windows and self.requests is None and self.serving is None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -471,6 +537,7 @@ class Report(Result):
             "requests": rounded(self.requests.to_dict()) if self.requests is not None else None,
             "run_metadata": [m.to_dict() for m in self.metadata],
             "breaks": [rounded(b.to_dict()) for b in self.breaks],
+            "serving": rounded(self.serving.to_dict()) if self.serving is not None else None,
         }
 
 
@@ -1325,6 +1392,7 @@ __all__ = [
     "ConfigCheck",
     "Configuration",
     "ConfigurationComparison",
+    "Crossover",
     "Difference",
     "Finding",
     "FlaggedRequest",
@@ -1332,6 +1400,7 @@ __all__ = [
     "IntegrityIssue",
     "KBand",
     "LengthBin",
+    "LoadRatio",
     "MethodFacts",
     "MethodWin",
     "ModelNote",
@@ -1351,6 +1420,8 @@ __all__ = [
     "RunRef",
     "ScheduleTax",
     "ServedSpeedup",
+    "Serving",
+    "ServingLevel",
     "SideTiming",
     "SpeedupBand",
     "Summary",

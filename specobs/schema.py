@@ -142,6 +142,46 @@ REQUESTS: dict[str, pl.DataType] = {
     "per_step_accepted": pl.List(pl.Int64()),
 }
 
+#: Latency metrics of a serving benchmark and the statistics kept of each (milliseconds).
+BENCH_LATENCIES = ("ttft", "tpot", "itl", "e2el")
+BENCH_STATISTICS = ("mean", "median", "std", "p50", "p90", "p95", "p99")
+
+#: One row per serving-benchmark result (``vllm bench serve`` or one run of ``vllm bench sweep
+#: serve``): a server configuration under one load level, measured from the client.
+BENCH: dict[str, pl.DataType] = {
+    "source": pl.String(),
+    "source_line": pl.Int64(),  # the record's line (JSON Lines) or item number (a sweep's summary)
+    "date": pl.String(),  # as vLLM writes it (YYYYMMDD-HHMMSS, local time)
+    "label": pl.String(),
+    # The configuration the result is of: ``config`` from --metadata, else the label, else the
+    # sweep's server parameters, else the model.
+    "config": pl.String(),
+    "model": pl.String(),
+    "backend": pl.String(),
+    "method": pl.String(),  # speculative method where the result says (metadata, sweep parameters)
+    "num_spec_tokens": pl.Int64(),  # k where it says; 0 for a plain server
+    # True: a speculative server (a spec_decode section, or a method named); False: plain.
+    "speculative": pl.Boolean(),
+    "max_concurrency": pl.Int64(),
+    "request_rate": pl.Float64(),  # requests/s; null for "inf" (all at once)
+    "burstiness": pl.Float64(),
+    "run_number": pl.Int64(),  # a sweep's repeat number
+    "num_prompts": pl.Int64(),
+    "completed": pl.Int64(),
+    "failed": pl.Int64(),
+    "duration": pl.Float64(),  # seconds
+    "request_throughput": pl.Float64(),
+    "output_throughput": pl.Float64(),  # output tokens/s
+    "total_token_throughput": pl.Float64(),
+    **{f"{stat}_{name}_ms": pl.Float64() for name in BENCH_LATENCIES for stat in BENCH_STATISTICS},
+    "spec_decode_acceptance_length": pl.Float64(),
+    "spec_decode_acceptance_rate": pl.Float64(),  # a share (vLLM writes a percentage)
+    "spec_decode_num_drafts": pl.Int64(),
+    "spec_decode_draft_tokens": pl.Int64(),
+    "spec_decode_accepted_tokens": pl.Int64(),
+    "spec_decode_per_position": pl.List(pl.Float64()),
+}
+
 #: The key that marks a captured row as a ``requests`` row (written to its own files).
 REQUEST_KEY = "request_key"
 

@@ -31,6 +31,7 @@ from specobs.analysis.cost import (
 )
 from specobs.analysis.integrity import IntegritySums, integrity
 from specobs.analysis.requests import as_windows, request_acceptance
+from specobs.analysis.serving import serving
 from specobs.analysis.sums import TimeGrid, with_time_bucket
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.ingest import Ingested, counted_sources, first_pass
@@ -245,6 +246,7 @@ def report_from_sums(
         metadata=tuple(ingested.metadata),
         integrity=tuple(not_named_by(integrity(sums.integrity, ingested.metadata, ingested.decisions), breaks)),
         breaks=tuple(breaks),
+        serving=serving(ingested.bench),
         summary_from_requests=from_requests,
     )
 

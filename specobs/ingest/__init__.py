@@ -117,6 +117,8 @@ def load(
         result.decisions.extend(read.decisions)
         result.metadata.extend(read.metadata)
         result.tune_runs.extend((name, run) for run in read.tune_runs)
+        if read.bench is not None:
+            result.bench = pl.concat([result.bench, read.bench], how="vertical")
     if plan:
         result.keep_going = keep_going
         held(held_names)

@@ -49,6 +49,8 @@ class Ingested:
     tune_runs: list[tuple[str, TuneResult]] = field(default_factory=list)
     #: Finished requests (``schema.REQUESTS``): capture request files, server responses, offline outputs.
     requests: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.REQUESTS))
+    #: Serving-benchmark results (``schema.BENCH``): ``vllm bench serve`` and sweep result files.
+    bench: pl.DataFrame = field(default_factory=lambda: schema.empty(schema.BENCH))
     #: Run metadata, one record per engine (read beside the event files), oldest first.
     metadata: list[RunMetadata] = field(default_factory=list)
     #: Parquet event files too large to hold together (``load(..., part_rows=N)``), with the

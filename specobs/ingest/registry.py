@@ -39,6 +39,7 @@ class Read:
     decisions: list[TunerDecision] = field(default_factory=list)
     metadata: Sequence[RunMetadata] = ()
     tune_runs: list[TuneResult] = field(default_factory=list)
+    bench: pl.DataFrame | None = None  # serving-benchmark results (``schema.BENCH``)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from specobs.records import (
     RunMetadata,
     RunRef,
     ScheduleTax,
+    Serving,
     SpeedupBand,
     Summary,
     Target,
@@ -284,6 +285,55 @@ def break_findings(breaks: Sequence[Break]) -> list[Finding]:
     return out
 
 
+def _level(load: str, level: float | None) -> str:
+    if level is None:
+        return "?"
+    value = f"{level:.1f}" if level != round(level) else f"{level:.0f}"
+    return f"concurrency {value}" if load == "concurrency" else f"{value} requests/s"
+
+
+def _ratio_text(value: float | None, low: float | None, high: float | None) -> str:
+    if value is None:
+        return "unknown"
+    return f"{value:.2f}× [{low:.2f}–{high:.2f}]" if low is not None and high is not None else f"{value:.2f}× (one run)"
+
+
+def serving_findings(serving: Serving | None) -> list[Finding]:
+    """Speculation against the plain server under load (``analysis.serving``): measured by
+    vLLM's benchmark client, per configuration, with where it stops paying."""
+    if serving is None:
+        return []
+    out = []
+    for c in serving.crossovers:
+        ratios = [r for r in serving.ratios if (r.model, r.config, r.load) == (c.model, c.config, c.load)]
+        plain = ratios[0].plain_config if ratios else None
+        each = "; ".join(
+            f"{_level(r.load, r.level)}: throughput "
+            f"{_ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
+            f"{_ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
+            for r in ratios
+        )
+        span = f"{_level(c.load, c.lowest_level)} to {_level(c.load, c.highest_level)}"
+        if c.how == "crossed":
+            low = _level(c.load, c.low) if c.low is not None else f"at or below {_level(c.load, c.lowest_level)}"
+            high = _level(c.load, c.high) if c.high is not None else f"beyond {_level(c.load, c.highest_level)}"
+            verdict = f"it stops paying near {_level(c.load, c.level)} (95%: {low} to {high})"
+        elif c.how == "never":
+            verdict = f"it pays at every level measured ({span})"
+        elif c.how == "below":
+            verdict = f"it does not pay at any level measured ({span})"
+        else:
+            verdict = "no level has both a speculative and a plain result"
+        repeats = (
+            "" if c.repeated else " Some levels have one run a side: no interval there; repeat the runs to get one."
+        )
+        out.append(Finding("serving", (
+            f"Measured under load by vLLM's serving benchmark ({c.model or 'model ?'}), {c.config} against "
+            f"{plain or 'the plain server'} — {each}: {verdict}.{repeats}"
+        )))  # fmt: skip
+    return out
+
+
 def cost_findings(tax: Sequence[ScheduleTax], unsteady: Mapping[str, int]) -> list[Finding]:
     """The k = 0 tax (``analysis.cost.schedule_tax``) and the steps left out of timing."""
     out = []
@@ -384,6 +434,7 @@ def report_findings(report: Report) -> list[Finding]:
         + change_findings(report.changes)
         + cost_findings(report.tax, report.unsteady)
         + request_findings(report.requests)
+        + serving_findings(report.serving)
     )
 
 
@@ -1281,6 +1332,11 @@ def _names(columns: Sequence[str]) -> str:
 
 def no_recommendation(report: Report) -> str:
     """Why a report carries no recommendation."""
+    if not report.summary.num_windows and report.requests is None and report.serving is not None:
+        return (
+            "No recommendation from the engine's steps: the input holds serving-benchmark results alone (what they "
+            "measured under load is in the findings); add the servers' capture or logs for acceptance per step."
+        )
     if not report.summary.num_windows:
         return (
             "No recommendation: finished requests alone do not say what drafting costs per step (read the engine's "

@@ -1,0 +1,142 @@
+"""Speculation under load, from serving-benchmark results (``schema.BENCH``): each speculative
+configuration against the plain server at the same load level, and where it stops paying.
+
+A *load level* is a ``max_concurrency`` (or, without one, a ``request_rate``). Per
+configuration and level, the repeats' output throughputs and mean TPOTs are compared with the
+plain server's at that level as ratios of geometric means, ``B/A`` (speculative over plain:
+throughput above 1 pays, TPOT below 1 pays), with a 95% interval from the spread of the
+repeats on a log scale (Welch's t); with one run on a side there is no interval, and the
+result says so.
+
+The **crossover** is where the throughput ratio falls through 1, interpolated between the two
+levels around it on log(level) and log(ratio); its interval is where the ratio's 95% bounds
+cross 1 (the lower bound crosses first), open at an end where a bound does not cross within
+the levels measured.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from specobs.analysis.intervals import t95
+from specobs.records import Crossover, LoadRatio, Serving, ServingLevel
+
+
+def _log_stats(values: Sequence[float]) -> tuple[float, float, int]:
+    logs = [math.log(v) for v in values if v > 0]
+    n = len(logs)
+    mean = math.fsum(logs) / n if n else math.nan
+    var = math.fsum((x - mean) ** 2 for x in logs) / (n - 1) if n > 1 else math.nan
+    return mean, var, n
+
+
+@dataclass(frozen=True)
+class _Ratio:
+    value: float | None
+    low: float | None
+    high: float | None
+
+
+def ratio(b: Sequence[float], a: Sequence[float]) -> _Ratio:
+    """B/A of geometric means with a Welch t interval on logs (no interval with one run a side)."""
+    mb, vb, nb = _log_stats(b)
+    ma, va, na = _log_stats(a)
+    if not nb or not na:
+        return _Ratio(None, None, None)
+    value = math.exp(mb - ma)
+    if nb < 2 or na < 2:
+        return _Ratio(value, None, None)
+    sb, sa = vb / nb, va / na
+    se = math.sqrt(sb + sa)
+    if se == 0:
+        return _Ratio(value, value, value)
+    df = (sb + sa) ** 2 / ((sb * sb / (nb - 1) if nb > 1 else 0) + (sa * sa / (na - 1) if na > 1 else 0))
+    half = t95(df) * se
+    return _Ratio(value, math.exp(mb - ma - half), math.exp(mb - ma + half))
+
+
+def _level(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its load kind and level: concurrency where set, else the request rate."""
+    return frame.with_columns(
+        load=pl.when(pl.col("max_concurrency").is_not_null()).then(pl.lit("concurrency")).otherwise(pl.lit("rate")),
+        level=pl.coalesce(pl.col("max_concurrency").cast(pl.Float64), pl.col("request_rate")),
+    ).filter(pl.col("level").is_not_null())
+
+
+def levels(bench: pl.DataFrame) -> list[ServingLevel]:
+    """Per model, configuration and load level: runs and the mean of each measure."""
+    grouped = (
+        _level(bench)
+        .group_by("model", "config", "speculative", "load", "level", maintain_order=True)
+        .agg(
+            runs=pl.len(),
+            output_throughput=pl.col("output_throughput").mean(),
+            mean_tpot_ms=pl.col("mean_tpot_ms").mean(),
+            p99_tpot_ms=pl.col("p99_tpot_ms").mean(),
+            mean_ttft_ms=pl.col("mean_ttft_ms").mean(),
+            acceptance_length=pl.col("spec_decode_acceptance_length").mean(),
+        )
+        .sort("model", "config", "load", "level", nulls_last=True)
+    )
+    return [ServingLevel(**row) for row in grouped.iter_rows(named=True)]
+
+
+def _crossing(points: Sequence[tuple[float, float | None]]) -> tuple[float | None, str]:
+    """Where a ratio curve (level, ratio) first falls through 1: (level, how): ``crossed``,
+    ``never`` (above 1 at every level), ``below`` (at or under 1 from the lowest), ``unknown``."""
+    known = [(x, r) for x, r in points if r is not None and r > 0]
+    if not known:
+        return None, "unknown"
+    if known[0][1] <= 1:
+        return None, "below"
+    for (x1, r1), (x2, r2) in itertools.pairwise(known):
+        if r2 <= 1:
+            y1, y2 = math.log(r1), math.log(r2)
+            t = y1 / (y1 - y2) if y1 != y2 else 0.0
+            return math.exp(math.log(x1) + t * (math.log(x2) - math.log(x1))), "crossed"
+    return None, "never"
+
+
+def serving(bench: pl.DataFrame) -> Serving | None:
+    """Every speculative configuration against the plain server of its model at each level both
+    ran, and the throughput crossover; None without results."""
+    if not bench.height:
+        return None
+    frame = _level(bench)
+    ratios: list[LoadRatio] = []
+    crossovers: list[Crossover] = []
+    for (model, load), part in frame.partition_by("model", "load", as_dict=True, maintain_order=True).items():
+        plain = part.filter(~pl.col("speculative"))
+        plain_configs = plain["config"].unique(maintain_order=True).to_list()
+        for config in part.filter(pl.col("speculative"))["config"].unique(maintain_order=True).to_list():
+            spec = part.filter(pl.col("config") == config)
+            points = []
+            bounds_low, bounds_high = [], []
+            for level in sorted(set(spec["level"].to_list()) & set(plain["level"].to_list())):
+                a, b = plain.filter(pl.col("level") == level), spec.filter(pl.col("level") == level)
+                tp = ratio(b["output_throughput"].to_list(), a["output_throughput"].to_list())
+                tpot = ratio(b["mean_tpot_ms"].drop_nulls().to_list(), a["mean_tpot_ms"].drop_nulls().to_list())
+                ratios.append(LoadRatio(model, config, plain_configs[0] if len(plain_configs) == 1 else None, load,
+                                        level, b.height, a.height, tp.value, tp.low, tp.high, tpot.value, tpot.low,
+                                        tpot.high))  # fmt: skip
+                points.append((level, tp.value))
+                bounds_low.append((level, tp.low))
+                bounds_high.append((level, tp.high))
+            if not points:
+                continue
+            at, how = _crossing(points)
+            low, _ = _crossing(bounds_low)
+            high, _high_how = _crossing(bounds_high)
+            measured = [x for x, _ in points]
+            crossovers.append(Crossover(model, config, load, "output_throughput", at, how, low, high,
+                                        min(measured), max(measured),
+                                        repeated=all(r is not None for _, r in bounds_low)))  # fmt: skip
+    return Serving(tuple(levels(bench)), tuple(ratios), tuple(crossovers))
+
+
+__all__ = ["levels", "ratio", "serving"]
