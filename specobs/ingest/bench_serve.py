@@ -33,8 +33,10 @@ from specobs.ingest.source import Source, read_whole
 from specobs.records import SourceReport
 
 FORMAT = "vllm-bench-serve"
-#: Keys every result has, early in the file (the sniff reads the first bytes).
-_MARKS = (b'"num_prompts"', b'"burstiness"')
+#: Keys every result has early in the file (the sniff reads the first bytes): the count of
+#: prompts, and one of the setup or traffic keys beside it.
+_MARK = b'"num_prompts"'
+_BESIDE = (b'"endpoint_type"', b'"burstiness"', b'"output_throughput"')
 #: Keys a result must carry, with numbers, to count.
 _REQUIRED = ("duration", "completed", "output_throughput")
 #: Longest label or configuration name kept.
@@ -46,7 +48,7 @@ _COUNTS = ("num_prompts", "completed", "failed")
 def looks_like_bench_result(head: bytes) -> bool:
     """JSON (an object, or a list of them) with a serving result's early keys."""
     start = head.lstrip()[:1]
-    return start in (b"{", b"[") and all(mark in head for mark in _MARKS)
+    return start in (b"{", b"[") and _MARK in head and any(mark in head for mark in _BESIDE)
 
 
 def _number(value: Any) -> float | None:

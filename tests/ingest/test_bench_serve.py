@@ -1,0 +1,144 @@
+"""vLLM serving-benchmark results (`vllm bench serve`, `vllm bench sweep serve`): read as vLLM 0.32
+writes them, bad records named and skipped whole, and speculation against plain under load
+computed as by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from support.helpers import run_cli
+
+import specobs
+from specobs.analysis.intervals import t95
+from specobs.analysis.serving import ratio, serving
+from specobs.ingest import Ingested
+from specobs.render.sentences import report_findings
+
+
+def result(label: str, concurrency: int, throughput: float, tpot: float, *, spec: bool, **extra) -> dict:
+    """A result as ``vllm/benchmarks/serve.py`` (0.32) saves it (setup, metadata, traffic, metrics)."""
+    out = {
+        "date": "20261203-170102", "endpoint_type": "vllm", "backend": "vllm", "label": label,
+        "model_id": "tiny-llama", "tokenizer_id": "tiny-llama", "num_prompts": 16, "config": label,
+        "request_rate": "inf", "burstiness": 1.0, "max_concurrency": concurrency, "duration": 4.0, "completed": 16,
+        "failed": 0, "total_input_tokens": 1024, "total_output_tokens": 1024, "request_throughput": 4.0,
+        "request_goodput": None, "output_throughput": throughput, "total_token_throughput": 2 * throughput,
+        "max_output_tokens_per_s": 1.2 * throughput, "max_concurrent_requests": concurrency, "rtfx": 0.0,
+        "mean_ttft_ms": 30.0, "median_ttft_ms": 29.0, "std_ttft_ms": 3.0, "p99_ttft_ms": 41.0,
+        "mean_tpot_ms": tpot, "median_tpot_ms": tpot, "std_tpot_ms": 1.0, "p99_tpot_ms": 1.5 * tpot,
+        "mean_itl_ms": tpot, "median_itl_ms": tpot, "std_itl_ms": 1.0, "p99_itl_ms": 2 * tpot,
+        "mean_e2el_ms": 600.0, "median_e2el_ms": 590.0, "std_e2el_ms": 50.0, "p99_e2el_ms": 700.0,
+    }  # fmt: skip
+    if spec:
+        out |= {"spec_decode_acceptance_rate": 47.0, "spec_decode_acceptance_length": 2.41,
+                "spec_decode_num_drafts": 300, "spec_decode_draft_tokens": 900, "spec_decode_accepted_tokens": 423,
+                "spec_decode_per_position_acceptance_rates": [0.6, 0.47, 0.34]}  # fmt: skip
+    return out | extra
+
+
+def write(path: Path, value: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value))
+    return path
+
+
+def test_a_result_file_is_one_row_with_its_values(tmp_path):
+    record = result("ngram-k3", 4, 200.8, 9.0, spec=True)
+    ingested = specobs.load(str(write(tmp_path / "r.json", record)))
+    (row,) = ingested.bench.to_dicts()
+    assert ingested.sources[0].format == "vllm-bench-serve"
+    assert (row["config"], row["model"], row["max_concurrency"], row["request_rate"]) == (
+        "ngram-k3",
+        "tiny-llama",
+        4,
+        None,
+    )
+    assert (row["output_throughput"], row["p99_tpot_ms"], row["completed"]) == (200.8, 13.5, 16)
+    assert row["speculative"] is True and row["spec_decode_acceptance_rate"] == pytest.approx(0.47)
+    assert row["spec_decode_per_position"] == [0.6, 0.47, 0.34] and row["p90_tpot_ms"] is None
+    plain = specobs.load(str(write(tmp_path / "p.json", result("plain", 4, 160.0, 9.0, spec=False)))).bench
+    assert plain["speculative"].to_list() == [False] and plain["num_spec_tokens"].to_list() == [0]
+
+
+def test_appended_results_keep_the_good_records_and_name_the_bad(tmp_path):
+    good = result("ngram-k3", 1, 90.0, 11.0, spec=True)
+    lines = [json.dumps(good), json.dumps(good | {"output_throughput": "fast"}), "{not json",
+             json.dumps(good | {"max_concurrency": 0}), json.dumps(good | {"max_concurrency": 8})]  # fmt: skip
+    path = tmp_path / "appended.json"
+    path.write_text("\n".join(lines) + "\n")
+    ingested = specobs.load(str(path))
+    assert ingested.bench["max_concurrency"].to_list() == [1, 8]
+    assert [(s.line, s.why) for s in ingested.skipped] == [
+        (2, "output_throughput is missing or not a number"),
+        (3, "not valid JSON"),
+        (4, "max_concurrency is not a positive integer"),
+    ]
+    assert ingested.sources[0].skipped == 3
+
+
+def test_a_sweep_folder_names_each_server_combination(tmp_path):
+    runs = []
+    for name, spec, base in (("plain", False, 100.0), ("ngram", True, 130.0)):
+        folder = tmp_path / f"SERVE-{name}-BENCH-c4"
+        for n in range(2):
+            run = result("", 4, base + n, 10.0, spec=spec, run_number=n) | {"label": None, "config": None}
+            write(folder / f"run={n}.json", run)
+            runs.append(run)
+    bench = specobs.load(str(tmp_path)).bench.sort("config", "run_number")
+    assert bench.select("config", "run_number", "speculative").rows() == [
+        ("ngram", 0, True), ("ngram", 1, True), ("plain", 0, False), ("plain", 1, False)]  # fmt: skip
+    summary = specobs.load(str(write(tmp_path / "SERVE-plain-BENCH-c4" / "summary.json", runs[:2]))).bench
+    assert summary["source_line"].to_list() == [1, 2] and summary["config"].unique().to_list() == ["plain"]
+
+
+def test_a_result_cut_short_is_one_line_error_without_traceback(tmp_path):
+    path = tmp_path / "cut.json"
+    path.write_text(json.dumps(result("x", 1, 1.0, 1.0, spec=False))[:200])
+    done = run_cli("report", str(path))
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "Traceback" not in err
+    assert f"{path}: not complete JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_ratios_and_the_crossover_are_computed_as_by_hand(tmp_path):
+    # plain and ngram at concurrency 1, 4, 8, two repeats each: ngram pays at 1 and 4, not at 8.
+    levels = {1: ((100, 104), (130, 136)), 4: ((300, 306), (330, 320)), 8: ((500, 490), (420, 430))}
+    for c, (plain, spec) in levels.items():
+        for n, (tp_a, tp_b) in enumerate(zip(plain, spec, strict=True)):
+            write(tmp_path / f"plain-c{c}-r{n}.json", result("plain", c, tp_a, 10.0 + n, spec=False))
+            write(tmp_path / f"ngram-c{c}-r{n}.json", result("ngram", c, tp_b, 8.0 + n, spec=True))
+    report = specobs.analyze(specobs.load(str(tmp_path)))
+    got = report.serving
+    assert got is not None
+    by_level = {r.level: r for r in got.ratios}
+
+    def welch(b, a):
+        lb, la = [math.log(x) for x in b], [math.log(x) for x in a]
+        mb, ma = sum(lb) / 2, sum(la) / 2
+        vb, va = sum((x - mb) ** 2 for x in lb), sum((x - ma) ** 2 for x in la)  # n − 1 = 1
+        se = math.sqrt(vb / 2 + va / 2)
+        df = (vb / 2 + va / 2) ** 2 / ((vb / 2) ** 2 + (va / 2) ** 2)
+        return math.exp(mb - ma), math.exp(mb - ma - t95(df) * se), math.exp(mb - ma + t95(df) * se)
+
+    for c, (plain, spec) in levels.items():
+        r = by_level[float(c)]
+        assert (r.throughput_ratio, r.throughput_low, r.throughput_high) == pytest.approx(welch(spec, plain))
+        assert r.tpot_ratio == pytest.approx(math.sqrt(8 * 9) / math.sqrt(10 * 11))
+        assert (r.runs, r.plain_runs) == (2, 2)
+    (cross,) = got.crossovers
+    # Between 4 and 8, on log(level) and log(ratio).
+    r4, r8 = by_level[4.0].throughput_ratio, by_level[8.0].throughput_ratio
+    t = math.log(r4) / (math.log(r4) - math.log(r8))
+    assert cross.how == "crossed" and cross.level == pytest.approx(math.exp(math.log(4) + t * math.log(2)))
+    assert cross.low is None or cross.low <= cross.level
+    assert cross.high is None or cross.high >= cross.level
+    text = " ".join(f.text for f in report_findings(report) if f.kind == "serving")
+    assert "stops paying near concurrency" in text and "ngram against plain" in text
+
+
+def test_one_run_a_side_has_no_interval_and_says_so():
+    assert ratio([130.0], [100.0]).low is None and ratio([130.0], [100.0]).value == pytest.approx(1.3)
+    assert serving(Ingested().bench) is None
