@@ -7,6 +7,7 @@ import math
 import os
 import sys
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -218,6 +219,14 @@ def report(
         ),
     ] = False,
     check_config: CheckConfigOption = True,
+    serving_plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="With serving-benchmark results (vllm bench serve), also write throughput and TPOT against load "
+            "as a PNG here (plain against each configuration, crossovers marked; needs the dashboard extra).",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Acceptance report: acceptance length, per-position and conditional rates with 95% intervals,
     timing by batch size, what it means, where acceptance changed, and a recommendation.
@@ -250,6 +259,15 @@ def report(
         for notice in ingested.notices:
             say(f"note: {notice}")
     _emit(result, output_format, brief=brief)
+    if serving_plot is not None:
+        from specobs.render.plot import save_serving_plot
+
+        if result.serving is None:
+            say(f"no serving-benchmark results in the input: {serving_plot} not written")
+        elif save_serving_plot(ingested.bench, result.serving, serving_plot) is None:
+            say(f"{serving_plot} not written: pip install 'specobs[dashboard]' for the plot")
+        else:
+            say(f"wrote {serving_plot}")
 
 
 def _check_prometheus_options(since: str, step: str | None) -> None:
@@ -606,7 +624,6 @@ def tune(
     """Measure every k in one live vLLM engine against a plain engine, choose a k per batch size,
     apply the schedule and verify it against the best static k and plain decoding (docs/tune.md)."""
     import importlib.util
-    from pathlib import Path
 
     from specobs.ingest.prometheus_api import parse_duration
     from specobs.loops.vllm_bench import MAX_PROMPTS, check_tune_arguments, read_prompts, run_tune

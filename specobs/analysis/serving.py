@@ -60,7 +60,7 @@ def ratio(b: Sequence[float], a: Sequence[float]) -> _Ratio:
     return _Ratio(value, math.exp(mb - ma - half), math.exp(mb - ma + half))
 
 
-def _level(frame: pl.DataFrame) -> pl.DataFrame:
+def with_load(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with its load kind and level: concurrency where set, else the request rate."""
     return frame.with_columns(
         load=pl.when(pl.col("max_concurrency").is_not_null()).then(pl.lit("concurrency")).otherwise(pl.lit("rate")),
@@ -71,7 +71,7 @@ def _level(frame: pl.DataFrame) -> pl.DataFrame:
 def levels(bench: pl.DataFrame) -> list[ServingLevel]:
     """Per model, configuration and load level: runs and the mean of each measure."""
     grouped = (
-        _level(bench)
+        with_load(bench)
         .group_by("model", "config", "speculative", "load", "level", maintain_order=True)
         .agg(
             runs=pl.len(),
@@ -107,7 +107,7 @@ def serving(bench: pl.DataFrame) -> Serving | None:
     ran, and the throughput crossover; None without results."""
     if not bench.height:
         return None
-    frame = _level(bench)
+    frame = with_load(bench)
     ratios: list[LoadRatio] = []
     crossovers: list[Crossover] = []
     for (model, load), part in frame.partition_by("model", "load", as_dict=True, maintain_order=True).items():
@@ -139,4 +139,4 @@ def serving(bench: pl.DataFrame) -> Serving | None:
     return Serving(tuple(levels(bench)), tuple(ratios), tuple(crossovers))
 
 
-__all__ = ["levels", "ratio", "serving"]
+__all__ = ["levels", "ratio", "serving", "with_load"]

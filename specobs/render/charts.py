@@ -317,3 +317,37 @@ def request_histogram(frame: pl.DataFrame) -> alt.Chart:
         )
         .properties(height=HEIGHT)
     )
+
+
+def serving_load(frame: pl.DataFrame) -> alt.HConcatChart:
+    """Serving-benchmark results against load: output tokens/s and mean TPOT per level, one line
+    per configuration (plain dashed grey), each run a dot; a crossover as a vertical rule.
+
+    ``frame``: rows of ``schema.BENCH`` with ``load`` and ``level`` (``analysis.serving``), and a
+    ``crossover`` column (the configuration's crossover level or null)."""
+    data = frame.with_columns(
+        kind=pl.when(pl.col("speculative")).then(pl.lit("speculative")).otherwise(pl.lit("plain"))
+    )
+    load = data["load"][0] if data.height else "concurrency"
+    x = alt.X("level:Q", title="max concurrency" if load == "concurrency" else "request rate (requests/s)",
+              scale=alt.Scale(type="log"))  # fmt: skip
+    color = alt.Color("config:N", title="configuration", scale=alt.Scale(range=list(OKABE_ITO)))
+    dash = alt.StrokeDash("kind:N", title="server", scale=alt.Scale(domain=["speculative", "plain"],
+                                                                     range=[[1, 0], [4, 4]]))  # fmt: skip
+
+    def panel(field: str, title: str) -> alt.LayerChart:
+        y = alt.Y(f"mean({field}):Q", title=title, scale=alt.Scale(zero=False))
+        line = alt.Chart(data).mark_line(point=False).encode(x=x, y=y, color=color, strokeDash=dash)
+        dots = (
+            alt.Chart(data)
+            .mark_point(filled=True, size=30, opacity=0.6)
+            .encode(x="level:Q", y=alt.Y(f"{field}:Q"), color=color, tooltip=["config", "level", field, "run_number"])
+        )
+        rules = (
+            alt.Chart(data.filter(pl.col("crossover").is_not_null()).unique("config"))
+            .mark_rule(strokeDash=[2, 2])
+            .encode(x="crossover:Q", color=color)
+        )
+        return alt.LayerChart(layer=[line, dots, rules], width=2 * FACET_WIDTH, height=HEIGHT)
+
+    return alt.hconcat(panel("output_throughput", "output tokens per second"), panel("mean_tpot_ms", "mean TPOT (ms)"))

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specobs.records import TuneResult
+from specobs.records import Serving, TuneResult
 
 if TYPE_CHECKING:
     import polars as pl
@@ -33,4 +33,23 @@ def save_tune_plot(result: TuneResult, path: Path) -> Path | None:
     from specobs.render.charts import tune_measurements
 
     tune_measurements(tune_frame(result)).save(str(path), format="png", scale_factor=2)
+    return path
+
+
+def save_serving_plot(bench: pl.DataFrame, serving: Serving, path: Path) -> Path | None:
+    """Throughput and TPOT against load, plain against each configuration, crossovers marked, as
+    a PNG; None without Altair or vl-convert, or without results."""
+    if not bench.height or any(importlib.util.find_spec(m) is None for m in ("altair", "vl_convert")):
+        return None
+    import polars as pl
+
+    from specobs.analysis.serving import with_load
+    from specobs.render.charts import serving_load
+
+    crossing = pl.DataFrame(
+        [{"config": c.config, "crossover": c.level} for c in serving.crossovers],
+        schema={"config": pl.String, "crossover": pl.Float64},
+    )
+    frame = with_load(bench).join(crossing, on="config", how="left").drop("spec_decode_per_position")
+    serving_load(frame).save(str(path), format="png", scale_factor=2)
     return path

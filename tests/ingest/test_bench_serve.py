@@ -142,3 +142,14 @@ def test_ratios_and_the_crossover_are_computed_as_by_hand(tmp_path):
 def test_one_run_a_side_has_no_interval_and_says_so():
     assert ratio([130.0], [100.0]).low is None and ratio([130.0], [100.0]).value == pytest.approx(1.3)
     assert serving(Ingested().bench) is None
+
+
+def test_the_serving_plot_is_a_png(tmp_path):
+    for c, tp in ((1, 120.0), (4, 90.0)):
+        write(tmp_path / "in" / f"plain-c{c}.json", result("plain", c, 100.0, 10.0, spec=False))
+        write(tmp_path / "in" / f"ngram-c{c}.json", result("ngram", c, tp, 9.0, spec=True))
+    png = tmp_path / "serving.png"
+    done = run_cli("report", str(tmp_path / "in"), "--serving-plot", str(png), "--brief")
+    assert done.returncode == 0, done.stderr.decode()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in done.stderr.decode()
+    assert "stops paying near concurrency" in done.stdout.decode()
