@@ -318,10 +318,17 @@ def serving_findings(serving: Serving | None) -> list[Finding]:
             low = _level(c.load, c.low) if c.low is not None else f"at or below {_level(c.load, c.lowest_level)}"
             high = _level(c.load, c.high) if c.high is not None else f"beyond {_level(c.load, c.highest_level)}"
             verdict = f"it stops paying near {_level(c.load, c.level)} (95%: {low} to {high})"
-        elif c.how == "never":
-            verdict = f"it pays at every level measured ({span})"
-        elif c.how == "below":
-            verdict = f"it does not pay at any level measured ({span})"
+        elif c.how in ("never", "below"):
+            tested = [r for r in ratios if r.throughput_low is not None and r.throughput_high is not None]
+            gains = [r for r in tested if r.throughput_low is not None and r.throughput_low > 1]
+            losses = [r for r in tested if r.throughput_high is not None and r.throughput_high < 1]
+            side, beyond = ("above", gains) if c.how == "never" else ("below", losses)
+            word = "a gain" if c.how == "never" else "a loss"
+            where = ", ".join(_level(r.load, r.level) for r in beyond)
+            verdict = (
+                f"its throughput is {side} plain's at every level measured ({span}); "
+                + (f"{word} beyond noise at {where}" if beyond else f"{word} beyond noise at none of them")
+            )
         else:
             verdict = "no level has both a speculative and a plain result"
         repeats = (

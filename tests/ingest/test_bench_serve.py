@@ -9,7 +9,9 @@ import math
 from pathlib import Path
 
 import pytest
+from support.bench_files import expected_rows
 from support.helpers import run_cli
+from support.paths import DATA
 
 import specobs
 from specobs.analysis.intervals import t95
@@ -153,3 +155,42 @@ def test_the_serving_plot_is_a_png(tmp_path):
     assert done.returncode == 0, done.stderr.decode()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in done.stderr.decode()
     assert "stops paying near concurrency" in done.stdout.decode()
+
+
+# --- the bundled real results (examples/data/vllm-cpu-bench: vLLM 0.32's own files) ----------------
+
+BENCH = DATA / "vllm-cpu-bench"
+
+
+def test_the_bundled_results_read_as_the_files_say():
+    expected = {row["file"]: row for row in expected_rows(BENCH)}
+    bench = specobs.load(str(BENCH / "results")).bench
+    assert bench.height == len(expected) == 12
+    for row in bench.iter_rows(named=True):
+        want = expected[Path(row["source"]).name]
+        assert (row["config"], row["max_concurrency"], row["completed"]) == (
+            want["config"], want["max_concurrency"], want["completed"])  # fmt: skip
+        for key in ("output_throughput", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_ttft_ms"):
+            assert row[key] == want[key], key
+        spec = want["spec_decode"]
+        assert row["speculative"] is (spec is not None)
+        if spec is not None:
+            assert row["num_spec_tokens"] == want["k"] == 3
+            assert row["spec_decode_acceptance_rate"] == pytest.approx(spec["acceptance_rate"] / 100)
+            assert row["spec_decode_per_position"] == spec["per_position_acceptance_rates"]
+
+
+def test_the_bundled_ratios_are_the_files_geometric_means():
+    rows = expected_rows(BENCH)
+    got = serving(specobs.load(str(BENCH / "results")).bench)
+    assert got is not None and len(got.ratios) == 3
+    for r in got.ratios:
+        level = int(r.level)
+        spec = [x["output_throughput"] for x in rows if x["config"] == "ngram" and x["max_concurrency"] == level]
+        plain = [x["output_throughput"] for x in rows if x["config"] == "plain" and x["max_concurrency"] == level]
+        by_hand = math.exp(sum(map(math.log, spec)) / len(spec) - sum(map(math.log, plain)) / len(plain))
+        assert r.throughput_ratio == pytest.approx(by_hand, rel=1e-12)
+        assert r.throughput_low is not None and r.throughput_low < r.throughput_ratio < r.throughput_high
+    # ngram is below plain at every level here (0.83–0.93×), beyond noise at none: never "pays".
+    (cross,) = got.crossovers
+    assert cross.how == "below" and cross.level is None and (cross.lowest_level, cross.highest_level) == (1.0, 8.0)
