@@ -716,6 +716,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "acceptance.standard_error": "its standard error (no smaller than the pooled one)",
         "acceptance.z": "difference / standard error",
         "acceptance.direction": "`fell`, `rose`, `unchanged` (|z| ≤ 1.96) or null",
+        "serving": "serving-benchmark results on both sides: B over A per configuration and load level (the "
+        "fields of the report's `serving.ratios`, `plain_config` naming A's configuration); empty without them",
         "causes": "run-metadata fields that differ between A's and B's first engines, most likely cause of an "
         "acceptance change first (`field`, `before`, `after`, `pitfall`: a known pitfall B meets); empty "
         "without metadata on both sides",

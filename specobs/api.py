@@ -104,7 +104,9 @@ def recommend(
 def compare(a: Data, b: Data) -> Comparison:
     """Run A (before) against run B (after), each with its run metadata."""
     side_a, side_b = ingested(a), ingested(b)
-    return compare_windows(windows(side_a), windows(side_b), side_a.metadata, side_b.metadata)
+    return compare_windows(
+        windows(side_a), windows(side_b), side_a.metadata, side_b.metadata, side_a.bench, side_b.bench
+    )
 
 
 def summarize(data: Data, by: str | Sequence[str] = acceptance.DEFAULT_BY) -> pl.DataFrame:

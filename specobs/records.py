@@ -1088,6 +1088,9 @@ class Comparison(Result):
     #: Run-metadata fields that differ between A's and B's engines, most likely cause of an
     #: acceptance change first (``analysis.breaks.causes``); empty without metadata on both sides.
     causes: tuple[Cause, ...] = ()
+    #: Serving-benchmark results on both sides: B over A per configuration and load level
+    #: (``analysis.serving.serving_changes``; ``plain_config`` is A's configuration).
+    serving: tuple[LoadRatio, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -1100,6 +1103,7 @@ class Comparison(Result):
             "throughput": jsonable(self.throughput),
             "acceptance": self.acceptance.to_dict(),
             "causes": [c.to_dict() for c in self.causes],
+            "serving": [rounded(r.to_dict()) for r in self.serving],
         }
 
 

@@ -42,6 +42,7 @@ from specobs.analysis.acceptance import summarize, summary_of, with_group_column
 from specobs.analysis.breaks import causes
 from specobs.analysis.cost import steady_state, step_cells, timing_by_batch
 from specobs.analysis.intervals import Z95, t95
+from specobs.analysis.serving import direction, serving_changes
 from specobs.records import (
     ENVIRONMENT_FIELDS,
     AcceptanceTest,
@@ -433,8 +434,11 @@ def compare(
     b: pl.LazyFrame | pl.DataFrame,
     metadata_a: Sequence[RunMetadata] = (),
     metadata_b: Sequence[RunMetadata] = (),
+    bench_a: pl.DataFrame | None = None,
+    bench_b: pl.DataFrame | None = None,
 ) -> Comparison:
-    """Run A (before) against run B (after), with each side's run metadata when there is some."""
+    """Run A (before) against run B (after), with each side's run metadata and serving-benchmark
+    results when there are some. Without steps on both sides, the serving results decide."""
     # Each side read once (:class:`_Side`): acceptance and timing from its cells.
     sa, sb = _Side.of(a, metadata_a), _Side.of(b, metadata_b)
     ra, rb, test = compare_acceptance(sa.cells, sb.cells)
@@ -442,8 +446,13 @@ def compare(
     differences = configuration_differences(ca, cb)
     setup = environment_differences(ca, cb)
     tp = _throughput(sa, sb)
+    served = serving_changes(bench_a, bench_b) if bench_a is not None and bench_b is not None else ()
+    kind = kind_of(differences + setup, tp, ra, rb, test)
+    if kind == "unknown" and served:
+        moved = direction(served)
+        kind = {"fell": "regression", "rose": "improvement", "unchanged": "unchanged"}.get(moved or "", "unknown")
     return Comparison(
-        kind=kind_of(differences + setup, tp, ra, rb, test),
+        kind=kind,
         a=ra,
         b=rb,
         positions=_positions(ra, rb),
@@ -453,6 +462,7 @@ def compare(
         throughput=tp,
         acceptance=test,
         causes=causes(metadata_a[0], metadata_b[0], rb.draft_acceptance_rate) if metadata_a and metadata_b else (),
+        serving=served,
     )
 
 

@@ -139,4 +139,35 @@ def serving(bench: pl.DataFrame) -> Serving | None:
     return Serving(tuple(levels(bench)), tuple(ratios), tuple(crossovers))
 
 
-__all__ = ["levels", "ratio", "serving", "with_load"]
+def serving_changes(a: pl.DataFrame, b: pl.DataFrame) -> tuple[LoadRatio, ...]:
+    """B over A for every model, configuration and load level both ran (``specobs compare`` of
+    two sets of serving results: ``plain_config`` holds A's configuration, the same name)."""
+    fa, fb = with_load(a), with_load(b)
+    keys = ["model", "config", "load", "level"]
+    both = fa.select(keys).unique().join(fb.select(keys).unique(), on=keys, how="inner", nulls_equal=True)
+    out = []
+    for model, config, load, level in both.sort(keys, nulls_last=True).iter_rows():
+        here = (
+            pl.col("model").eq_missing(model) & pl.col("config").eq_missing(config)
+            & (pl.col("load") == load) & (pl.col("level") == level)
+        )  # fmt: skip
+        sa, sb = fa.filter(here), fb.filter(here)
+        tp = ratio(sb["output_throughput"].to_list(), sa["output_throughput"].to_list())
+        tpot = ratio(sb["mean_tpot_ms"].drop_nulls().to_list(), sa["mean_tpot_ms"].drop_nulls().to_list())
+        out.append(LoadRatio(model, config, config, load, level, sb.height, sa.height, tp.value, tp.low, tp.high,
+                             tpot.value, tpot.low, tpot.high))  # fmt: skip
+    return tuple(out)
+
+
+def direction(ratios: tuple[LoadRatio, ...]) -> str | None:
+    """``fell`` when some level's throughput ratio is below 1 beyond noise and none above,
+    ``rose`` the other way, ``mixed`` both, ``unchanged`` neither; None without an interval."""
+    tested = [r for r in ratios if r.throughput_low is not None and r.throughput_high is not None]
+    if not tested:
+        return None
+    fell = any(r.throughput_high is not None and r.throughput_high < 1 for r in tested)
+    rose = any(r.throughput_low is not None and r.throughput_low > 1 for r in tested)
+    return "mixed" if fell and rose else "fell" if fell else "rose" if rose else "unchanged"
+
+
+__all__ = ["direction", "levels", "ratio", "serving", "serving_changes", "with_load"]

@@ -325,9 +325,8 @@ def serving_findings(serving: Serving | None) -> list[Finding]:
             side, beyond = ("above", gains) if c.how == "never" else ("below", losses)
             word = "a gain" if c.how == "never" else "a loss"
             where = ", ".join(_level(r.load, r.level) for r in beyond)
-            verdict = (
-                f"its throughput is {side} plain's at every level measured ({span}); "
-                + (f"{word} beyond noise at {where}" if beyond else f"{word} beyond noise at none of them")
+            verdict = f"its throughput is {side} plain's at every level measured ({span}); " + (
+                f"{word} beyond noise at {where}" if beyond else f"{word} beyond noise at none of them"
             )
         else:
             verdict = "no level has both a speculative and a plain result"
@@ -948,7 +947,23 @@ def _why(la: float | None, lb: float | None, test: AcceptanceTest, tp: Throughpu
 def verdict(cmp: Comparison) -> str:
     """The comparison's one-paragraph verdict; ``cmp.kind`` (``tuning.compare``) decides what it
     says; where acceptance moved, the run-metadata changes ranked as its likely causes follow."""
-    text = _verdict(cmp)
+    served = ""
+    if cmp.serving:
+        each = "; ".join(
+            f"{r.config} at {_level(r.load, r.level)}: throughput "
+            f"{_ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
+            f"{_ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
+            for r in cmp.serving
+        )
+        served = f"Under load (vLLM's serving benchmark, measured), B over A — {each}"
+    if served and cmp.a.mean_acceptance_length is None and cmp.b.mean_acceptance_length is None:
+        label = {
+            "regression": "throughput fell beyond noise: a regression",
+            "improvement": "throughput rose beyond noise: an improvement",
+            "unchanged": "no change beyond noise",
+        }.get(cmp.kind, "no level has repeats on both sides to test: no verdict")
+        return f"{served}: {label}."
+    text = _verdict(cmp) + (f" {served}." if served else "")
     if cmp.causes and cmp.acceptance.direction in ("fell", "rose"):
         text += (
             f" Acceptance {cmp.acceptance.direction}; likely causes, most likely first: "

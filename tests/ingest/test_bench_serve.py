@@ -194,3 +194,19 @@ def test_the_bundled_ratios_are_the_files_geometric_means():
     # ngram is below plain at every level here (0.83–0.93×), beyond noise at none: never "pays".
     (cross,) = got.crossovers
     assert cross.how == "below" and cross.level is None and (cross.lowest_level, cross.highest_level) == (1.0, 8.0)
+
+
+def test_compare_of_two_sets_of_serving_results_is_decided_by_their_repeats(tmp_path):
+    for side, scale in (("a", 1.0), ("b", 0.8)):  # B: 20% less throughput at every level, two repeats
+        for c in (1, 4):
+            for n, jitter in enumerate((1.0, 1.01)):
+                write(tmp_path / side / f"ngram-c{c}-r{n}.json",
+                      result("ngram", c, 100.0 * c * scale * jitter, 10.0 / scale, spec=True))  # fmt: skip
+    done = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json")
+    assert done.returncode == 3, done.stderr.decode()  # a regression: scripts gate on it
+    doc = json.loads(done.stdout)
+    assert doc["kind"] == "regression" and len(doc["serving"]) == 2
+    for r in doc["serving"]:
+        assert r["throughput_ratio"] == pytest.approx(0.8, rel=1e-6) and r["throughput_high"] < 1
+        assert r["tpot_ratio"] == pytest.approx(1.25, rel=1e-6)
+    assert "throughput fell beyond noise: a regression" in doc["verdict"]
