@@ -348,7 +348,9 @@ JSON_KEYS: dict[str, dict[str, str]] = {
     "report": {
         "serving": "serving-benchmark results (`vllm bench serve` / sweep files; `analysis.serving`), null without "
         "them: `levels` (per model, `config`, `speculative`, `load` (`concurrency` or `rate`) and `level`: `runs`, "
-        "mean `output_throughput`, `mean_tpot_ms`, `p99_tpot_ms`, `mean_ttft_ms`, `acceptance_length`), `ratios` "
+        "mean `output_throughput`, `mean_tpot_ms`, `p99_tpot_ms`, `mean_ttft_ms`, `acceptance_length`, and from the "
+        "in-engine capture inside those runs' time windows `captured_steps`, `captured_batch_size`, "
+        "`captured_acceptance_length`, `captured_step_ms`), `ratios` "
         "(each speculative config over the plain one at a level: `throughput_ratio` and `tpot_ratio` B/A with 95% "
         "`_low`/`_high` over repeats, null with one run a side) and `crossovers` (`level` where the throughput "
         "ratio falls through 1, `how`: crossed, never, below, unknown; `low`/`high` where its bounds cross)",

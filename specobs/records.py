@@ -429,7 +429,13 @@ class ServingLevel(Result):
     mean_tpot_ms: float | None
     p99_tpot_ms: float | None
     mean_ttft_ms: float | None
-    acceptance_length: float | None
+    acceptance_length: float | None  # the benchmark's spec_decode section (the server's counters)
+    #: What the in-engine capture recorded during these runs (their time windows): steps, mean
+    #: batch size, acceptance length, mean step time; None without a capture of the server.
+    captured_steps: int | None = None
+    captured_batch_size: float | None = None
+    captured_acceptance_length: float | None = None
+    captured_step_ms: float | None = None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from specobs.analysis.cost import (
 )
 from specobs.analysis.integrity import IntegritySums, integrity
 from specobs.analysis.requests import as_windows, request_acceptance
-from specobs.analysis.serving import serving
+from specobs.analysis.serving import capture_sums, serving
 from specobs.analysis.sums import TimeGrid, with_time_bucket
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.ingest import Ingested, counted_sources, first_pass
@@ -60,6 +60,7 @@ class ReportSums:
     unsteady: dict[str, int]
     integrity: IntegritySums
     resumes: pl.DataFrame  # analysis.breaks.resume_sums: acceptance around each K=0 stretch
+    captured: pl.DataFrame  # analysis.serving.capture_sums: the steps during each serving result
 
     @classmethod
     def of(
@@ -100,6 +101,7 @@ class ReportSums:
             unsteady=unsteady_counts(frame),
             integrity=IntegritySums.of(frame, ingested.metadata, ingested.decisions),
             resumes=resume_sums(frame) if grid is None else with_time_bucket(resume_sums(frame), grid, "ts"),
+            captured=capture_sums(frame, ingested.bench),
         )
 
     @classmethod
@@ -136,6 +138,7 @@ class ReportSums:
             unsteady=unsteady,
             integrity=IntegritySums.merge([p.integrity for p in parts]),
             resumes=pl.concat([p.resumes for p in parts], how="diagonal_relaxed"),
+            captured=pl.concat([p.captured for p in parts], how="diagonal_relaxed"),
         )
 
 
@@ -246,7 +249,7 @@ def report_from_sums(
         metadata=tuple(ingested.metadata),
         integrity=tuple(not_named_by(integrity(sums.integrity, ingested.metadata, ingested.decisions), breaks)),
         breaks=tuple(breaks),
-        serving=serving(ingested.bench),
+        serving=serving(ingested.bench, sums.captured),
         summary_from_requests=from_requests,
     )
 

@@ -68,11 +68,87 @@ def with_load(frame: pl.DataFrame) -> pl.DataFrame:
     ).filter(pl.col("level").is_not_null())
 
 
-def levels(bench: pl.DataFrame) -> list[ServingLevel]:
-    """Per model, configuration and load level: runs and the mean of each measure."""
+#: Seconds added on each side of a result's time window: vLLM writes its end to the second.
+SPAN_SLACK = 1.0
+_RESULT = ["source", "source_line"]
+_CAPTURED = {"steps": pl.Int64, "batch": pl.Int64, "drafts": pl.Int64, "accepted": pl.Int64,
+             "step_seconds": pl.Float64, "timed_steps": pl.Int64}  # fmt: skip
+
+
+def spans(bench: pl.DataFrame) -> pl.DataFrame:
+    """Each result's time window, ``[end − duration, end]`` widened by :data:`SPAN_SLACK`, its end
+    read from vLLM's ``date`` (``YYYYMMDD-HHMMSS``) in this machine's local time zone (vLLM
+    writes the benchmark machine's local time: run specobs with the same ``TZ``)."""
+    end = (
+        pl.col("date").str.strptime(pl.Datetime("us"), "%Y%m%d-%H%M%S", strict=False)
+        .dt.replace_time_zone(_local_zone()).dt.epoch("us") / 1e6
+    )  # fmt: skip
+    return bench.select(
+        *_RESULT, "speculative", start=end - pl.col("duration") - SPAN_SLACK, end=end + SPAN_SLACK
+    ).filter(pl.col("start").is_not_null())
+
+
+def _local_zone() -> str:
+    import datetime as dt
+
+    zone = dt.datetime.now().astimezone().tzinfo
+    name = getattr(zone, "key", None)
+    if name:
+        return str(name)
+    offset = dt.datetime.now().astimezone().utcoffset() or dt.timedelta()
+    hours = int(offset.total_seconds() // 3600)
+    return "UTC" if hours == 0 else f"Etc/GMT{-hours:+d}"
+
+
+def capture_sums(windows: pl.LazyFrame | pl.DataFrame, bench: pl.DataFrame) -> pl.DataFrame:
+    """The captured engine steps inside each result's time window (:func:`spans`), summed per
+    result: steps, batch sizes, drafts, accepted tokens, step seconds. A speculative result
+    takes the steps of a speculative engine (a method named), a plain one those of a plain
+    engine. Sums of the parts of an input add up (one server runs at a time in a sweep)."""
+    if not bench.height:
+        return pl.DataFrame(schema={"source": pl.String, "source_line": pl.Int64, **_CAPTURED})
+    steps = (
+        windows.lazy()
+        .filter(pl.col("counters").eq_missing("step"))
+        .select(
+            "end_ts",
+            "batch_size",
+            "num_drafts",
+            "num_accepted_tokens",
+            "step_seconds",
+            pl.col("method").is_not_null().alias("speculative_engine"),
+        )
+    )
+    joined = steps.join_where(
+        spans(bench).lazy(),
+        pl.col("end_ts") >= pl.col("start"),
+        pl.col("end_ts") <= pl.col("end"),
+    ).filter(pl.col("speculative_engine") == pl.col("speculative"))
+    return (
+        joined.group_by(_RESULT)
+        .agg(
+            steps=pl.len().cast(pl.Int64),
+            batch=pl.col("batch_size").sum(),
+            drafts=pl.col("num_drafts").sum(),
+            accepted=pl.col("num_accepted_tokens").sum(),
+            step_seconds=pl.col("step_seconds").sum(),
+            timed_steps=pl.col("step_seconds").is_not_null().sum().cast(pl.Int64),
+        )
+        .collect()
+    )
+
+
+def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None) -> list[ServingLevel]:
+    """Per model, configuration and load level: runs and the mean of each measure, and what the
+    in-engine capture recorded during those runs (:func:`capture_sums`)."""
+    frame = with_load(bench)
+    if captured is not None and captured.height:
+        summed = captured.group_by(_RESULT).agg(pl.col(c).sum() for c in _CAPTURED)
+        frame = frame.join(summed, on=_RESULT, how="left", nulls_equal=True)
+    else:
+        frame = frame.with_columns(pl.lit(None, dtype).alias(c) for c, dtype in _CAPTURED.items())
     grouped = (
-        with_load(bench)
-        .group_by("model", "config", "speculative", "load", "level", maintain_order=True)
+        frame.group_by("model", "config", "speculative", "load", "level", maintain_order=True)
         .agg(
             runs=pl.len(),
             output_throughput=pl.col("output_throughput").mean(),
@@ -80,7 +156,19 @@ def levels(bench: pl.DataFrame) -> list[ServingLevel]:
             p99_tpot_ms=pl.col("p99_tpot_ms").mean(),
             mean_ttft_ms=pl.col("mean_ttft_ms").mean(),
             acceptance_length=pl.col("spec_decode_acceptance_length").mean(),
+            captured_steps=pl.col("steps").sum(),
+            _batch=pl.col("batch").sum(),
+            _drafts=pl.col("drafts").sum(),
+            _accepted=pl.col("accepted").sum(),
+            _seconds=pl.col("step_seconds").sum(),
+            _timed=pl.col("timed_steps").sum(),
         )
+        .with_columns(
+            captured_batch_size=pl.when(pl.col("captured_steps") > 0).then(pl.col("_batch") / pl.col("captured_steps")),
+            captured_acceptance_length=pl.when(pl.col("_drafts") > 0).then(1 + pl.col("_accepted") / pl.col("_drafts")),
+            captured_step_ms=pl.when(pl.col("_timed") > 0).then(1000 * pl.col("_seconds") / pl.col("_timed")),
+        )
+        .drop("_batch", "_drafts", "_accepted", "_seconds", "_timed")
         .sort("model", "config", "load", "level", nulls_last=True)
     )
     return [ServingLevel(**row) for row in grouped.iter_rows(named=True)]
@@ -102,9 +190,10 @@ def _crossing(points: Sequence[tuple[float, float | None]]) -> tuple[float | Non
     return None, "never"
 
 
-def serving(bench: pl.DataFrame) -> Serving | None:
+def serving(bench: pl.DataFrame, captured: pl.DataFrame | None = None) -> Serving | None:
     """Every speculative configuration against the plain server of its model at each level both
-    ran, and the throughput crossover; None without results."""
+    ran, and the throughput crossover; with ``captured`` (:func:`capture_sums`), what the
+    engines did during each level. None without results."""
     if not bench.height:
         return None
     frame = with_load(bench)
@@ -136,7 +225,7 @@ def serving(bench: pl.DataFrame) -> Serving | None:
             crossovers.append(Crossover(model, config, load, "output_throughput", at, how, low, high,
                                         min(measured), max(measured),
                                         repeated=all(r is not None for _, r in bounds_low)))  # fmt: skip
-    return Serving(tuple(levels(bench)), tuple(ratios), tuple(crossovers))
+    return Serving(tuple(levels(bench, captured)), tuple(ratios), tuple(crossovers))
 
 
 def serving_changes(a: pl.DataFrame, b: pl.DataFrame) -> tuple[LoadRatio, ...]:
@@ -170,4 +259,4 @@ def direction(ratios: tuple[LoadRatio, ...]) -> str | None:
     return "mixed" if fell and rose else "fell" if fell else "rose" if rose else "unchanged"
 
 
-__all__ = ["direction", "levels", "ratio", "serving", "serving_changes", "with_load"]
+__all__ = ["capture_sums", "direction", "levels", "ratio", "serving", "serving_changes", "spans", "with_load"]

@@ -333,9 +333,23 @@ def serving_findings(serving: Serving | None) -> list[Finding]:
         repeats = (
             "" if c.repeated else " Some levels have one run a side: no interval there; repeat the runs to get one."
         )
+        mine = {lv.level: lv for lv in serving.levels if (lv.model, lv.config, lv.load) == (c.model, c.config, c.load)}
+        plains = {lv.level: lv for lv in serving.levels if (lv.model, lv.config, lv.load) == (c.model, plain, c.load)}
+        seen = []
+        for level, lv in sorted(mine.items()):
+            if not lv.captured_steps or lv.captured_batch_size is None or lv.captured_step_ms is None:
+                continue
+            base = plains.get(level)
+            versus = f" (plain {base.captured_step_ms:.1f} ms)" if base is not None and base.captured_step_ms else ""
+            seen.append(
+                f"{_level(c.load, level)}: batch {lv.captured_batch_size:.1f}, "
+                f"{lv.captured_acceptance_length or 1:.2f} tokens per draft, "
+                f"{lv.captured_step_ms:.1f} ms per step{versus}"
+            )
+        why = f" Captured in the engine during those runs — {'; '.join(seen)}." if seen else ""
         out.append(Finding("serving", (
             f"Measured under load by vLLM's serving benchmark ({c.model or 'model ?'}), {c.config} against "
-            f"{plain or 'the plain server'} — {each}: {verdict}.{repeats}"
+            f"{plain or 'the plain server'} — {each}: {verdict}.{repeats}{why}"
         )))  # fmt: skip
     return out
 

@@ -210,3 +210,38 @@ def test_compare_of_two_sets_of_serving_results_is_decided_by_their_repeats(tmp_
         assert r["throughput_ratio"] == pytest.approx(0.8, rel=1e-6) and r["throughput_high"] < 1
         assert r["tpot_ratio"] == pytest.approx(1.25, rel=1e-6)
     assert "throughput fell beyond noise: a regression" in doc["verdict"]
+
+
+def test_the_capture_during_each_level_is_the_steps_inside_its_runs(monkeypatch):
+    """Each result's window is [end − duration, end] ± 1 s, its end vLLM's ``date`` in local time
+    (the bundled runs were recorded in UTC); the steps inside, of an engine of the result's kind,
+    summed per level — computed here by hand from the event files."""
+    import time
+
+    import polars as pl
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        ingested = specobs.load(str(BENCH))
+        got = {(lv.config, lv.level): lv for lv in specobs.analyze(ingested).serving.levels}
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    steps = ingested.windows.filter(pl.col("counters") == "step").collect()
+    for config, level in (("ngram", 4), ("plain", 8)):
+        rows = [r for r in expected_rows(BENCH) if (r["config"], r["max_concurrency"]) == (config, level)]
+        inside = []
+        for r in rows:
+            raw = json.loads((BENCH / "results" / r["file"]).read_text())
+            end = time.mktime(time.strptime(raw["date"], "%Y%m%d-%H%M%S")) - time.timezone
+            speculative = pl.col("method").is_not_null() if config == "ngram" else pl.col("method").is_null()
+            inside.append(steps.filter(pl.col("end_ts").is_between(end - raw["duration"] - 1, end + 1) & speculative))
+        both = pl.concat(inside)
+        lv = got[(config, float(level))]
+        assert lv.captured_steps == both.height > 100
+        assert lv.captured_batch_size == pytest.approx(both["batch_size"].mean())
+        assert lv.captured_step_ms == pytest.approx(1000 * both["step_seconds"].mean())
+        if config == "ngram":
+            accepted, drafts = both["num_accepted_tokens"].sum(), both["num_drafts"].sum()
+            assert lv.captured_acceptance_length == pytest.approx(1 + accepted / drafts)
