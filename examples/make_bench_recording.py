@@ -46,11 +46,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import json
 import os
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -58,6 +56,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from specobs.testing.recording import gzip_file, pack
 
 K = 3
 CONFIGS: dict[str, dict[str, Any] | None] = {
@@ -100,15 +100,6 @@ def run_bench(argv: list[str]) -> dict[str, Any]:
     add_cli_args(parser)
     result: dict[str, Any] = main(parser.parse_args(argv))
     return result
-
-
-def _gzip(path: Path, out: Path) -> None:
-    with (
-        open(path, "rb") as plain,
-        open(out, "wb") as target,
-        gzip.GzipFile(filename="", mode="wb", fileobj=target, mtime=0) as packed,
-    ):
-        shutil.copyfileobj(plain, packed)
 
 
 def _anonymise(text: str, models: Path) -> str:
@@ -197,11 +188,9 @@ def record(out: Path, models: Path) -> list[tuple[int, str, float]]:
     (out / "cpu.json").write_text(json.dumps(cpu, indent=1) + "\n")
     for path in sorted(logs.glob("*.log")):
         path.write_text(_anonymise(path.read_text(errors="replace"), models))
-        _gzip(path, path.with_name(path.name + ".gz"))
+        gzip_file(path, path.with_name(path.name + ".gz"))
         path.unlink()
-    for path in sorted(capture.glob("specobs-*.jsonl")):
-        _gzip(path, path.with_name(path.name + ".gz"))
-        path.unlink()
+    pack(capture, "specobs-*.jsonl")
     return took
 
 

@@ -18,15 +18,15 @@ torchcodec). Takes about 5 minutes on 2 cores (most of it engine start-up).
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from specobs.testing.recording import pack
 
 K = 3
 BATCH_SIZES = (1, 4, 8)
@@ -128,19 +128,7 @@ def main() -> None:
                 env=env,
             )
             print(f"{engine}: {time.monotonic() - started:.0f} s", file=sys.stderr)
-    pack(args.out)
-
-
-def pack(folder: Path) -> None:
-    """Gzip every recorded file (small enough to bundle), with no timestamp in the header."""
-    for path in sorted(folder.glob("specobs-methods-*.jsonl")):
-        with (
-            open(path, "rb") as plain,
-            open(f"{path}.gz", "wb") as out,
-            gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as packed,
-        ):
-            shutil.copyfileobj(plain, packed)
-        path.unlink()
+    pack(args.out, "specobs-methods-*.jsonl")
 
 
 if __name__ == "__main__":

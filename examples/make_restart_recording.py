@@ -38,13 +38,14 @@ import argparse
 import gzip
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from specobs.testing.recording import pack
 
 K = 3
 SERVED = "tiny-llama"
@@ -149,20 +150,8 @@ def record(out: Path, models: Path, n_prompts: int = PROMPTS, max_tokens: int = 
             env=env,
         )  # fmt: skip
         seconds.append(time.monotonic() - started)
-    pack(out)
+    pack(out, "specobs-*.jsonl")
     return seconds
-
-
-def pack(folder: Path) -> None:
-    """Gzip every recorded file (small enough to bundle), with no timestamp in the header."""
-    for path in sorted(folder.glob("specobs-*.jsonl")):
-        with (
-            open(path, "rb") as plain,
-            open(f"{path}.gz", "wb") as out,
-            gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as packed,
-        ):
-            shutil.copyfileobj(plain, packed)
-        path.unlink()
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

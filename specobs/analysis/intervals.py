@@ -81,6 +81,41 @@ def t_quantile(df: float, level: float = 0.95) -> float:
     return _cornish_fisher(z, nu)
 
 
+def log_stats(values: Sequence[float]) -> tuple[float, float, int]:
+    """Mean and sample variance of the logs of the positive ``values``, and how many there are
+    (NaN variance with fewer than two)."""
+    logs = [math.log(v) for v in values if v > 0]
+    n = len(logs)
+    mean = math.fsum(logs) / n if n else math.nan
+    var = math.fsum((x - mean) ** 2 for x in logs) / (n - 1) if n > 1 else math.nan
+    return mean, var, n
+
+
+def geometric_ratio(
+    b: Sequence[float], a: Sequence[float], *, conservative: bool = False
+) -> tuple[float | None, float | None, float | None]:
+    """(ratio, low, high): B/A of geometric means with Welch's 95% interval on the logs;
+    Welch–Satterthwaite degrees of freedom, or the smaller side's n − 1 when ``conservative``.
+    No interval with fewer than two values a side; no ratio without values."""
+    mb, vb, nb = log_stats(b)
+    ma, va, na = log_stats(a)
+    if not nb or not na:
+        return None, None, None
+    diff = mb - ma
+    if nb < 2 or na < 2:
+        return math.exp(diff), None, None
+    sb, sa = vb / nb, va / na
+    se = math.sqrt(sb + sa)
+    if conservative:
+        df: float = min(nb, na) - 1
+    elif se > 0:
+        df = (sb + sa) ** 2 / (sb * sb / (nb - 1) + sa * sa / (na - 1))
+    else:
+        df = math.inf
+    half = t95(df) * se
+    return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+
+
 def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     """(mean, low, high): the t interval of a mean from a few repeated measurements (rounds);
     one value gives (v, -inf, inf), none gives NaNs."""

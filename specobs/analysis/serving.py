@@ -19,45 +19,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import polars as pl
 
-from specobs.analysis.intervals import t95
+from specobs.analysis.intervals import geometric_ratio
 from specobs.records import Crossover, LoadRatio, Serving, ServingLevel
-
-
-def _log_stats(values: Sequence[float]) -> tuple[float, float, int]:
-    logs = [math.log(v) for v in values if v > 0]
-    n = len(logs)
-    mean = math.fsum(logs) / n if n else math.nan
-    var = math.fsum((x - mean) ** 2 for x in logs) / (n - 1) if n > 1 else math.nan
-    return mean, var, n
-
-
-@dataclass(frozen=True)
-class _Ratio:
-    value: float | None
-    low: float | None
-    high: float | None
-
-
-def ratio(b: Sequence[float], a: Sequence[float]) -> _Ratio:
-    """B/A of geometric means with a Welch t interval on logs (no interval with one run a side)."""
-    mb, vb, nb = _log_stats(b)
-    ma, va, na = _log_stats(a)
-    if not nb or not na:
-        return _Ratio(None, None, None)
-    value = math.exp(mb - ma)
-    if nb < 2 or na < 2:
-        return _Ratio(value, None, None)
-    sb, sa = vb / nb, va / na
-    se = math.sqrt(sb + sa)
-    if se == 0:
-        return _Ratio(value, value, value)
-    df = (sb + sa) ** 2 / ((sb * sb / (nb - 1) if nb > 1 else 0) + (sa * sa / (na - 1) if na > 1 else 0))
-    half = t95(df) * se
-    return _Ratio(value, math.exp(mb - ma - half), math.exp(mb - ma + half))
 
 
 def with_load(frame: pl.DataFrame) -> pl.DataFrame:
@@ -208,14 +174,15 @@ def serving(bench: pl.DataFrame, captured: pl.DataFrame | None = None) -> Servin
             bounds_low, bounds_high = [], []
             for level in sorted(set(spec["level"].to_list()) & set(plain["level"].to_list())):
                 a, b = plain.filter(pl.col("level") == level), spec.filter(pl.col("level") == level)
-                tp = ratio(b["output_throughput"].to_list(), a["output_throughput"].to_list())
-                tpot = ratio(b["mean_tpot_ms"].drop_nulls().to_list(), a["mean_tpot_ms"].drop_nulls().to_list())
-                ratios.append(LoadRatio(model, config, plain_configs[0] if len(plain_configs) == 1 else None, load,
-                                        level, b.height, a.height, tp.value, tp.low, tp.high, tpot.value, tpot.low,
-                                        tpot.high))  # fmt: skip
-                points.append((level, tp.value))
-                bounds_low.append((level, tp.low))
-                bounds_high.append((level, tp.high))
+                tp = geometric_ratio(b["output_throughput"].to_list(), a["output_throughput"].to_list())
+                tpot = geometric_ratio(
+                    b["mean_tpot_ms"].drop_nulls().to_list(), a["mean_tpot_ms"].drop_nulls().to_list()
+                )
+                plain_config = plain_configs[0] if len(plain_configs) == 1 else None
+                ratios.append(LoadRatio(model, config, plain_config, load, level, b.height, a.height, *tp, *tpot))
+                points.append((level, tp[0]))
+                bounds_low.append((level, tp[1]))
+                bounds_high.append((level, tp[2]))
             if not points:
                 continue
             at, how = _crossing(points)
@@ -241,10 +208,9 @@ def serving_changes(a: pl.DataFrame, b: pl.DataFrame) -> tuple[LoadRatio, ...]:
             & (pl.col("load") == load) & (pl.col("level") == level)
         )  # fmt: skip
         sa, sb = fa.filter(here), fb.filter(here)
-        tp = ratio(sb["output_throughput"].to_list(), sa["output_throughput"].to_list())
-        tpot = ratio(sb["mean_tpot_ms"].drop_nulls().to_list(), sa["mean_tpot_ms"].drop_nulls().to_list())
-        out.append(LoadRatio(model, config, config, load, level, sb.height, sa.height, tp.value, tp.low, tp.high,
-                             tpot.value, tpot.low, tpot.high))  # fmt: skip
+        tp = geometric_ratio(sb["output_throughput"].to_list(), sa["output_throughput"].to_list())
+        tpot = geometric_ratio(sb["mean_tpot_ms"].drop_nulls().to_list(), sa["mean_tpot_ms"].drop_nulls().to_list())
+        out.append(LoadRatio(model, config, config, load, level, sb.height, sa.height, *tp, *tpot))
     return tuple(out)
 
 
@@ -259,4 +225,4 @@ def direction(ratios: tuple[LoadRatio, ...]) -> str | None:
     return "mixed" if fell and rose else "fell" if fell else "rose" if rose else "unchanged"
 
 
-__all__ = ["capture_sums", "direction", "levels", "ratio", "serving", "serving_changes", "spans", "with_load"]
+__all__ = ["capture_sums", "direction", "levels", "serving", "serving_changes", "spans", "with_load"]

@@ -42,7 +42,7 @@ from typing import Any
 
 from specobs import buckets
 from specobs.advice.paired import Block, StepAttribution, ratio
-from specobs.analysis.intervals import t95
+from specobs.analysis.intervals import geometric_ratio, log_stats
 from specobs.capture.config import CaptureConfig
 from specobs.records import TUNER_ACTIONS, TunerDecision
 
@@ -83,25 +83,16 @@ class _Cell:
         return True
 
     def log_stats(self) -> tuple[float, float, int]:
-        logs = [math.log(x) for x in self.chunks if x > 0]
-        n = len(logs)
-        if n == 0:
-            return math.nan, math.nan, 0
-        mean = math.fsum(logs) / n
-        var = math.fsum((v - mean) ** 2 for v in logs) / (n - 1) if n > 1 else math.inf
-        return mean, var, n
+        return log_stats(self.chunks)
 
 
 def _gain(new: _Cell, old: _Cell) -> tuple[float, float, float] | None:
-    """(gain, low, high) of ``new`` over ``old``: Welch's 95% interval on the mean log tokens/s."""
-    m1, v1, n1 = new.log_stats()
-    m2, v2, n2 = old.log_stats()
-    if min(n1, n2) < 2:
+    """(gain, low, high) of ``new`` over ``old``: Welch's 95% interval on the mean log tokens/s
+    (the smaller side's n − 1 degrees of freedom)."""
+    ratio, low, high = geometric_ratio(new.chunks, old.chunks, conservative=True)
+    if ratio is None or low is None or high is None:
         return None
-    diff = m1 - m2
-    se = math.sqrt(v1 / n1 + v2 / n2)
-    half = t95(min(n1, n2) - 1) * se
-    return math.expm1(diff), math.expm1(diff - half), math.expm1(diff + half)
+    return ratio - 1, low - 1, high - 1
 
 
 @dataclass
