@@ -180,6 +180,13 @@ BENCH: dict[str, pl.DataType] = {
     "spec_decode_draft_tokens": pl.Int64(),
     "spec_decode_accepted_tokens": pl.Int64(),
     "spec_decode_per_position": pl.List(pl.Float64()),
+    # Per request, in the order sent (what ``--save-detailed`` keeps; ``latencies`` is always
+    # written): end-to-end seconds, seconds to the first token, output tokens, and whether it
+    # succeeded (from ``errors``). What an SLO's goodput is computed from.
+    "request_latency_s": pl.List(pl.Float64()),
+    "request_ttft_s": pl.List(pl.Float64()),
+    "request_output_tokens": pl.List(pl.Int64()),
+    "request_ok": pl.List(pl.Boolean()),
 }
 
 #: The key that marks a captured row as a ``requests`` row (written to its own files).

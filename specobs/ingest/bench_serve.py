@@ -162,6 +162,10 @@ def parse(record: Any, source: str = "") -> tuple[dict[str, Any] | None, str | N
                    spec_decode_num_drafts=counts[0], spec_decode_draft_tokens=counts[1],
                    spec_decode_accepted_tokens=counts[2],
                    spec_decode_per_position=[float(v) for v in per_position])  # fmt: skip
+    requests, why = _requests(record)
+    if requests is None:
+        return None, why
+    row.update(requests)
     settings = _speculative_config(record)
     method = _text(record.get("method") or settings.get("method"))
     k = record.get("k", record.get("num_speculative_tokens", settings.get("num_speculative_tokens")))
@@ -178,6 +182,39 @@ def parse(record: Any, source: str = "") -> tuple[dict[str, Any] | None, str | N
     if not row["speculative"] and row["num_spec_tokens"] is None:
         row["num_spec_tokens"] = 0
     return row, None
+
+
+#: Per-request lists of a result: (key in the file, column, element check).
+_REQUEST_LISTS = (
+    ("latencies", "request_latency_s", _number),
+    ("ttfts", "request_ttft_s", _number),
+    ("output_lens", "request_output_tokens", _count),
+)
+
+
+def _requests(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The per-request lists of a result (empty when it has none), or (None, why) when one is
+    not a list of non-negative numbers or their lengths differ: counted whole or not at all."""
+    out: dict[str, Any] = {}
+    for key, column, check in _REQUEST_LISTS:
+        values = record.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, list):
+            return None, f"{key} is not a list"
+        checked = [check(v) for v in values]
+        if any(v is None or v < 0 for v in checked):
+            return None, f"{key} is not a list of non-negative numbers"
+        out[column] = checked
+    errors = record.get("errors")
+    if errors is not None:
+        if not isinstance(errors, list) or any(e is not None and not isinstance(e, str) for e in errors):
+            return None, "errors is not a list of texts"
+        out["request_ok"] = [not e for e in errors]
+    if len({len(v) for v in out.values()}) > 1:
+        return None, "the per-request lists (" + ", ".join(k for k, c, _ in _REQUEST_LISTS if c in out) + (
+            ", errors" if "request_ok" in out else "") + ") differ in length"
+    return out, None
 
 
 def _records(data: bytes, name: str) -> list[tuple[int | None, Any]]:
