@@ -54,7 +54,7 @@ from specobs.render.sentences import (
 )
 from specobs.render.tuning import BAND_HEADERS, band_rows, band_title
 
-PAGES = ("Overview", "Cost", "Tuning", "Compare", "Sources")
+PAGES = ("Overview", "Cost", "Tuning", "Serving under load", "Compare", "Sources")
 #: Grouping the Overview and Cost pages start with (``--by`` names).
 DEFAULT_GROUPS = ("method", "k")
 #: Groupings offered (batch buckets and hours have their own charts).
@@ -423,6 +423,73 @@ def tuning(ctx: Context) -> None:
                 st.markdown(f"- {line}")
 
 
+def serving_page(ctx: Context) -> None:
+    """``vllm bench serve`` results among the inputs: speculative against plain per load level,
+    as the report computed it (``Report.serving``)."""
+    st.header("Serving under load")
+    serving = ctx.report().serving
+    if serving is None:
+        st.info("No serving-benchmark results in the inputs (vllm bench serve result files): add them under Data.")
+        return
+    st.caption(
+        "Measured by vLLM's serving benchmark from its client's timing, speculative servers against the plain "
+        "server at the same load level. Whole benchmark runs: the sidebar's filters do not apply here."
+    )
+    st.subheader("Throughput and TPOT against load (measured)")
+    st.caption(
+        "Lines: the mean over runs; dots: each run; plain dashed. Dashed vertical line: where the configuration's "
+        "throughput crosses plain's. TPOT: time per output token after the first (lower is faster)."
+    )
+    for title, frame in views.serving_chart_frames(ctx.loaded.ingested.bench, serving):
+        st.markdown(f"**{title}**")
+        _chart(st, charts.serving_load(frame), stretch=False)
+    st.subheader("Speculative over plain per level (measured)")
+    if serving.ratios:
+        st.caption(
+            "Ratios of geometric means over repeats, speculative over plain: throughput above 1 and TPOT below 1 "
+            "mean speculation pays. 95% intervals from the spread of the repeats (Welch); "
+            f"with one run on a side there is none ({views.NO_INTERVAL})."
+        )
+        ratios = views.serving_ratios_table(serving)
+        st.dataframe(ratios, hide_index=True)
+        _download("Download CSV", ratios, "serving-ratios.csv")
+    else:
+        st.info("No speculative configuration has a plain result at the same load level: no ratio.")
+    if serving.crossovers:
+        st.subheader("Where it stops paying")
+        st.caption(
+            "Where each configuration's ratio against plain crosses parity, per metric: crossed (interpolated "
+            "between the levels around it), never within the levels measured, or below parity from the lowest. "
+            "The 95% interval is where the ratio's bounds cross."
+        )
+        for c in serving.crossovers:
+            st.markdown(f"- {views.crossover_text(c, views.plain_of(serving, c))}")
+        st.dataframe(views.serving_crossovers_table(serving), hide_index=True)
+    st.subheader("Per level (measured)")
+    st.caption("Means over the runs at each level, from the benchmark's own timing and the server's counters.")
+    levels = views.serving_levels_table(serving)
+    st.dataframe(levels, hide_index=True)
+    _download("Download CSV", levels, "serving-levels.csv")
+    captured = views.serving_capture_table(serving)
+    if captured.height:
+        st.subheader("What the engine did during each level (captured)")
+        st.caption(
+            "The engine steps specobs captured inside each benchmark run's time window: mean batch size (running "
+            "requests), acceptance length (tokens per draft, the bonus token counted) and mean step time."
+        )
+        st.dataframe(captured, hide_index=True)
+    with st.expander("In words, as the report says it"):
+        for finding in sentences.serving_findings(serving):
+            st.markdown(finding.text)
+    st.download_button(
+        "Download serving results (JSON)",
+        to_json(serving),
+        file_name="serving.json",
+        mime="application/json",
+        key="download_serving",
+    )
+
+
 def compare_page(ctx: Context) -> None:
     st.header("Compare")
     choices = views.compare_choices(ctx.sums.cells)
@@ -507,6 +574,7 @@ RENDER: dict[str, Callable[[Context], None]] = {
     "Overview": overview,
     "Cost": cost,
     "Tuning": tuning,
+    "Serving under load": serving_page,
     "Compare": compare_page,
     "Sources": sources,
 }

@@ -16,15 +16,18 @@ import polars as pl
 from specobs import buckets
 from specobs.advice.validate import measured_throughput
 from specobs.analysis.acceptance import GROUP_KEYS
+from specobs.analysis.serving import with_load
 from specobs.analysis.sums import coarser, drafted_values
 from specobs.analysis.timeseries import series_from_sums
 from specobs.records import (
     BatchTiming,
     Comparison,
+    Crossover,
     GroupSummary,
     Recommendation,
     RequestAcceptance,
     RequestGroup,
+    Serving,
     Summary,
 )
 
@@ -432,3 +435,169 @@ def skipped_table(skipped: Sequence[Any], limit: int | None = None) -> pl.DataFr
         [{"input": s.source, "line": s.line, "why": s.why} for s in rows],
         schema={"input": pl.String, "line": pl.Int64, "why": pl.String},
     )
+
+
+# --- serving under load (``Report.serving``) -----------------------------------------------------
+
+#: A serving table's columns: (record field, header, type). Chosen, not every field of the record,
+#: so that a field added to the record later changes no table (the JSON download carries them all).
+ServingColumns = tuple[tuple[str, str, pl.DataType], ...]
+SERVING_LABELS: ServingColumns = (
+    ("model", "model", pl.String()),
+    ("config", "configuration", pl.String()),
+    ("load", "load", pl.String()),
+    ("level", "level", pl.Float64()),
+)
+#: What the benchmark measured per configuration and level (means over runs).
+SERVING_LEVEL_COLUMNS: ServingColumns = (
+    *SERVING_LABELS,
+    ("runs", "runs", pl.Int64()),
+    ("output_throughput", "output tokens/s", pl.Float64()),
+    ("mean_tpot_ms", "mean TPOT ms", pl.Float64()),
+    ("p99_tpot_ms", "p99 TPOT ms", pl.Float64()),
+    ("mean_ttft_ms", "mean TTFT ms", pl.Float64()),
+    ("acceptance_length", "acceptance length (server's counters)", pl.Float64()),
+)
+#: What the in-engine capture recorded during each level's runs.
+SERVING_CAPTURE_COLUMNS: ServingColumns = (
+    *SERVING_LABELS,
+    ("captured_steps", "captured steps", pl.Int64()),
+    ("captured_batch_size", "batch size", pl.Float64()),
+    ("captured_acceptance_length", "acceptance length", pl.Float64()),
+    ("captured_step_ms", "step ms", pl.Float64()),
+)
+#: Speculative over plain per level; each ratio is followed by its interval (see :func:`serving_ratios_table`).
+SERVING_RATIO_COLUMNS: ServingColumns = (
+    *SERVING_LABELS,
+    ("plain_config", "plain", pl.String()),
+    ("runs", "runs", pl.Int64()),
+    ("plain_runs", "plain runs", pl.Int64()),
+    ("throughput_ratio", "throughput ratio", pl.Float64()),
+    ("tpot_ratio", "TPOT ratio", pl.Float64()),
+)
+#: The interval of each ratio column: (ratio field, low field, high field).
+SERVING_INTERVALS = (
+    ("throughput_ratio", "throughput_low", "throughput_high"),
+    ("tpot_ratio", "tpot_low", "tpot_high"),
+)
+SERVING_CROSSOVER_COLUMNS: ServingColumns = (
+    ("model", "model", pl.String()),
+    ("config", "configuration", pl.String()),
+    ("load", "load", pl.String()),
+    ("metric", "metric", pl.String()),
+    ("how", "how", pl.String()),
+    ("level", "crossover", pl.Float64()),
+    ("low", "95% low", pl.Float64()),
+    ("high", "95% high", pl.Float64()),
+    ("lowest_level", "lowest level", pl.Float64()),
+    ("highest_level", "highest level", pl.Float64()),
+    ("repeated", "repeats at every level", pl.Boolean()),
+)
+#: Metrics named as people say them; a metric not listed is shown by its field name.
+SERVING_METRICS = {"output_throughput": "output throughput", "mean_tpot_ms": "mean TPOT", "goodput": "goodput"}
+#: Said where a ratio has no interval (one run on a side).
+NO_INTERVAL = "one run: no interval"
+
+
+def _serving_table(items: Sequence[Any], columns: ServingColumns) -> pl.DataFrame:
+    return pl.DataFrame(
+        [{header: getattr(item, name) for name, header, _ in columns} for item in items],
+        schema={header: dtype for _, header, dtype in columns},
+    )
+
+
+def load_label(load: str, level: float | None) -> str:
+    """``concurrency 4`` or ``2.5 requests/s``; ``?`` for no level."""
+    if level is None:
+        return "?"
+    value = f"{level:.0f}" if level == round(level) else f"{level:.1f}"
+    return f"concurrency {value}" if load == "concurrency" else f"{value} requests/s"
+
+
+def interval_text(low: float | None, high: float | None) -> str:
+    """A ratio's 95% interval as text, or :data:`NO_INTERVAL` where there is none."""
+    return NO_INTERVAL if low is None or high is None else f"{low:.2f}–{high:.2f}"
+
+
+def serving_levels_table(serving: Serving) -> pl.DataFrame:
+    """What the benchmark measured per configuration and level (:data:`SERVING_LEVEL_COLUMNS`)."""
+    return _serving_table(serving.levels, SERVING_LEVEL_COLUMNS)
+
+
+def serving_capture_table(serving: Serving) -> pl.DataFrame:
+    """What the capture recorded during each level's runs; no rows without a capture."""
+    return _serving_table([lv for lv in serving.levels if lv.captured_steps], SERVING_CAPTURE_COLUMNS)
+
+
+def serving_ratios_table(serving: Serving) -> pl.DataFrame:
+    """Speculative over plain per level: each ratio of :data:`SERVING_RATIO_COLUMNS` and, after
+    it, its 95% interval as text (:data:`NO_INTERVAL` with one run on a side)."""
+    table = _serving_table(serving.ratios, SERVING_RATIO_COLUMNS)
+    headers = {name: header for name, header, _ in SERVING_RATIO_COLUMNS}
+    for ratio, low, high in SERVING_INTERVALS:
+        texts = [None if getattr(r, ratio) is None else interval_text(getattr(r, low), getattr(r, high))
+                 for r in serving.ratios]  # fmt: skip
+        name = f"{headers[ratio]} 95% interval"
+        table = table.insert_column(table.columns.index(headers[ratio]) + 1, pl.Series(name, texts, pl.String))
+    return table
+
+
+def serving_crossovers_table(serving: Serving) -> pl.DataFrame:
+    """Every crossover, of every metric, with the metric named (:data:`SERVING_CROSSOVER_COLUMNS`)."""
+    return _serving_table(serving.crossovers, SERVING_CROSSOVER_COLUMNS)
+
+
+def crossover_text(c: Crossover, plain: str | None = None) -> str:
+    """One crossover in words: the configuration, the metric, how its ratio against plain
+    crosses parity, and the 95% interval (open ends said as the report says them)."""
+    lowest, highest = load_label(c.load, c.lowest_level), load_label(c.load, c.highest_level)
+    metric = SERVING_METRICS.get(c.metric, c.metric)
+    who = f"{c.config} against {plain or 'the plain server'}" + (f" ({c.model})" if c.model else "")
+    if c.how == "crossed":
+        how = f"crossed parity with plain near {load_label(c.load, c.level)}"
+    elif c.how == "never":
+        how = f"never crossed parity within the levels measured ({lowest} to {highest})"
+    elif c.how == "below":
+        how = f"below parity from the lowest level measured ({lowest}) through {highest}"
+    else:
+        return f"{who}, {metric}: unknown — no level has both a speculative and a plain result."
+    if not c.repeated:
+        interval = NO_INTERVAL
+    else:
+        low = load_label(c.load, c.low) if c.low is not None else f"at or below {lowest}"
+        high = load_label(c.load, c.high) if c.high is not None else f"beyond {highest}"
+        interval = f"95% interval {low} to {high}"
+    return f"{who}, {metric}: {how}; {interval}."
+
+
+def plain_of(serving: Serving, c: Crossover) -> str | None:
+    """The plain configuration a crossover's configuration was measured against."""
+    for r in serving.ratios:
+        if (r.model, r.config, r.load) == (c.model, c.config, c.load):
+            return r.plain_config
+    return None
+
+
+#: The benchmark's columns the load chart draws (``charts.serving_load``).
+SERVING_CHART_COLUMNS = ("model", "config", "speculative", "load", "level", "run_number",
+                         "output_throughput", "mean_tpot_ms")  # fmt: skip
+
+
+def serving_chart_frames(bench: pl.DataFrame, serving: Serving) -> list[tuple[str, pl.DataFrame]]:
+    """The benchmark's runs for ``charts.serving_load``, one frame per model and load kind (the
+    chart has one x axis), each run with its configuration's throughput crossover level
+    (``crossover``, null where it did not cross); titled by model and load."""
+    crossing = pl.DataFrame(
+        [
+            {"model": c.model, "config": c.config, "load": c.load, "crossover": c.level}
+            for c in serving.crossovers
+            if c.metric == "output_throughput"
+        ],
+        schema={"model": pl.String, "config": pl.String, "load": pl.String, "crossover": pl.Float64},
+    )
+    runs = with_load(bench).select(SERVING_CHART_COLUMNS)
+    runs = runs.join(crossing, on=["model", "config", "load"], how="left", nulls_equal=True)
+    frames = []
+    for (model, load), part in runs.partition_by("model", "load", as_dict=True, maintain_order=True).items():
+        frames.append((f"{model or 'model ?'}, by {load}", part))
+    return frames
