@@ -23,6 +23,7 @@ from specobs.dashboard.data import ARGS_ENV
 
 CHROMIUM = "/usr/bin/chromium"
 SWEEP = ROOT / "examples" / "data" / "vllm-cpu-sweep"
+BENCH = ROOT / "examples" / "data" / "vllm-cpu-bench"
 ARTIFACTS = Path(os.environ.get("SPECOBS_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "dashboard"
 TIMEOUT_MS = 180_000
 #: Charts drawn: chart elements in which Vega has put its marks (SVG or canvas).
@@ -46,16 +47,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
-    """``specobs dashboard`` with no inputs (the bundled sweep), on a free port."""
+def serve(*paths: str, log_name: str = "server.log"):
+    """``specobs dashboard [PATHS]`` on a free port: yields its URL, stops it afterwards."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != ARGS_ENV}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log = open(ARTIFACTS / "server.log", "w")  # noqa: SIM115 - closed at teardown
+    log = open(ARTIFACTS / log_name, "w")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specobs.cli", "dashboard", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-        env=env,
+        [sys.executable, "-m", "specobs.cli", "dashboard", "--port", str(port), *paths], stdout=log,
+        stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -77,6 +77,18 @@ def server():
     except subprocess.TimeoutExpired:
         proc.kill()
     log.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    """``specobs dashboard`` with no inputs (the bundled sweep)."""
+    yield from serve()
+
+
+@pytest.fixture(scope="module")
+def bench_server():
+    """``specobs dashboard`` on the bundled ``vllm bench serve`` results and their capture."""
+    yield from serve(str(BENCH), log_name="server-bench.log")
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +157,9 @@ def test_every_page_renders_in_chromium(server, browser, tmp_path):
     no_traceback(page)
     shot(page, "tuning")
 
+    open_page(page, "Serving under load", shows="No serving-benchmark results in the inputs", charts=0)
+    no_traceback(page)
+
     open_page(page, "Compare", shows=verdict, charts=1)
     no_traceback(page)
     shot(page, "compare")
@@ -167,4 +182,21 @@ def test_every_page_renders_in_chromium(server, browser, tmp_path):
     open_page(page, "Overview", shows="could not be read: see the Sources page", charts=3)
     assert f"{summary['mean_acceptance_length']:.2f}" in page.get_by_test_id("stMetric").first.inner_text()
     no_traceback(page)
+    page.close()
+
+
+def test_serving_page_renders_in_chromium(bench_server, browser):
+    """The Serving under load page on real results: its chart drawn, its tables shown, and no
+    error in the page or its scripts."""
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1400, "height": 2600})
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(bench_server)
+    open_page(page, "Serving under load", shows="What the engine did during each level (captured)", charts=1)
+    assert page.get_by_text("Speculative over plain per level (measured)").is_visible()
+    assert page.get_by_text("output throughput: below parity from the lowest level measured").is_visible()
+    assert page.get_by_test_id("stDataFrame").count() == 4  # ratios, crossovers, levels, capture
+    no_traceback(page)
+    assert not errors, errors
+    shot(page, "serving")
     page.close()
