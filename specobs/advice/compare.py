@@ -54,6 +54,7 @@ from specobs.records import (
     PositionChange,
     RunMetadata,
     SideTiming,
+    Slo,
     Summary,
     Throughput,
 )
@@ -436,9 +437,11 @@ def compare(
     metadata_b: Sequence[RunMetadata] = (),
     bench_a: pl.DataFrame | None = None,
     bench_b: pl.DataFrame | None = None,
+    slo: Slo | None = None,
 ) -> Comparison:
     """Run A (before) against run B (after), with each side's run metadata and serving-benchmark
-    results when there are some. Without steps on both sides, the serving results decide."""
+    results when there are some (goodput under ``slo``). Without steps on both sides, the
+    serving results decide."""
     # Each side read once (:class:`_Side`): acceptance and timing from its cells.
     sa, sb = _Side.of(a, metadata_a), _Side.of(b, metadata_b)
     ra, rb, test = compare_acceptance(sa.cells, sb.cells)
@@ -446,7 +449,7 @@ def compare(
     differences = configuration_differences(ca, cb)
     setup = environment_differences(ca, cb)
     tp = _throughput(sa, sb)
-    served = serving_changes(bench_a, bench_b) if bench_a is not None and bench_b is not None else ()
+    served = serving_changes(bench_a, bench_b, slo) if bench_a is not None and bench_b is not None else ()
     kind = kind_of(differences + setup, tp, ra, rb, test)
     if kind == "unknown" and served:
         moved = direction(served)

@@ -36,7 +36,7 @@ from specobs.analysis.sums import TimeGrid, with_time_bucket
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.ingest import Ingested, counted_sources, first_pass
 from specobs.ingest.source import open_source
-from specobs.records import BatchTiming, GroupSummary, Report, Summary
+from specobs.records import BatchTiming, GroupSummary, Report, Slo, Summary
 from specobs.schema import categorical_labels
 
 
@@ -150,6 +150,7 @@ def analyze(
     timing: bool = True,
     method: str | None = None,
     check_config: bool = True,
+    slo: Slo | None = None,
 ) -> Report:
     """Analyse ``ingested`` into a :class:`Report` grouped by ``by`` (with a point-estimate
     recommendation unless ``with_recommendation`` is False, and timing by batch size unless ``timing`` is;
@@ -158,7 +159,7 @@ def analyze(
     vLLM unless ``check_config`` is False."""
     keys = acceptance.group_columns(by)
     sums = report_sums(ingested, keys, with_recommendation=with_recommendation, method=method)
-    return report_from_sums(sums, ingested, by, timing=timing, check_config=check_config)
+    return report_from_sums(sums, ingested, by, timing=timing, check_config=check_config, slo=slo)
 
 
 def report_sums(
@@ -203,10 +204,11 @@ def report_from_sums(
     timing: bool = True,
     check_config: bool = True,
     requests: pl.DataFrame | None = None,
+    slo: Slo | None = None,
 ) -> Report:
     """The :class:`Report` of ``sums`` (:func:`report_sums` over columns that include those of
     ``by``), with what ``ingested`` says beside its rows (sources, skipped lines, metadata...) and
-    its finished ``requests`` (default: all of them)."""
+    its finished ``requests`` (default: all of them); serving results' goodput under ``slo``."""
     keys = acceptance.group_columns(by)
     requests = ingested.requests if requests is None else requests
     # Summed once into cells: the acceptance summary, its groups and the timing by batch read them.
@@ -249,7 +251,7 @@ def report_from_sums(
         metadata=tuple(ingested.metadata),
         integrity=tuple(not_named_by(integrity(sums.integrity, ingested.metadata, ingested.decisions), breaks)),
         breaks=tuple(breaks),
-        serving=serving(ingested.bench, sums.captured),
+        serving=serving(ingested.bench, sums.captured, slo),
         summary_from_requests=from_requests,
     )
 

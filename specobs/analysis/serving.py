@@ -11,19 +11,105 @@ result says so.
 The **crossover** is where the throughput ratio falls through 1, interpolated between the two
 levels around it on log(level) and log(ratio); its interval is where the ratio's 95% bounds
 cross 1 (the lower bound crosses first), open at an end where a bound does not cross within
-the levels measured.
+the levels measured. The same is done for mean TPOT (speculation stops paying where its TPOT
+ratio rises through 1) and, under an SLO, for goodput.
+
+**Goodput** under an SLO (``--slo tpot:50ms,ttft:1s``) is vLLM's: requests that succeeded and met
+every bound, per second of the run, from the per-request lists a result keeps (``latencies``
+always; ``ttfts``, ``output_lens`` and ``errors`` with ``--save-detailed``). TPOT per request is
+``(latency − ttft) / (output tokens − 1)``, 0 for one token, as vLLM computes it.
+
+Where the speculative server drafted (almost) nothing during a level — a schedule's k=0 tier,
+or no draft found — its ratios measure what a speculative server costs when it does not
+speculate: the K=0 tax under load (``LoadRatio.drafting_share``).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
 
 import polars as pl
 
+from specobs import schema
 from specobs.analysis.intervals import geometric_ratio
-from specobs.records import Crossover, LoadRatio, Serving, ServingLevel
+from specobs.errors import SpecobsError
+from specobs.records import Crossover, LoadRatio, MeasureRatio, Serving, ServingLevel, Slo
+
+#: The measures an SLO may bound (vLLM's ``--goodput`` keys).
+SLO_MEASURES = ("ttft", "tpot", "e2el")
+_UNITS = {"ms": 1e-3, "s": 1.0, "": 1e-3}  # a bare number is milliseconds, as in vLLM's --goodput
+#: Latency measures compared per level, when both sides report them (lower is better).
+LATENCY_STATISTICS = ("median", "p90", "p99")
+#: Metrics a crossover is found for, and whether higher is better.
+CROSSOVER_METRICS = {"output_throughput": True, "mean_tpot_ms": False, "goodput": True}
+#: Below this share of steps drafting, a level counts as not speculating (the K=0 tax).
+NOT_DRAFTING = 0.05
+
+
+def parse_slo(text: str) -> Slo:
+    """``tpot:50ms,ttft:1s`` → :class:`Slo` (units ``ms`` or ``s``; a bare number is ms)."""
+    bounds: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        match = re.fullmatch(r"(\w+)\s*[:=]\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(ms|s)?", part, re.IGNORECASE)
+        if match is None:
+            raise SpecobsError(f"--slo: {part!r} is not MEASURE:VALUE (e.g. tpot:50ms,ttft:1s)")
+        name, value, unit = match.group(1).lower(), float(match.group(2)), (match.group(3) or "").lower()
+        if name not in SLO_MEASURES:
+            raise SpecobsError(f"--slo: unknown measure {name!r} (one of {', '.join(SLO_MEASURES)})")
+        if name in bounds:
+            raise SpecobsError(f"--slo: {name} given twice")
+        if not math.isfinite(value) or value <= 0:
+            raise SpecobsError(f"--slo: {name} must be a positive time")
+        bounds[name] = value * _UNITS[unit]
+    if not bounds:
+        raise SpecobsError("--slo: no bound given (e.g. tpot:50ms,ttft:1s)")
+    return Slo(ttft_s=bounds.get("ttft"), tpot_s=bounds.get("tpot"), e2el_s=bounds.get("e2el"))
+
+
+def _good(row: dict[str, Any], slo: Slo) -> tuple[int, int] | None:
+    """(good requests, requests) of one result under ``slo``, as vLLM counts them; None when
+    the result lacks the per-request data the SLO needs."""
+    latency, ttft, tokens = row["request_latency_s"], row["request_ttft_s"], row["request_output_tokens"]
+    ok = row["request_ok"]
+    if latency is None or (ok is None and row["failed"]):
+        return None  # which requests failed is unknown
+    if (slo.ttft_s is not None or slo.tpot_s is not None) and ttft is None:
+        return None
+    if slo.tpot_s is not None and tokens is None:
+        return None
+    good = 0
+    for i, e2el in enumerate(latency):
+        if ok is not None and not ok[i]:
+            continue
+        if slo.e2el_s is not None and e2el > slo.e2el_s:
+            continue
+        if slo.ttft_s is not None and ttft[i] > slo.ttft_s:
+            continue
+        if slo.tpot_s is not None:
+            tpot = (e2el - ttft[i]) / (tokens[i] - 1) if tokens[i] > 1 else 0.0
+            if tpot > slo.tpot_s:
+                continue
+        good += 1
+    return good, len(latency)
+
+
+def with_goodput(bench: pl.DataFrame, slo: Slo | None) -> pl.DataFrame:
+    """``bench`` with ``goodput`` (good requests per second) and ``good`` / ``sent`` request
+    counts per result under ``slo``; null without an SLO or the data it needs."""
+    counts = [
+        _good(row, slo) if slo is not None else None
+        for row in bench.select("request_latency_s", "request_ttft_s", "request_output_tokens", "request_ok",
+                                "failed").iter_rows(named=True)
+    ]  # fmt: skip
+    return bench.with_columns(
+        pl.Series("good", [c[0] if c else None for c in counts], dtype=pl.Int64),
+        pl.Series("sent", [c[1] if c else None for c in counts], dtype=pl.Int64),
+    ).with_columns(goodput=pl.col("good") / pl.col("duration"))
 
 
 def with_load(frame: pl.DataFrame) -> pl.DataFrame:
@@ -38,7 +124,7 @@ def with_load(frame: pl.DataFrame) -> pl.DataFrame:
 SPAN_SLACK = 1.0
 _RESULT = ["source", "source_line"]
 _CAPTURED = {"steps": pl.Int64, "batch": pl.Int64, "drafts": pl.Int64, "accepted": pl.Int64,
-             "step_seconds": pl.Float64, "timed_steps": pl.Int64}  # fmt: skip
+             "step_seconds": pl.Float64, "timed_steps": pl.Int64, "drafting_steps": pl.Int64}  # fmt: skip
 
 
 def spans(bench: pl.DataFrame) -> pl.DataFrame:
@@ -72,7 +158,9 @@ def capture_sums(windows: pl.LazyFrame | pl.DataFrame, bench: pl.DataFrame) -> p
     takes the steps of a speculative engine (a method named), a plain one those of a plain
     engine. Sums of the parts of an input add up (one server runs at a time in a sweep)."""
     if not bench.height:
-        return pl.DataFrame(schema={"source": pl.String, "source_line": pl.Int64, **_CAPTURED})
+        return pl.DataFrame(
+            schema={"source": pl.String, "source_line": pl.Int64, **_CAPTURED, "run_ids": pl.List(pl.String)}
+        )
     steps = (
         windows.lazy()
         .filter(pl.col("counters").eq_missing("step"))
@@ -82,6 +170,7 @@ def capture_sums(windows: pl.LazyFrame | pl.DataFrame, bench: pl.DataFrame) -> p
             "num_drafts",
             "num_accepted_tokens",
             "step_seconds",
+            "run_id",
             pl.col("method").is_not_null().alias("speculative_engine"),
         )
     )
@@ -99,20 +188,28 @@ def capture_sums(windows: pl.LazyFrame | pl.DataFrame, bench: pl.DataFrame) -> p
             accepted=pl.col("num_accepted_tokens").sum(),
             step_seconds=pl.col("step_seconds").sum(),
             timed_steps=pl.col("step_seconds").is_not_null().sum().cast(pl.Int64),
+            drafting_steps=(pl.col("num_drafts") > 0).sum().cast(pl.Int64),
+            run_ids=pl.col("run_id").drop_nulls().unique().sort(),
         )
         .collect()
     )
 
 
-def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None) -> list[ServingLevel]:
-    """Per model, configuration and load level: runs and the mean of each measure, and what the
-    in-engine capture recorded during those runs (:func:`capture_sums`)."""
-    frame = with_load(bench)
+def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo | None = None) -> list[ServingLevel]:
+    """Per model, configuration and load level: runs and the mean of each measure, goodput under
+    ``slo``, and what the in-engine capture recorded during those runs (:func:`capture_sums`)."""
+    frame = with_goodput(with_load(bench), slo)
     if captured is not None and captured.height:
-        summed = captured.group_by(_RESULT).agg(pl.col(c).sum() for c in _CAPTURED)
+        summed = captured.group_by(_RESULT).agg(
+            *(pl.col(c).sum() for c in _CAPTURED),
+            pl.col("run_ids").list.explode(keep_nulls=False, empty_as_null=False).unique().sort(),
+        )
         frame = frame.join(summed, on=_RESULT, how="left", nulls_equal=True)
     else:
-        frame = frame.with_columns(pl.lit(None, dtype).alias(c) for c, dtype in _CAPTURED.items())
+        frame = frame.with_columns(
+            *(pl.lit(None, dtype).alias(c) for c, dtype in _CAPTURED.items()),
+            pl.lit(None, pl.List(pl.String)).alias("run_ids"),
+        )
     grouped = (
         frame.group_by("model", "config", "speculative", "load", "level", maintain_order=True)
         .agg(
@@ -122,27 +219,44 @@ def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None) -> list[Se
             p99_tpot_ms=pl.col("p99_tpot_ms").mean(),
             mean_ttft_ms=pl.col("mean_ttft_ms").mean(),
             acceptance_length=pl.col("spec_decode_acceptance_length").mean(),
+            spec_decode_num_drafts=pl.col("spec_decode_num_drafts")
+            .sum()
+            .filter(pl.col("spec_decode_num_drafts").is_not_null().any()),
             captured_steps=pl.col("steps").sum(),
+            run_ids=pl.col("run_ids").list.explode(keep_nulls=False, empty_as_null=False).drop_nulls().unique().sort(),
+            goodput=pl.col("goodput").mean().filter(pl.col("goodput").is_not_null().all()),
+            _good=pl.col("good").sum(),
+            _sent=pl.col("sent").sum(),
             _batch=pl.col("batch").sum(),
             _drafts=pl.col("drafts").sum(),
             _accepted=pl.col("accepted").sum(),
             _seconds=pl.col("step_seconds").sum(),
             _timed=pl.col("timed_steps").sum(),
+            _drafting=pl.col("drafting_steps").sum(),
         )
         .with_columns(
+            pl.col("spec_decode_num_drafts").list.first(),
+            pl.col("goodput").list.first(),
             captured_batch_size=pl.when(pl.col("captured_steps") > 0).then(pl.col("_batch") / pl.col("captured_steps")),
             captured_acceptance_length=pl.when(pl.col("_drafts") > 0).then(1 + pl.col("_accepted") / pl.col("_drafts")),
             captured_step_ms=pl.when(pl.col("_timed") > 0).then(1000 * pl.col("_seconds") / pl.col("_timed")),
+            captured_drafting_share=pl.when(pl.col("captured_steps") > 0).then(
+                pl.col("_drafting") / pl.col("captured_steps")
+            ),
+            slo_attained=pl.when(pl.col("goodput").list.first().is_not_null() & (pl.col("_sent") > 0)).then(
+                pl.col("_good") / pl.col("_sent")
+            ),
         )
-        .drop("_batch", "_drafts", "_accepted", "_seconds", "_timed")
+        .drop("_good", "_sent", "_batch", "_drafts", "_accepted", "_seconds", "_timed", "_drafting")
         .sort("model", "config", "load", "level", nulls_last=True)
     )
-    return [ServingLevel(**row) for row in grouped.iter_rows(named=True)]
+    return [ServingLevel(**{**row, "run_ids": tuple(row["run_ids"] or ())}) for row in grouped.iter_rows(named=True)]
 
 
 def _crossing(points: Sequence[tuple[float, float | None]]) -> tuple[float | None, str]:
-    """Where a ratio curve (level, ratio) first falls through 1: (level, how): ``crossed``,
-    ``never`` (above 1 at every level), ``below`` (at or under 1 from the lowest), ``unknown``."""
+    """Where a ratio curve (level, ratio; above 1 pays) first falls through 1: (level, how):
+    ``crossed``, ``never`` (above 1 at every level), ``below`` (at or under 1 from the lowest),
+    ``unknown``."""
     known = [(x, r) for x, r in points if r is not None and r > 0]
     if not known:
         return None, "unknown"
@@ -156,49 +270,107 @@ def _crossing(points: Sequence[tuple[float, float | None]]) -> tuple[float | Non
     return None, "never"
 
 
-def serving(bench: pl.DataFrame, captured: pl.DataFrame | None = None) -> Serving | None:
+def _inverse(value: float | None) -> float | None:
+    return 1 / value if value else None
+
+
+def crossover(
+    key: tuple[str | None, str | None, str], metric: str, points: Iterable[tuple[float, tuple[float | None, ...]]]
+) -> Crossover | None:
+    """The :class:`Crossover` of one configuration in ``metric`` from (level, (ratio, low,
+    high)) points; a lower-is-better metric is turned round first (1/ratio, bounds swapped)."""
+    higher = CROSSOVER_METRICS[metric]
+    turned = [(x, (r, lo, hi) if higher else (_inverse(r), _inverse(hi), _inverse(lo))) for x, (r, lo, hi) in points]
+    turned = [(x, t) for x, t in turned if t[0] is not None]
+    if not turned:
+        return None
+    at, how = _crossing([(x, t[0]) for x, t in turned])
+    low, _ = _crossing([(x, t[1]) for x, t in turned])
+    high, _ = _crossing([(x, t[2]) for x, t in turned])
+    measured = [x for x, _ in turned]
+    return Crossover(*key, metric, at, how, low, high, min(measured), max(measured),
+                     repeated=all(t[1] is not None for _, t in turned))  # fmt: skip
+
+
+def _latency_ratios(b: pl.DataFrame, a: pl.DataFrame) -> tuple[MeasureRatio, ...]:
+    """Median and percentile latency ratios both sides report."""
+    out = []
+    for name in schema.BENCH_LATENCIES:
+        for stat in LATENCY_STATISTICS:
+            column = f"{stat}_{name}_ms"
+            vb, va = b[column].drop_nulls().to_list(), a[column].drop_nulls().to_list()
+            if vb and va:
+                out.append(MeasureRatio(column, *geometric_ratio(vb, va)))
+    return tuple(out)
+
+
+def _goodput_ratio(b: pl.DataFrame, a: pl.DataFrame) -> tuple[float | None, float | None, float | None]:
+    """Goodput B/A when every run of both sides has a positive goodput (a zero has no log)."""
+    vb, va = b["goodput"].to_list(), a["goodput"].to_list()
+    if not vb or not va or any(v is None or v <= 0 for v in (*vb, *va)):
+        return None, None, None
+    return geometric_ratio(vb, va)
+
+
+def load_ratio(
+    key: tuple[str | None, str | None, str | None, str, float], b: pl.DataFrame, a: pl.DataFrame
+) -> LoadRatio:
+    """B over A at one level (``key``: model, configuration, A's configuration, load, level) from
+    their results (with :func:`with_goodput`'s columns): throughput, mean TPOT, latency
+    percentiles and goodput as ratios of geometric means with Welch intervals over repeats."""
+    tp = geometric_ratio(b["output_throughput"].to_list(), a["output_throughput"].to_list())
+    tpot = geometric_ratio(b["mean_tpot_ms"].drop_nulls().to_list(), a["mean_tpot_ms"].drop_nulls().to_list())
+    good = _goodput_ratio(b, a)
+    return LoadRatio(*key, b.height, a.height, *tp, *tpot, latency=_latency_ratios(b, a),
+                     goodput_ratio=good[0], goodput_low=good[1], goodput_high=good[2])  # fmt: skip
+
+
+def serving(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo | None = None) -> Serving | None:
     """Every speculative configuration against the plain server of its model at each level both
-    ran, and the throughput crossover; with ``captured`` (:func:`capture_sums`), what the
-    engines did during each level. None without results."""
+    ran, and where it stops paying in throughput, TPOT and (under ``slo``) goodput; with
+    ``captured`` (:func:`capture_sums`), what the engines did during each level. None without
+    results."""
     if not bench.height:
         return None
-    frame = with_load(bench)
+    frame = with_goodput(with_load(bench), slo)
+    found = levels(bench, captured, slo)
+    drafting = {(lv.model, lv.config, lv.load, lv.level): _drafting_share(lv) for lv in found}
     ratios: list[LoadRatio] = []
     crossovers: list[Crossover] = []
     for (model, load), part in frame.partition_by("model", "load", as_dict=True, maintain_order=True).items():
         plain = part.filter(~pl.col("speculative"))
         plain_configs = plain["config"].unique(maintain_order=True).to_list()
+        plain_config = plain_configs[0] if len(plain_configs) == 1 else None
         for config in part.filter(pl.col("speculative"))["config"].unique(maintain_order=True).to_list():
             spec = part.filter(pl.col("config") == config)
-            points = []
-            bounds_low, bounds_high = [], []
+            points: dict[str, list[tuple[float, tuple[float | None, ...]]]] = {m: [] for m in CROSSOVER_METRICS}
             for level in sorted(set(spec["level"].to_list()) & set(plain["level"].to_list())):
                 a, b = plain.filter(pl.col("level") == level), spec.filter(pl.col("level") == level)
-                tp = geometric_ratio(b["output_throughput"].to_list(), a["output_throughput"].to_list())
-                tpot = geometric_ratio(
-                    b["mean_tpot_ms"].drop_nulls().to_list(), a["mean_tpot_ms"].drop_nulls().to_list()
-                )
-                plain_config = plain_configs[0] if len(plain_configs) == 1 else None
-                ratios.append(LoadRatio(model, config, plain_config, load, level, b.height, a.height, *tp, *tpot))
-                points.append((level, tp[0]))
-                bounds_low.append((level, tp[1]))
-                bounds_high.append((level, tp[2]))
-            if not points:
-                continue
-            at, how = _crossing(points)
-            low, _ = _crossing(bounds_low)
-            high, _high_how = _crossing(bounds_high)
-            measured = [x for x, _ in points]
-            crossovers.append(Crossover(model, config, load, "output_throughput", at, how, low, high,
-                                        min(measured), max(measured),
-                                        repeated=all(r is not None for _, r in bounds_low)))  # fmt: skip
-    return Serving(tuple(levels(bench, captured)), tuple(ratios), tuple(crossovers))
+                ratio = load_ratio((model, config, plain_config, load, level), b, a)
+                ratios.append(replace(ratio, drafting_share=drafting.get((model, config, load, level))))
+                tp = (ratio.throughput_ratio, ratio.throughput_low, ratio.throughput_high)
+                tpot = (ratio.tpot_ratio, ratio.tpot_low, ratio.tpot_high)
+                good = (ratio.goodput_ratio, ratio.goodput_low, ratio.goodput_high)
+                for metric, value in (("output_throughput", tp), ("mean_tpot_ms", tpot), ("goodput", good)):
+                    points[metric].append((level, value))
+            for metric, curve in points.items():
+                if (found_crossover := crossover((model, config, load), metric, curve)) is not None:
+                    crossovers.append(found_crossover)
+    return Serving(tuple(found), tuple(ratios), tuple(crossovers), slo)
 
 
-def serving_changes(a: pl.DataFrame, b: pl.DataFrame) -> tuple[LoadRatio, ...]:
+def _drafting_share(level: ServingLevel) -> float | None:
+    """The share of a level's captured steps that drafted; 0 when the benchmark's own counters
+    saw no draft; None when neither says."""
+    if level.captured_drafting_share is not None:
+        return level.captured_drafting_share
+    return 0.0 if level.spec_decode_num_drafts == 0 else None
+
+
+def serving_changes(a: pl.DataFrame, b: pl.DataFrame, slo: Slo | None = None) -> tuple[LoadRatio, ...]:
     """B over A for every model, configuration and load level both ran (``specobs compare`` of
     two sets of serving results: ``plain_config`` holds A's configuration, the same name)."""
-    fa, fb = with_load(a), with_load(b)
+    fa, fb = with_goodput(with_load(a), slo), with_goodput(with_load(b), slo)
     keys = ["model", "config", "load", "level"]
     both = fa.select(keys).unique().join(fb.select(keys).unique(), on=keys, how="inner", nulls_equal=True)
     out = []
@@ -207,10 +379,7 @@ def serving_changes(a: pl.DataFrame, b: pl.DataFrame) -> tuple[LoadRatio, ...]:
             pl.col("model").eq_missing(model) & pl.col("config").eq_missing(config)
             & (pl.col("load") == load) & (pl.col("level") == level)
         )  # fmt: skip
-        sa, sb = fa.filter(here), fb.filter(here)
-        tp = geometric_ratio(sb["output_throughput"].to_list(), sa["output_throughput"].to_list())
-        tpot = geometric_ratio(sb["mean_tpot_ms"].drop_nulls().to_list(), sa["mean_tpot_ms"].drop_nulls().to_list())
-        out.append(LoadRatio(model, config, config, load, level, sb.height, sa.height, *tp, *tpot))
+        out.append(load_ratio((model, config, config, load, level), fb.filter(here), fa.filter(here)))
     return tuple(out)
 
 
@@ -225,4 +394,16 @@ def direction(ratios: tuple[LoadRatio, ...]) -> str | None:
     return "mixed" if fell and rose else "fell" if fell else "rose" if rose else "unchanged"
 
 
-__all__ = ["capture_sums", "direction", "levels", "serving", "serving_changes", "spans", "with_load"]
+__all__ = [
+    "capture_sums",
+    "crossover",
+    "direction",
+    "levels",
+    "load_ratio",
+    "parse_slo",
+    "serving",
+    "serving_changes",
+    "spans",
+    "with_goodput",
+    "with_load",
+]

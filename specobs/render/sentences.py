@@ -12,6 +12,7 @@ from specobs.analysis.cost import COARSE_OUTLIER_FACTOR, OUTLIER_FACTOR
 from specobs.analysis.pitfalls import BREAK_SOURCES
 from specobs.analysis.pitfalls import BY_ID as PITFALL_BY_ID
 from specobs.analysis.requests import MATERIAL_MEAN_GAP
+from specobs.analysis.serving import NOT_DRAFTING
 from specobs.records import (
     MEASURED_BASES,
     AcceptanceTest,
@@ -24,10 +25,12 @@ from specobs.records import (
     Cause,
     Change,
     Comparison,
+    Crossover,
     Difference,
     Finding,
     GroupSummary,
     IntegrityIssue,
+    LoadRatio,
     ModelNote,
     NoteKind,
     Recommendation,
@@ -38,6 +41,7 @@ from specobs.records import (
     RunRef,
     ScheduleTax,
     Serving,
+    ServingLevel,
     SpeedupBand,
     Summary,
     Target,
@@ -298,58 +302,149 @@ def _ratio_text(value: float | None, low: float | None, high: float | None) -> s
     return f"{value:.2f}× [{low:.2f}–{high:.2f}]" if low is not None and high is not None else f"{value:.2f}× (one run)"
 
 
+#: Per crossover metric: its words, the ratio fields of a LoadRatio, and whether higher pays.
+_SERVING_METRICS: dict[str, tuple[str, str, bool]] = {
+    "output_throughput": ("throughput", "throughput", True),
+    "mean_tpot_ms": ("TPOT", "tpot", False),
+    "goodput": ("goodput", "goodput", True),
+}
+
+
+def _ratio_of(r: LoadRatio, field: str) -> tuple[float | None, float | None, float | None]:
+    return getattr(r, f"{field}_ratio"), getattr(r, f"{field}_low"), getattr(r, f"{field}_high")
+
+
+def _crossover_verdict(c: Crossover, ratios: Sequence[LoadRatio]) -> str:
+    """Where one metric stops paying, in words: near a level with its interval, or paying (or
+    not) at every level measured and where that is beyond noise."""
+    words, field, higher = _SERVING_METRICS[c.metric]
+    span = f"{_level(c.load, c.lowest_level)} to {_level(c.load, c.highest_level)}"
+    if c.how == "crossed":
+        low = _level(c.load, c.low) if c.low is not None else f"at or below {_level(c.load, c.lowest_level)}"
+        high = _level(c.load, c.high) if c.high is not None else f"beyond {_level(c.load, c.highest_level)}"
+        return f"in {words} it stops paying near {_level(c.load, c.level)} (95%: {low} to {high})"
+    if c.how not in ("never", "below"):
+        return f"in {words}, no level has both a speculative and a plain result"
+    tested = [(*_ratio_of(r, field), r) for r in ratios]
+    better = [r for v, lo, hi, r in tested if lo is not None and hi is not None and (lo > 1 if higher else hi < 1)]
+    worse = [r for v, lo, hi, r in tested if lo is not None and hi is not None and (hi < 1 if higher else lo > 1)]
+    side, beyond, word = ("better than", better, "a gain") if c.how == "never" else ("no better than", worse, "a loss")
+    where = ", ".join(_level(r.load, r.level) for r in beyond)
+    return f"in {words} it is {side} plain at every level measured ({span}): " + (
+        f"{word} beyond noise at {where}" if beyond else f"{word} beyond noise at none of them"
+    )
+
+
+def _latency_beyond_noise(ratios: Sequence[LoadRatio]) -> str:
+    """The tail-latency ratios whose interval excludes parity (p99 and p90 first)."""
+    seen = []
+    for r in ratios:
+        for m in sorted(r.latency, key=lambda m: m.measure, reverse=True):
+            if m.ratio is None or m.low is None or m.high is None or m.low <= 1 <= m.high:
+                continue
+            stat, name = m.measure.removesuffix("_ms").split("_", 1)
+            seen.append(f"{stat} {name.upper()} {_ratio_text(m.ratio, m.low, m.high)} at {_level(r.load, r.level)}")
+    return f" Latency beyond noise: {'; '.join(seen[:6])}." if seen else ""
+
+
+def _not_drafting(config: str | None, ratios: Sequence[LoadRatio]) -> str:
+    """The K=0 tax under load: levels where the speculative server drafted (almost) nothing."""
+    idle = [r for r in ratios if r.drafting_share is not None and r.drafting_share < NOT_DRAFTING]
+    if not idle:
+        return ""
+    each = "; ".join(
+        f"{_level(r.load, r.level)} (drafting in {r.drafting_share:.0%} of steps): throughput "
+        f"{_ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
+        f"{_ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
+        for r in idle
+        if r.drafting_share is not None
+    )
+    taxed = [r for r in idle if (r.throughput_high is not None and r.throughput_high < 1)
+             or (r.tpot_low is not None and r.tpot_low > 1)]  # fmt: skip
+    verdict = (
+        "a tax beyond noise at " + ", ".join(_level(r.load, r.level) for r in taxed) if taxed else "no tax beyond noise"
+    )
+    return (
+        f" Where {config} drafted (almost) nothing — a k=0 tier of its schedule, or no draft found — the ratios are "
+        f"what a speculative server costs when it does not speculate (the K=0 tax): {each}; {verdict}."
+    )
+
+
+def _goodput_note(serving: Serving, levels: Sequence[ServingLevel]) -> str:
+    """Goodput under the SLO per level, or why it could not be computed."""
+    if serving.slo is None:
+        return ""
+    known = [lv for lv in levels if lv.goodput is not None]
+    if not known:
+        return (
+            f" Goodput under the SLO ({serving.slo}) could not be computed: the results lack the per-request data "
+            "it needs (TTFT and TPOT need vllm bench serve --save-detailed; failed requests need its errors)."
+        )
+    by_config: dict[str | None, list[ServingLevel]] = {}
+    for lv in known:
+        by_config.setdefault(lv.config, []).append(lv)
+    each = "; ".join(
+        f"{config}: "
+        + ", ".join(
+            f"{_level(lv.load, lv.level)} {lv.goodput:.2f}/s ({lv.slo_attained:.0%})"
+            for lv in group
+            if lv.goodput is not None and lv.slo_attained is not None
+        )
+        for config, group in by_config.items()
+    )
+    return f" Under the SLO ({serving.slo}), good requests per second (share of requests that met it) — {each}."
+
+
 def serving_findings(serving: Serving | None) -> list[Finding]:
     """Speculation against the plain server under load (``analysis.serving``): measured by
-    vLLM's benchmark client, per configuration, with where it stops paying."""
+    vLLM's benchmark client, per configuration, with where it stops paying in throughput, TPOT
+    and goodput, the K=0 tax where it did not draft, and what the capture saw."""
     if serving is None:
         return []
     out = []
-    for c in serving.crossovers:
-        ratios = [r for r in serving.ratios if (r.model, r.config, r.load) == (c.model, c.config, c.load)]
+    configurations = dict.fromkeys((c.model, c.config, c.load) for c in serving.crossovers)
+    for key in configurations:
+        model, config, load = key
+        ratios = [r for r in serving.ratios if (r.model, r.config, r.load) == key]
+        crossovers = [c for c in serving.crossovers if (c.model, c.config, c.load) == key]
         plain = ratios[0].plain_config if ratios else None
         each = "; ".join(
             f"{_level(r.load, r.level)}: throughput "
             f"{_ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
             f"{_ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
+            + (f", goodput {_ratio_text(r.goodput_ratio, r.goodput_low, r.goodput_high)}" if r.goodput_ratio else "")
             for r in ratios
         )
-        span = f"{_level(c.load, c.lowest_level)} to {_level(c.load, c.highest_level)}"
-        if c.how == "crossed":
-            low = _level(c.load, c.low) if c.low is not None else f"at or below {_level(c.load, c.lowest_level)}"
-            high = _level(c.load, c.high) if c.high is not None else f"beyond {_level(c.load, c.highest_level)}"
-            verdict = f"it stops paying near {_level(c.load, c.level)} (95%: {low} to {high})"
-        elif c.how in ("never", "below"):
-            tested = [r for r in ratios if r.throughput_low is not None and r.throughput_high is not None]
-            gains = [r for r in tested if r.throughput_low is not None and r.throughput_low > 1]
-            losses = [r for r in tested if r.throughput_high is not None and r.throughput_high < 1]
-            side, beyond = ("above", gains) if c.how == "never" else ("below", losses)
-            word = "a gain" if c.how == "never" else "a loss"
-            where = ", ".join(_level(r.load, r.level) for r in beyond)
-            verdict = f"its throughput is {side} plain's at every level measured ({span}); " + (
-                f"{word} beyond noise at {where}" if beyond else f"{word} beyond noise at none of them"
-            )
-        else:
-            verdict = "no level has both a speculative and a plain result"
+        verdicts = "; ".join(_crossover_verdict(c, ratios) for c in crossovers)
         repeats = (
-            "" if c.repeated else " Some levels have one run a side: no interval there; repeat the runs to get one."
+            ""
+            if all(c.repeated for c in crossovers)
+            else " Some levels have one run a side: no interval there; repeat the runs to get one."
         )
-        mine = {lv.level: lv for lv in serving.levels if (lv.model, lv.config, lv.load) == (c.model, c.config, c.load)}
-        plains = {lv.level: lv for lv in serving.levels if (lv.model, lv.config, lv.load) == (c.model, plain, c.load)}
+        mine = {lv.level: lv for lv in serving.levels if (lv.model, lv.config, lv.load) == key}
+        plains = {lv.level: lv for lv in serving.levels if (lv.model, lv.config, lv.load) == (model, plain, load)}
         seen = []
         for level, lv in sorted(mine.items()):
             if not lv.captured_steps or lv.captured_batch_size is None or lv.captured_step_ms is None:
                 continue
             base = plains.get(level)
             versus = f" (plain {base.captured_step_ms:.1f} ms)" if base is not None and base.captured_step_ms else ""
+            drafting = (
+                f", drafting in {lv.captured_drafting_share:.0%} of steps"
+                if lv.captured_drafting_share is not None
+                else ""
+            )
             seen.append(
-                f"{_level(c.load, level)}: batch {lv.captured_batch_size:.1f}, "
-                f"{lv.captured_acceptance_length or 1:.2f} tokens per draft, "
+                f"{_level(load, level)}: batch {lv.captured_batch_size:.1f}, "
+                f"{lv.captured_acceptance_length or 1:.2f} tokens per draft{drafting}, "
                 f"{lv.captured_step_ms:.1f} ms per step{versus}"
             )
         why = f" Captured in the engine during those runs — {'; '.join(seen)}." if seen else ""
+        goodput = _goodput_note(serving, [*mine.values(), *plains.values()])
         out.append(Finding("serving", (
-            f"Measured under load by vLLM's serving benchmark ({c.model or 'model ?'}), {c.config} against "
-            f"{plain or 'the plain server'} — {each}: {verdict}.{repeats}{why}"
+            f"Measured under load by vLLM's serving benchmark ({model or 'model ?'}), {config} against "
+            f"{plain or 'the plain server'} — {each}: {verdicts}.{_latency_beyond_noise(ratios)}"
+            f"{_not_drafting(config, ratios)}{goodput}{repeats}{why}"
         )))  # fmt: skip
     return out
 
@@ -967,6 +1062,7 @@ def verdict(cmp: Comparison) -> str:
             f"{r.config} at {_level(r.load, r.level)}: throughput "
             f"{_ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
             f"{_ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
+            + (f", goodput {_ratio_text(r.goodput_ratio, r.goodput_low, r.goodput_high)}" if r.goodput_ratio else "")
             for r in cmp.serving
         )
         served = f"Under load (vLLM's serving benchmark, measured), B over A — {each}"
