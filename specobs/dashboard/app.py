@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import logging
 import traceback
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from specobs.dashboard.data import (
     signature,
 )
 from specobs.errors import SpecobsError
-from specobs.records import RequestAcceptance
+from specobs.records import RequestAcceptance, rounded
 from specobs.render import charts, sentences, to_json
 from specobs.render import tuning as render
 from specobs.render.plot import tune_frame
@@ -483,7 +484,7 @@ def serving_page(ctx: Context) -> None:
             st.markdown(finding.text)
     st.download_button(
         "Download serving results (JSON)",
-        to_json(serving),
+        json.dumps(rounded(serving.to_dict()), indent=2),  # the report JSON's `serving`, every field
         file_name="serving.json",
         mime="application/json",
         key="download_serving",
