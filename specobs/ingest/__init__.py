@@ -17,7 +17,7 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, SpecobsError
-from specobs.ingest import events, prometheus_api
+from specobs.ingest import bench_serve, events, prometheus_api
 from specobs.ingest.ingested import Ingested, Part, counted_sources
 from specobs.ingest.registry import JSON_HINT, check_format, detect, formats, read_source, resolve
 from specobs.ingest.repeats import (
@@ -109,9 +109,10 @@ def load(
         if read.windows is not None:
             result.add(read.windows, read.report, read.skipped)
             held_names.append(read.report.name)
-        else:  # side files: records, no windows
+        else:  # side files: records, no windows; their notices kept apart, as Ingested.add does
             result.sources.append(read.report)
-            result.skipped.extend(read.skipped)
+            result.skipped.extend(s for s in read.skipped if not isinstance(s, Notice))
+            result.notices.extend(s for s in read.skipped if isinstance(s, Notice))
         if read.requests is not None:
             result.requests = pl.concat([result.requests, read.requests], how="vertical")
         result.decisions.extend(read.decisions)
@@ -127,6 +128,8 @@ def load(
     else:
         drop_repeated_windows(result)
     drop_repeated_requests(result)
+    result.bench, repeated = bench_serve.drop_repeated_results(result.bench)
+    result.notices.extend(repeated)
     result.decisions.sort(key=lambda d: d.ts)
     result.metadata.sort(key=lambda m: (m.ts is None, m.ts or 0.0))
     return result

@@ -1,7 +1,12 @@
 """Result files of vLLM's serving benchmark: ``vllm bench serve --save-result`` (one JSON object,
-or one per line with ``--append-result``) and ``vllm bench sweep serve`` (``run=N.json`` per
-repeat, ``summary.json`` a list of them), as vLLM 0.32 writes them
-(``vllm/benchmarks/serve.py``, ``vllm/benchmarks/sweep/serve.py``). Example::
+or one per line with ``--append-result``) and ``vllm bench sweep serve``, as vLLM 0.32 writes them
+(``vllm/benchmarks/serve.py``, ``vllm/benchmarks/sweep/serve.py``). A sweep's experiment folder
+holds one folder per combination, ``SERVE--<serve name>-BENCH--<bench name>`` (either part left
+out when its parameters are empty; a name is ``_benchmark_name`` or the ``key=value`` pairs joined
+by ``-``), with ``run=N.json`` per repeat (the result plus ``run_number`` and the combination's
+parameters), ``summary.json`` (the list of the same records: read with its run files, each result
+counts once) and, with ``--warmup-num-prompts``, ``warmup.json`` (``run_number`` -1: not a
+measurement, left out with a notice); ``summary.csv`` beside them repeats every run. Example::
 
     {"date": "20261203-170102", "backend": "vllm", "label": "ngram-k3", "model_id": "tiny-llama",
      "num_prompts": 32, "config": "ngram-k3", "request_rate": "inf", "burstiness": 1.0,
@@ -27,7 +32,7 @@ from typing import Any
 import polars as pl
 
 from specobs import schema
-from specobs.errors import InputError, Skipped
+from specobs.errors import InputError, Notice, Skipped
 from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.source import Source, read_whole
 from specobs.records import SourceReport
@@ -49,6 +54,19 @@ def looks_like_bench_result(head: bytes) -> bool:
     """JSON (an object, or a list of them) with a serving result's early keys."""
     start = head.lstrip()[:1]
     return start in (b"{", b"[") and _MARK in head and any(mark in head for mark in _BESIDE)
+
+
+#: A sweep's ``summary.csv`` (pandas' table of every run of the experiment): recognised, so that
+#: a sweep folder reads without a file "not recognised", and not read: its runs are the
+#: ``run=N.json`` files beside it, whose values it repeats (lists and dicts as Python text).
+FORMAT_CSV = "vllm-bench-sweep-csv"
+SWEEP_CSV = "a sweep's table of its runs: read from the run=N.json files of its SERVE-/BENCH- folders instead"
+
+
+def looks_like_sweep_csv(head: bytes) -> bool:
+    """A CSV header with a result's keys and the sweep's ``run_number``."""
+    header = head.split(b"\n", 1)[0].rstrip(b"\r")
+    return {b"num_prompts", b"output_throughput", b"run_number"} <= set(header.split(b","))
 
 
 def _number(value: Any) -> float | None:
@@ -83,13 +101,15 @@ def _speculative_config(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def sweep_server(source: str) -> str | None:
-    """The server combination a sweep file belongs to: ``SERVE-<name>`` in its folder's name
-    (``vllm bench sweep serve`` writes ``SERVE-<name>-BENCH-<name>/run=N.json``)."""
+    """The server combination a sweep file belongs to, from its folder's name: vLLM joins
+    ``("SERVE-", name, "BENCH-", name)`` with ``-``, so ``SERVE--plain-BENCH--max_concurrency=4``
+    is server ``plain`` (``SERVE-plain-BENCH-c4`` is read the same way)."""
     folder = source.replace("\\", "/").rsplit("/", 2)
     parent = folder[-2] if len(folder) >= 2 else ""
     if not parent.startswith("SERVE-"):
         return None
-    return parent.removeprefix("SERVE-").split("-BENCH-", 1)[0] or None
+    name = parent.removeprefix("SERVE-").removeprefix("-")
+    return name.split("-BENCH-", 1)[0] or None
 
 
 def _configuration(record: dict[str, Any], source: str) -> str | None:
@@ -224,15 +244,17 @@ def _records(data: bytes, name: str) -> list[tuple[int | None, Any]]:
     try:
         whole = json.loads(text)
     except json.JSONDecodeError as exc:
-        lines = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
-        if len(lines) < 2:
-            raise InputError(name, f"not complete JSON (line {exc.lineno}: {exc.msg}): a result cut short?") from None
         out: list[tuple[int | None, Any]] = []
-        for number, line in lines:
-            try:
-                out.append((number, json.loads(line)))
-            except ValueError:
-                out.append((number, _BROKEN))
+        for number, line in enumerate(text.split("\n"), start=1):
+            if line.strip():
+                try:
+                    out.append((number, json.loads(line)))
+                except ValueError:
+                    out.append((number, _BROKEN))
+        # JSON Lines only when some line is a whole object: a pretty-printed result cut short
+        # (a sweep's ``run=N.json``, written with indent) is one broken file, not 80 broken lines.
+        if len(out) < 2 or not any(isinstance(record, dict) for _, record in out):
+            raise InputError(name, f"not complete JSON (line {exc.lineno}: {exc.msg}): a result cut short?") from None
         return out
     if isinstance(whole, list):
         return [(item, record) for item, record in enumerate(whole, start=1)]
@@ -242,13 +264,28 @@ def _records(data: bytes, name: str) -> list[tuple[int | None, Any]]:
 _BROKEN = object()
 
 
+def _warmup(record: Any) -> bool:
+    """A sweep's warm-up run (``--warmup-num-prompts``): ``run_number`` -1, which vLLM leaves out
+    of its summary."""
+    number = record.get("run_number") if isinstance(record, dict) else None
+    return isinstance(number, int) and not isinstance(number, bool) and number < 0
+
+
+#: Why a warm-up result is not counted (a notice, not a skipped record).
+WARMUP = "a sweep's warm-up run (run_number -1), not a measurement: left out"
+
+
 def read(src: Source) -> tuple[list[dict[str, Any]], list[Skipped], int]:
-    """Every valid result of one file, the skipped records, and how many records there were."""
+    """Every valid result of one file, the skipped records (warm-ups as notices), and how many
+    records there were."""
     data, cut = read_whole(src)
     skipped: list[Skipped] = [cut] if cut is not None else []
     rows = []
     records = _records(data, src.name)
     for where, record in records:
+        if _warmup(record):
+            skipped.append(Notice(src.name, where, WARMUP))
+            continue
         row, why = (None, "not valid JSON") if record is _BROKEN else parse(record, src.name)
         if row is None:
             skipped.append(Skipped(src.name, where, why or "not a result"))
@@ -264,10 +301,48 @@ def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return schema.conform(pl.DataFrame(rows, infer_schema_length=None), schema.BENCH)
 
 
+#: What makes two rows the same result read twice: every value of the result (its file and
+#: place in it left out: a sweep's ``summary.json`` repeats its ``run=N.json`` files).
+_REPEAT_KEY = tuple(
+    c for c, dtype in schema.BENCH.items() if c not in ("source", "source_line") and not isinstance(dtype, pl.List)
+)
+
+
+def drop_repeated_results(bench: pl.DataFrame) -> tuple[pl.DataFrame, list[Notice]]:
+    """``bench`` with each result counted once, and a notice per file whose results were read
+    elsewhere too. A sweep's ``summary.json`` holds the records of its ``run=N.json`` files:
+    read together (a sweep folder), the run files' rows are kept and the summary's dropped; a
+    summary read alone counts whole."""
+    if bench.height < 2:
+        return bench, []
+    indexed = bench.with_row_index("_order").with_columns(
+        _summary=pl.col("source").str.replace_all("\\", "/", literal=True).str.ends_with("/summary.json")
+        | (pl.col("source") == "summary.json")
+    )
+    first = indexed.sort("_summary", "_order").with_columns(_first=pl.struct(_REPEAT_KEY).is_first_distinct())
+    repeated = first.filter(~pl.col("_first"))
+    if not repeated.height:
+        return bench, []
+    notices = [
+        Notice(source, None, f"{n} result(s) also read from another file (a sweep's run=N.json): counted once")
+        for source, n in repeated.group_by("source", maintain_order=True).len().iter_rows()
+    ]
+    kept = first.filter(pl.col("_first")).sort("_order").drop("_order", "_summary", "_first")
+    return kept, notices
+
+
 def _read_bench(src: Source, fmt: str, progress: Progress = None) -> Read:
+    if fmt == FORMAT_CSV:
+        return Read(SourceReport(src.name, FORMAT_CSV, None, 0, 0), [Notice(src.name, None, SWEEP_CSV)])
     rows, skipped, records = read(src)
-    return Read(SourceReport(src.name, FORMAT, records, 0, len(skipped)), skipped, bench=frame(rows))
+    bad = sum(not isinstance(s, Notice) for s in skipped)
+    return Read(SourceReport(src.name, FORMAT, records, 0, bad), skipped, bench=frame(rows))
 
 
-READER = Reader((FORMAT,), lambda head: FORMAT if looks_like_bench_result(head) else None, _read_bench,
-                detect_order=5, list_order=8)  # fmt: skip
+def _sniff(head: bytes) -> str | None:
+    if looks_like_bench_result(head):
+        return FORMAT
+    return FORMAT_CSV if looks_like_sweep_csv(head) else None
+
+
+READER = Reader((FORMAT, FORMAT_CSV), _sniff, _read_bench, detect_order=5, list_order=8, family=FORMAT)
