@@ -16,7 +16,6 @@ import polars as pl
 from specobs import buckets
 from specobs.advice.validate import measured_throughput
 from specobs.analysis.acceptance import GROUP_KEYS
-from specobs.analysis.serving import with_load
 from specobs.analysis.sums import coarser, drafted_values
 from specobs.analysis.timeseries import series_from_sums
 from specobs.records import (
@@ -30,6 +29,7 @@ from specobs.records import (
     Serving,
     Summary,
 )
+from specobs.render import charts
 
 #: The two per-position curves: (name shown, the ``PositionRate`` attribute prefix).
 CURVES = (
@@ -579,25 +579,5 @@ def plain_of(serving: Serving, c: Crossover) -> str | None:
 
 
 #: The benchmark's columns the load chart draws (``charts.serving_load``).
-SERVING_CHART_COLUMNS = ("model", "config", "speculative", "load", "level", "run_number",
-                         "output_throughput", "mean_tpot_ms")  # fmt: skip
-
-
-def serving_chart_frames(bench: pl.DataFrame, serving: Serving) -> list[tuple[str, pl.DataFrame]]:
-    """The benchmark's runs for ``charts.serving_load``, one frame per model and load kind (the
-    chart has one x axis), each run with its configuration's throughput crossover level
-    (``crossover``, null where it did not cross); titled by model and load."""
-    crossing = pl.DataFrame(
-        [
-            {"model": c.model, "config": c.config, "load": c.load, "crossover": c.level}
-            for c in serving.crossovers
-            if c.metric == "output_throughput"
-        ],
-        schema={"model": pl.String, "config": pl.String, "load": pl.String, "crossover": pl.Float64},
-    )
-    runs = with_load(bench).select(SERVING_CHART_COLUMNS)
-    runs = runs.join(crossing, on=["model", "config", "load"], how="left", nulls_equal=True)
-    frames = []
-    for (model, load), part in runs.partition_by("model", "load", as_dict=True, maintain_order=True).items():
-        frames.append((f"{model or 'model ?'}, by {load}", part))
-    return frames
+#: The serving chart's frames (one place: the report's PNG draws the same).
+serving_chart_frames = charts.serving_frames

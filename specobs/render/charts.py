@@ -11,6 +11,8 @@ import altair as alt
 import polars as pl
 
 from specobs import buckets
+from specobs.analysis.serving import with_load
+from specobs.records import Serving
 
 #: Okabe & Ito (2008), "Color Universal Design": distinguishable under deuteranopia,
 #: protanopia and tritanopia.
@@ -351,3 +353,27 @@ def serving_load(frame: pl.DataFrame) -> alt.HConcatChart:
         return alt.LayerChart(layer=[line, dots, rules], width=2 * FACET_WIDTH, height=HEIGHT)
 
     return alt.hconcat(panel("output_throughput", "output tokens per second"), panel("mean_tpot_ms", "mean TPOT (ms)"))
+
+
+SERVING_CHART_COLUMNS = ("model", "config", "speculative", "load", "level", "run_number",
+                         "output_throughput", "mean_tpot_ms")  # fmt: skip
+
+
+def serving_frames(bench: pl.DataFrame, serving: Serving) -> list[tuple[str, pl.DataFrame]]:
+    """The benchmark's runs for ``charts.serving_load``, one frame per model and load kind (the
+    chart has one x axis), each run with its configuration's throughput crossover level
+    (``crossover``, null where it did not cross); titled by model and load."""
+    crossing = pl.DataFrame(
+        [
+            {"model": c.model, "config": c.config, "load": c.load, "crossover": c.level}
+            for c in serving.crossovers
+            if c.metric == "output_throughput"
+        ],
+        schema={"model": pl.String, "config": pl.String, "load": pl.String, "crossover": pl.Float64},
+    )
+    runs = with_load(bench).select(SERVING_CHART_COLUMNS)
+    runs = runs.join(crossing, on=["model", "config", "load"], how="left", nulls_equal=True)
+    frames = []
+    for (model, load), part in runs.partition_by("model", "load", as_dict=True, maintain_order=True).items():
+        frames.append((f"{model or 'model ?'}, by {load}", part))
+    return frames

@@ -41,15 +41,10 @@ def save_serving_plot(bench: pl.DataFrame, serving: Serving, path: Path) -> Path
     a PNG; None without Altair or vl-convert, or without results."""
     if not bench.height or any(importlib.util.find_spec(m) is None for m in ("altair", "vl_convert")):
         return None
-    import polars as pl
+    import altair as alt
 
-    from specobs.analysis.serving import with_load
-    from specobs.render.charts import serving_load
+    from specobs.render.charts import serving_frames, serving_load
 
-    crossing = pl.DataFrame(
-        [{"config": c.config, "crossover": c.level} for c in serving.crossovers],
-        schema={"config": pl.String, "crossover": pl.Float64},
-    )
-    frame = with_load(bench).join(crossing, on="config", how="left").drop("spec_decode_per_position")
-    serving_load(frame).save(str(path), format="png", scale_factor=2)
+    charts = [serving_load(frame).properties(title=title) for title, frame in serving_frames(bench, serving)]
+    alt.vconcat(*charts).save(str(path), format="png", scale_factor=2)
     return path
