@@ -153,8 +153,8 @@ BENCH: dict[str, pl.DataType] = {
     "source_line": pl.Int64(),  # the record's line (JSON Lines) or item number (a sweep's summary)
     "date": pl.String(),  # as vLLM writes it (YYYYMMDD-HHMMSS, local time)
     "label": pl.String(),
-    # The configuration the result is of: ``config`` from --metadata, else the label, else the
-    # sweep's server parameters, else the model.
+    # The configuration the result is of: ``config`` from --metadata, else the sweep's server
+    # combination, else the label, else the speculative settings, else the model.
     "config": pl.String(),
     "model": pl.String(),
     "backend": pl.String(),

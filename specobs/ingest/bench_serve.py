@@ -17,7 +17,7 @@ measurement, left out with a notice); ``summary.csv`` beside them repeats every 
 One row per result (``schema.BENCH``). A record counts whole or not at all: one whose
 throughput, duration or counts are missing or not numbers is skipped and named (FILE:LINE, or
 FILE and the item of a summary list). The configuration is ``config`` from ``--metadata``, else
-the label, else a sweep's server parameters; a speculative method or k comes from metadata
+a sweep's server combination, else the label; a speculative method or k comes from metadata
 (``method``, ``k`` / ``num_speculative_tokens``) or a sweep's ``speculative_config``. A result
 with a ``spec_decode`` section is speculative; one without it and without a method named is a
 plain server (vLLM writes the section whenever the server exports speculative counters).
@@ -113,13 +113,15 @@ def sweep_server(source: str) -> str | None:
 
 
 def _configuration(record: dict[str, Any], source: str) -> str | None:
-    """``config`` from --metadata, else the label, else the sweep's server combination, else
-    the speculative settings, else the model."""
-    for key in ("config", "label"):
-        if _text(record.get(key)):
-            return _text(record.get(key))
+    """``config`` from --metadata, else the sweep's server combination, else the label, else
+    the speculative settings, else the model. A sweep's combination comes before the label: a
+    ``--label`` in the sweep's bench command is the same for every server, and would make them one."""
+    if _text(record.get("config")):
+        return _text(record.get("config"))
     if (server := sweep_server(source)) is not None:
         return _text(server)
+    if _text(record.get("label")):
+        return _text(record.get("label"))
     settings = _speculative_config(record)
     if settings.get("method"):
         return _text(f"{settings['method']} k={settings.get('num_speculative_tokens', '?')}")

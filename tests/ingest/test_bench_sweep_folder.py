@@ -187,6 +187,21 @@ def test_damaged_real_files_are_named_and_skipped_and_every_whole_result_kept(tm
     assert {(r["level"], r["runs"], r["plain_runs"]) for r in doc["serving"]["ratios"]} == {(1.0, 1, 2), (4.0, 2, 2)}
 
 
+def test_a_label_in_the_sweeps_bench_command_does_not_merge_its_servers(tmp_path):
+    """``--label`` in ``--bench-cmd`` is the same for every server: the folder's combination names
+    the configuration; ``--metadata config=…`` (specobs's own key) still wins."""
+    for name in COMBINATIONS:
+        record = raw(EXPERIMENT / name / "run=0.json") | {"label": "nightly"}
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run=0.json").write_text(json.dumps(record, indent=4))
+    bench = specobs.load(str(tmp_path)).bench
+    assert sorted(bench["config"].to_list()) == ["ngram", "ngram", "plain", "plain"]
+    assert set(bench["label"].to_list()) == {"nightly"}
+    record = raw(EXPERIMENT / COMBINATIONS[0] / "run=0.json") | {"config": "ngram-k3"}
+    (tmp_path / COMBINATIONS[0] / "run=0.json").write_text(json.dumps(record, indent=4))
+    assert "ngram-k3" in specobs.load(str(tmp_path)).bench["config"].to_list()
+
+
 @pytest.mark.parametrize(
     ("folder", "server"),
     [
