@@ -6,7 +6,9 @@ out when its parameters are empty; a name is ``_benchmark_name`` or the ``key=va
 by ``-``), with ``run=N.json`` per repeat (the result plus ``run_number`` and the combination's
 parameters), ``summary.json`` (the list of the same records: read with its run files, each result
 counts once) and, with ``--warmup-num-prompts``, ``warmup.json`` (``run_number`` -1: not a
-measurement, left out with a notice); ``summary.csv`` beside them repeats every run. Example::
+measurement, left out with a notice); ``summary.csv`` beside them repeats every run (recognised,
+not read). With ``--continue-on-error`` a failed run leaves ``run=N.failure.json`` (a failed server
+``SERVE-<name>-failure.json``) instead: named as a skipped record with vLLM's error. Example::
 
     {"date": "20261203-170102", "backend": "vllm", "label": "ngram-k3", "model_id": "tiny-llama",
      "num_prompts": 32, "config": "ngram-k3", "request_rate": "inf", "burstiness": 1.0,
@@ -61,6 +63,32 @@ def looks_like_bench_result(head: bytes) -> bool:
 #: ``run=N.json`` files beside it, whose values it repeats (lists and dicts as Python text).
 FORMAT_CSV = "vllm-bench-sweep-csv"
 SWEEP_CSV = "a sweep's table of its runs: read from the run=N.json files of its SERVE-/BENCH- folders instead"
+
+
+#: A sweep's record of a run or server that failed (``--continue-on-error``): ``run=N.failure.json``
+#: or ``SERVE-<name>-failure.json`` with ``error_type``, ``error`` and the overrides. No result:
+#: named as a skipped record, with vLLM's error.
+FORMAT_FAILURE = "vllm-bench-sweep-failure"
+
+
+def looks_like_sweep_failure(head: bytes) -> bool:
+    """A JSON object with the sweep's failure keys."""
+    return head.lstrip()[:1] == b"{" and b'"error_type"' in head and b'"serve_overrides"' in head
+
+
+def _failure(src: Source) -> Skipped:
+    """The skipped record a failure file stands for (its text cut to :data:`MAX_CHARS`)."""
+    data, _ = read_whole(src)
+    try:
+        record = json.loads(data.decode("utf-8", errors="replace"))
+    except ValueError:
+        raise InputError(src.name, "a sweep's failure record, not complete JSON") from None
+    if not isinstance(record, dict):
+        raise InputError(src.name, "a sweep's failure record, not a JSON object")
+    run = record.get("run_number")
+    what = "server" if run is None else "warm-up run" if _warmup(record) else f"run {run}"
+    error = _text(f"{record.get('error_type', '?')}: {record.get('error', '')}")
+    return Skipped(src.name, None, f"a sweep's failed {what}, no result: {error}")
 
 
 def looks_like_sweep_csv(head: bytes) -> bool:
@@ -336,6 +364,8 @@ def drop_repeated_results(bench: pl.DataFrame) -> tuple[pl.DataFrame, list[Notic
 def _read_bench(src: Source, fmt: str, progress: Progress = None) -> Read:
     if fmt == FORMAT_CSV:
         return Read(SourceReport(src.name, FORMAT_CSV, None, 0, 0), [Notice(src.name, None, SWEEP_CSV)])
+    if fmt == FORMAT_FAILURE:
+        return Read(SourceReport(src.name, FORMAT_FAILURE, 1, 0, 1), [_failure(src)])
     rows, skipped, records = read(src)
     bad = sum(not isinstance(s, Notice) for s in skipped)
     return Read(SourceReport(src.name, FORMAT, records, 0, bad), skipped, bench=frame(rows))
@@ -344,7 +374,9 @@ def _read_bench(src: Source, fmt: str, progress: Progress = None) -> Read:
 def _sniff(head: bytes) -> str | None:
     if looks_like_bench_result(head):
         return FORMAT
+    if looks_like_sweep_failure(head):
+        return FORMAT_FAILURE
     return FORMAT_CSV if looks_like_sweep_csv(head) else None
 
 
-READER = Reader((FORMAT, FORMAT_CSV), _sniff, _read_bench, detect_order=5, list_order=8, family=FORMAT)
+READER = Reader((FORMAT, FORMAT_CSV, FORMAT_FAILURE), _sniff, _read_bench, detect_order=5, list_order=8, family=FORMAT)

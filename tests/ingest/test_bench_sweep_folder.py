@@ -187,6 +187,34 @@ def test_damaged_real_files_are_named_and_skipped_and_every_whole_result_kept(tm
     assert {(r["level"], r["runs"], r["plain_runs"]) for r in doc["serving"]["ratios"]} == {(1.0, 1, 2), (4.0, 2, 2)}
 
 
+def test_failed_runs_of_a_sweep_that_went_on_are_named_with_vllms_error(tmp_path):
+    """``--continue-on-error``: vLLM writes ``run=N.failure.json`` instead of the run (and leaves it
+    out of summary.json), ``SERVE-<name>-failure.json`` for a server that did not start, as
+    ``json.dumps(..., indent=2) + "\\n"`` in ``vllm/benchmarks/sweep/serve.py``."""
+    copy = tmp_path / "tiny-llama"
+    shutil.copytree(EXPERIMENT, copy)
+    folder = copy / COMBINATIONS[1]
+    (folder / "run=1.json").unlink()
+    (folder / "summary.json").write_text(json.dumps(raw(folder / "summary.json")[:1], indent=4))
+    failure = {"run_number": 1, "error_type": "CalledProcessError",
+               "error": "Command '['python', '-c', '...']' returned non-zero exit status 1.",
+               "serve_overrides": {"_benchmark_name": "ngram"}, "bench_overrides": {"max_concurrency": 4}}  # fmt: skip
+    (folder / "run=1.failure.json").write_text(json.dumps(failure, indent=2) + "\n")
+    server = {"error_type": "RuntimeError", "error": "Server process crashed with return code 1",
+              "serve_overrides": {"_benchmark_name": "eagle"}}  # fmt: skip
+    (copy / "SERVE-eagle-failure.json").write_text(json.dumps(server, indent=2) + "\n")
+    ingested = specobs.load(str(copy))
+    assert set(by_key(ingested.bench.to_dicts())) == set(expected(EXPERIMENT)) - {("ngram", 4, 1)}
+    assert sorted((Path(s.source).name, s.line, s.why) for s in ingested.skipped) == [
+        ("SERVE-eagle-failure.json", None,
+         "a sweep's failed server, no result: RuntimeError: Server process crashed with return code 1"),
+        ("run=1.failure.json", None, "a sweep's failed run 1, no result: CalledProcessError: Command "
+         "'['python', '-c', '...']' returned non-zero exit status 1."),
+    ]  # fmt: skip
+    formats = {Path(s.name).name: (s.format, s.skipped) for s in ingested.sources}
+    assert formats["run=1.failure.json"] == ("vllm-bench-sweep-failure", 1)
+
+
 def test_a_label_in_the_sweeps_bench_command_does_not_merge_its_servers(tmp_path):
     """``--label`` in ``--bench-cmd`` is the same for every server: the folder's combination names
     the configuration; ``--metadata config=…`` (specobs's own key) still wins."""
