@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 
 import polars as pl
 
 from specobs.advice import recommend as recommending
 from specobs.advice.compare import compare as compare_windows
+from specobs.advice.load import advise
 from specobs.advice.report_builder import analyze as analyze_ingested
 from specobs.advice.report_builder import recommendation_input
 from specobs.analysis import acceptance
-from specobs.analysis.serving import parse_slo
+from specobs.analysis.serving import capture_sums, parse_slo, serving
 from specobs.errors import SpecobsError
 from specobs.ingest import Ingested, load
-from specobs.records import Comparison, Recommendation, Report, Slo
+from specobs.records import Comparison, LoadRecommendation, Recommendation, Report, Slo
 
 #: What every verb takes.
 Data = Ingested | str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | pl.DataFrame | pl.LazyFrame
@@ -93,16 +95,25 @@ def recommend(
     method: str | None = None,
     model: str | None = None,
     check_config: bool = True,
-) -> Recommendation | None:
+    slo: Slo | str | None = None,
+) -> Recommendation | LoadRecommendation | None:
     """The best method and k per batch-size bucket, where to switch off, with intervals from
     ``bootstrap`` resamples (None when ``data`` has nothing to recommend from). The printed
-    config is what ran, from ``data``'s run metadata."""
+    config is what ran, from ``data``'s run metadata. With serving-benchmark results, where each
+    configuration should draft under load (``under_load``; goodput under ``slo``): alone, they
+    give a :class:`LoadRecommendation`."""
     whole = ingested(data)
-    return recommending.recommend(
+    rec = recommending.recommend(
         recommendation_input(whole, method=method), max_k=max_k, margin=margin, cost_ratio=cost_ratio,
         bootstrap=bootstrap, seed=seed, method=method, model=model, metadata=whole.metadata,
         check_config=check_config,
     )  # fmt: skip
+    objective = parse_slo(slo) if isinstance(slo, str) else slo
+    under_load = serving(whole.bench, capture_sums(windows(whole), whole.bench), objective)
+    advice = advise(under_load, whole.bench, whole.metadata) if under_load is not None else ()
+    if rec is None:
+        return LoadRecommendation(advice, objective) if advice else None
+    return replace(rec, under_load=advice)
 
 
 def compare(a: Data, b: Data, *, slo: Slo | str | None = None) -> Comparison:

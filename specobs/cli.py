@@ -401,6 +401,7 @@ def recommend(
         typer.Option(help="Target model to recommend for, when the input holds several (default: the busiest)."),
     ] = None,
     check_config: CheckConfigOption = True,
+    slo: SloOption = None,
 ) -> None:
     """Recommend a method and k per batch size (and where to switch speculation off), with
     predicted speedups, intervals, a ready --speculative-config and the reasons.
@@ -410,19 +411,24 @@ def recommend(
 
     The --speculative-config is the drafter that ran (draft model, prompt lookup bounds, every
     setting the input's run metadata shows) at the recommended k; one the input cannot complete
-    is printed as incomplete, naming the fields to add."""
+    is printed as incomplete, naming the fields to add.
+
+    With serving-benchmark results (vllm bench serve, specobs sweep), also where each
+    configuration stops paying under load and the schedule by batch size that follows from that
+    measured crossover (k=0 above it); results alone give that part only."""
     _check_prometheus_options(since, step)
     _prometheus_only(ctx, prometheus)
     _at_least("--max-k", max_k, 1)
     _at_least("--margin", margin, 0)
     _at_least("--cost-ratio", cost_ratio, 0)
     _at_least("--bootstrap", bootstrap, 0)
+    objective = parse_slo(slo) if slo is not None else None
     method = _method(method)
     paths = _require_inputs("recommend", paths, prometheus)
     ingested = _inputs(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
     result = api.recommend(
         ingested, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, method=method,
-        model=model, check_config=check_config,
+        model=model, check_config=check_config, slo=objective,
     )  # fmt: skip
     if result is None:
         from specobs.ingest import counted_sources

@@ -532,6 +532,55 @@ class Serving(Result):
 
 
 @dataclass(frozen=True)
+class LoadAdvice(Result):
+    """Where one speculative configuration should draft, from where it stopped paying against
+    the plain server under load (``advice.load``): a measured crossover, not a model.
+
+    ``verdict``: ``switch_off_above`` (it paid at low load and stopped within the levels
+    measured), ``speculate`` (it paid at every level measured, beyond noise at some), ``plain``
+    (it paid at none), ``not_shown`` (no level showed a difference beyond noise either way).
+    ``draft_up_to`` is the largest batch size that drafts (the crossover turned into a batch size
+    by the capture's mean batch per level, else taken as the concurrency, an upper bound);
+    ``schedule`` vLLM's ``num_speculative_tokens_per_batch_size`` with k=0 above it, in
+    ``speculative_config`` with every setting the run metadata shows (``missing`` names the rest).
+    The schedule itself was not run unless ``schedule_measured``; its k=0 steps still pay the K=0
+    tax, measured in ``k0_tax`` where a server of the sweep did not draft."""
+
+    model: str | None
+    config: str | None
+    method: str | None
+    num_speculative_tokens: int | None
+    load: str
+    metric: str  # the crossover it rests on
+    verdict: str
+    stops_paying_at: float | None = None
+    stops_paying_low: float | None = None  # 95% bounds of the crossover level (None: open)
+    stops_paying_high: float | None = None
+    lowest_level: float | None = None
+    highest_level: float | None = None
+    gain_below: bool = False  # some level below the crossover paid beyond noise
+    losses: tuple[float, ...] = ()  # levels where it lost beyond noise
+    draft_up_to: int | None = None
+    draft_up_to_low: int | None = None
+    draft_up_to_high: int | None = None
+    batch_from: str | None = None  # capture | concurrency
+    schedule: tuple[tuple[int, int, int], ...] | None = None
+    speculative_config: str | None = None
+    missing: tuple[str, ...] = ()
+    schedule_measured: bool = False
+    k0_tax: tuple[LoadRatio, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoadRecommendation(Result):
+    """What ``specobs recommend`` returns for serving-benchmark results alone: where each
+    configuration should draft, from its measured crossover (``advice.load``)."""
+
+    under_load: tuple[LoadAdvice, ...]
+    slo: Slo | None = None
+
+
+@dataclass(frozen=True)
 class Report(Result):
     """Everything ``specobs report`` shows, computed once (``specobs.advice.report_builder.analyze``)."""
 
@@ -553,6 +602,7 @@ class Report(Result):
     integrity: tuple[IntegrityIssue, ...] = ()  # config-integrity issues (worded among the findings)
     breaks: tuple[Break, ...] = ()  # acceptance that broke against its own past, with likely causes
     serving: Serving | None = None  # serving-benchmark results: speculation against plain under load
+    load_advice: tuple[LoadAdvice, ...] = ()  # where each configuration should draft, from its crossover
     #: True when the input holds finished requests alone: ``summary`` and ``groups`` are then
     #: summed from the requests' own counts (one window per request; ``analysis.requests.as_windows``).
     summary_from_requests: bool = False
@@ -589,6 +639,7 @@ class Report(Result):
             "run_metadata": [m.to_dict() for m in self.metadata],
             "breaks": [rounded(b.to_dict()) for b in self.breaks],
             "serving": rounded(self.serving.to_dict()) if self.serving is not None else None,
+            "load_advice": [rounded(a.to_dict()) for a in self.load_advice],
         }
 
 
@@ -989,6 +1040,8 @@ class Recommendation(Result):
     bands: tuple[SpeedupBand, ...] = ()
     #: Speculative servers measured against a plain one from their throughput lines.
     served: tuple[ServedSpeedup, ...] = ()
+    #: Where each configuration should draft, from its measured crossover under load.
+    under_load: tuple[LoadAdvice, ...] = ()
 
     @property
     def method(self) -> str | None:
@@ -1005,6 +1058,7 @@ class Recommendation(Result):
             "other_targets": jsonable(self.other_targets),
             "bands": jsonable(self.bands),
             "served": jsonable(self.served),
+            "under_load": jsonable(self.under_load),
         }
 
 
@@ -1455,7 +1509,9 @@ __all__ = [
     "IntegrityIssue",
     "KBand",
     "LengthBin",
+    "LoadAdvice",
     "LoadRatio",
+    "LoadRecommendation",
     "MeasureRatio",
     "MethodFacts",
     "MethodWin",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
+from specobs.advice.load import advise
 from specobs.advice.recommend import recommend, recommendation_cells, with_method
 from specobs.analysis import acceptance
 from specobs.analysis.breaks import across_restart, find_breaks, not_named_by, resume_sums
@@ -226,6 +227,7 @@ def report_from_sums(
     changes = (
         changes_in(series_from_sums(sums.over_time, series_columns(keys)), keys) if sums.over_time is not None else []
     )
+    under_load = serving(ingested.bench, sums.captured, slo)
     from_requests = not summary.num_windows and requests.height > 0
     if from_requests:  # finished requests alone: their own counts are the acceptance (one window each)
         overall, groups = acceptance.summarize_with_total(as_windows(requests), by=by)
@@ -251,7 +253,8 @@ def report_from_sums(
         metadata=tuple(ingested.metadata),
         integrity=tuple(not_named_by(integrity(sums.integrity, ingested.metadata, ingested.decisions), breaks)),
         breaks=tuple(breaks),
-        serving=serving(ingested.bench, sums.captured, slo),
+        serving=under_load,
+        load_advice=advise(under_load, ingested.bench, ingested.metadata) if under_load is not None else (),
         summary_from_requests=from_requests,
     )
 

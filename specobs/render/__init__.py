@@ -18,7 +18,15 @@ from typing import Any
 from rich.console import Console
 
 from specobs.errors import SpecobsError
-from specobs.records import Comparison, Recommendation, Report, Result, TuneResult, jsonable
+from specobs.records import (
+    Comparison,
+    LoadRecommendation,
+    Recommendation,
+    Report,
+    Result,
+    TuneResult,
+    jsonable,
+)
 from specobs.render import report, sentences, tuning
 
 FORMATS = ("rich", "json", "markdown")
@@ -65,6 +73,9 @@ def _worded(result: Any, data: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(result, Recommendation):
         words = {"assumptions": sentences.assumptions(result), "explanations": sentences.explanations(result)}
         data = _after(data, "predicted", words)
+    elif isinstance(result, LoadRecommendation):
+        data = {"headline": sentences.load_headline(result), **data,
+                "explanations": sentences.load_explanations(result)}  # fmt: skip
     elif isinstance(result, Comparison):
         data = {"verdict": sentences.verdict(result), **data}
     return data
@@ -106,6 +117,8 @@ def _renderers() -> dict[tuple[type, str], Callable[..., str | None]]:
         (Report, "markdown"): lambda r, console, names, brief: report.to_markdown(r, brief=brief),
         (Recommendation, "rich"): lambda r, console, names, brief: tuning.recommendation_to_rich(r, console),
         (Recommendation, "markdown"): lambda r, console, names, brief: tuning.recommendation_to_markdown(r),
+        (LoadRecommendation, "rich"): lambda r, console, names, brief: tuning.load_recommendation_to_rich(r, console),
+        (LoadRecommendation, "markdown"): lambda r, console, names, brief: tuning.load_recommendation_to_markdown(r),
         (Comparison, "rich"): lambda r, console, names, brief: tuning.comparison_to_rich(r, console, names),
         (Comparison, "markdown"): lambda r, console, names, brief: tuning.comparison_to_markdown(r, names),
         (TuneResult, "rich"): lambda r, console, names, brief: tuning.tune_to_rich(r, console),

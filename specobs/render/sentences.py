@@ -30,7 +30,9 @@ from specobs.records import (
     Finding,
     GroupSummary,
     IntegrityIssue,
+    LoadAdvice,
     LoadRatio,
+    LoadRecommendation,
     ModelNote,
     NoteKind,
     Recommendation,
@@ -449,6 +451,94 @@ def serving_findings(serving: Serving | None) -> list[Finding]:
     return out
 
 
+def _batch_bound(value: int | None, fallback: str) -> str:
+    return f"batch {value}" if value is not None else fallback
+
+
+def load_advice_text(a: LoadAdvice) -> str:
+    """One configuration's advice under load, from its measured crossover, in words."""
+    name = f"{a.config} ({a.method or 'method ?'} k={a.num_speculative_tokens or '?'})"
+    metric = _SERVING_METRICS[a.metric][0]
+    span = f"{_level(a.load, a.lowest_level)} to {_level(a.load, a.highest_level)}"
+    if a.verdict == "plain":
+        lost = (
+            f"a loss beyond noise at {', '.join(_level(a.load, x) for x in a.losses)}"
+            if a.losses
+            else "no loss beyond noise either: no gain was measured to keep"
+        )
+        return (
+            f"{name} did not pay in {metric} at any level measured ({span}; {lost}): run the plain server at these "
+            "loads; a schedule cannot help where the static configuration never paid."
+        )
+    if a.verdict == "not_shown":
+        return (
+            f"{name}: no level showed a {metric} difference beyond noise ({span}); no schedule can be read from "
+            "these runs: repeat them (more runs per level narrow the intervals)."
+        )
+    config = f" --speculative-config '{a.speculative_config}'" if a.speculative_config else ""
+    incomplete = f" (incomplete: add {', '.join(a.missing)})" if a.missing else ""
+    if a.verdict == "speculate":
+        return (
+            f"{name} paid in {metric} at every level measured ({span}), beyond noise at some: keep it as it ran"
+            f"{config}{incomplete}; where it stops paying lies beyond {_level(a.load, a.highest_level)}, not measured."
+        )
+    if a.schedule_measured:
+        return (
+            f"{name} ran its own schedule: it stops paying in {metric} near {_level(a.load, a.stops_paying_at)} as "
+            f"it ran{config}{incomplete}."
+        )
+    where = f"near {_level(a.load, a.stops_paying_at)}"
+    if a.draft_up_to is None:
+        return (
+            f"{name} stops paying in {metric} {where}, but that load has no batch size here (a request rate "
+            "without the capture): run the servers with the capture on (SPECOBS_ENABLE=1) to turn it into a "
+            "schedule."
+        )
+    source = (
+        "the capture's mean batch at each level, interpolated"
+        if a.batch_from == "capture"
+        else "the concurrency taken as the batch: an upper bound, the engine's batches are smaller"
+    )
+    bounds = (
+        f"95%: {_batch_bound(a.draft_up_to_low, 'at or below the lowest level')} to "
+        f"{_batch_bound(a.draft_up_to_high, 'beyond the highest level')}"
+    )
+    gain = "" if a.gain_below else " No level below it paid beyond noise: the gain the schedule keeps is not shown."
+    taxed = "; ".join(
+        f"{r.config} at {_level(r.load, r.level)}: throughput "
+        f"{_ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}"
+        for r in a.k0_tax
+    )
+    tax = (
+        f" The K=0 tax was measured where a server of this sweep did not draft — {taxed}."
+        if taxed
+        else " The K=0 tax is not measured here: run the schedule in the sweep to measure it."
+    )
+    return (
+        f"{name} stops paying in {metric} {where} (measured): draft up to batch {a.draft_up_to} ({bounds}; from "
+        f"{source}) and switch off above —{config}{incomplete}. That schedule was not itself run: its k=0 steps "
+        f"still run the drafter (the K=0 tax), so above the boundary it is not the plain server.{tax}{gain}"
+    )
+
+
+def load_headline(rec: LoadRecommendation) -> str:
+    """The headline of a recommendation from serving-benchmark results alone: what it rests on."""
+    slo = f", goodput under the SLO ({rec.slo}) where it could be computed" if rec.slo is not None else ""
+    return (
+        "Measured by vLLM's serving benchmark against the plain server (no engine steps in the input): where "
+        f"each configuration stops paying{slo}, and the schedule that follows from it."
+    )
+
+
+def load_explanations(rec: LoadRecommendation) -> list[str]:
+    return [load_advice_text(a) for a in rec.under_load]
+
+
+def load_advice_findings(advice: Sequence[LoadAdvice]) -> list[Finding]:
+    """Where each configuration should draft under load (``advice.load``)."""
+    return [Finding("schedule_under_load", load_advice_text(a)) for a in advice]
+
+
 def cost_findings(tax: Sequence[ScheduleTax], unsteady: Mapping[str, int]) -> list[Finding]:
     """The k = 0 tax (``analysis.cost.schedule_tax``) and the steps left out of timing."""
     out = []
@@ -550,6 +640,7 @@ def report_findings(report: Report) -> list[Finding]:
         + cost_findings(report.tax, report.unsteady)
         + request_findings(report.requests)
         + serving_findings(report.serving)
+        + load_advice_findings(report.load_advice)
     )
 
 
@@ -921,7 +1012,7 @@ def explanations(rec: Recommendation) -> list[str]:
         if rec.recommended.predicted_speedup is not None:  # beside a timed recommendation
             out.append(f"Not timed: {band_summary(band)}")
         out += band_notes(band)
-    return out
+    return out + [f"Under load: {load_advice_text(a)}" for a in rec.under_load]
 
 
 def assumptions(rec: Recommendation) -> list[str]:

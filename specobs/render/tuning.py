@@ -6,7 +6,15 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from specobs.records import Comparison, Recommendation, Recommended, SpeedupBand, TuneResult
+from specobs.records import (
+    Comparison,
+    LoadAdvice,
+    LoadRecommendation,
+    Recommendation,
+    Recommended,
+    SpeedupBand,
+    TuneResult,
+)
 from specobs.render import sentences
 from specobs.render.fit import PADDING, TEXT_FLOOR, Col, cols, print_table, shorten_path
 from specobs.render.markdown import md_table
@@ -125,6 +133,47 @@ def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
         console.print(Text("Assumptions", style="dim"))
         for line in sentences.assumptions(rec):
             console.print(Text(f"  - {line}", style="dim"))
+
+
+#: The table of advice under load: one row per configuration.
+LOAD_HEADERS = ("configuration", "k", "verdict", "stops paying near [95%]", "draft up to batch [95%]", "batch from")
+LOAD_COLS = [Col("configuration", 0, "text"), Col("k", 2), Col("verdict", 0, "text"),
+             Col("stops paying near [95%]", 1, "text"), Col("draft up to batch [95%]", 0, "text"),
+             Col("batch from", 3, "text")]  # fmt: skip
+VERDICTS = {
+    "switch_off_above": "switch off above",
+    "speculate": "speculate (paid at every level)",
+    "plain": "plain (never paid)",
+    "not_shown": "not shown (noise)",
+}
+
+
+def _bounded(value: float | int | None, low: float | int | None, high: float | int | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:g} [{'≤' if low is None else f'{low:g}'}–{'…' if high is None else f'{high:g}'}]"
+
+
+def load_rows(advice: tuple[LoadAdvice, ...]) -> list[list[str]]:
+    return [
+        [str(a.config), _fmt(a.num_speculative_tokens, "{}"), VERDICTS.get(a.verdict, a.verdict),
+         _bounded(a.stops_paying_at, a.stops_paying_low, a.stops_paying_high),
+         _bounded(a.draft_up_to, a.draft_up_to_low, a.draft_up_to_high), a.batch_from or "–"]
+        for a in advice
+    ]  # fmt: skip
+
+
+def load_recommendation_to_rich(rec: LoadRecommendation, console: Console) -> None:
+    console.print(Text(sentences.load_headline(rec), style="bold"))
+    print_table(console, LOAD_COLS, load_rows(rec.under_load), "Where to draft under load (measured crossovers)")
+    for line in sentences.load_explanations(rec):
+        console.print(Text(f"• {line}"), soft_wrap=True)
+
+
+def load_recommendation_to_markdown(rec: LoadRecommendation) -> str:
+    parts = [f"**{sentences.load_headline(rec)}**", "", *md_table(LOAD_HEADERS, load_rows(rec.under_load)), ""]
+    parts += [f"- {line}" for line in sentences.load_explanations(rec)]
+    return "\n".join(parts) + "\n"
 
 
 def recommendation_to_markdown(rec: Recommendation) -> str:
