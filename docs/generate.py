@@ -348,12 +348,24 @@ JSON_KEYS: dict[str, dict[str, str]] = {
     "report": {
         "serving": "serving-benchmark results (`vllm bench serve` / sweep files; `analysis.serving`), null without "
         "them: `levels` (per model, `config`, `speculative`, `load` (`concurrency` or `rate`) and `level`: `runs`, "
-        "mean `output_throughput`, `mean_tpot_ms`, `p99_tpot_ms`, `mean_ttft_ms`, `acceptance_length`, and from the "
-        "in-engine capture inside those runs' time windows `captured_steps`, `captured_batch_size`, "
-        "`captured_acceptance_length`, `captured_step_ms`), `ratios` "
-        "(each speculative config over the plain one at a level: `throughput_ratio` and `tpot_ratio` B/A with 95% "
-        "`_low`/`_high` over repeats, null with one run a side) and `crossovers` (`level` where the throughput "
-        "ratio falls through 1, `how`: crossed, never, below, unknown; `low`/`high` where its bounds cross)",
+        "mean `output_throughput`, `mean_tpot_ms`, `p99_tpot_ms`, `mean_ttft_ms`, `acceptance_length`, "
+        "`spec_decode_num_drafts`; from the in-engine capture inside those runs' time windows `captured_steps`, "
+        "`captured_batch_size`, `captured_acceptance_length`, `captured_step_ms`, `captured_drafting_share`, "
+        "`run_ids`; under `--slo`, `goodput` (good requests/s) and `slo_attained`), `ratios` (each speculative "
+        "config over the plain one at a level: `throughput_ratio`, `tpot_ratio` and `goodput_ratio` B/A with 95% "
+        "`_low`/`_high` over repeats, null with one run a side; `latency`: `[{measure, ratio, low, high}]` for the "
+        "median, p90 and p99 of TTFT, TPOT, ITL and E2EL both report; `drafting_share`: the share of steps that "
+        "drafted, 0 when the benchmark counted no drafts: near 0 the ratios are the K=0 tax), `crossovers` (per "
+        "`metric` — `output_throughput`, `mean_tpot_ms`, `goodput` — the `level` where speculation stops paying, "
+        "`how`: crossed, never, below, unknown; `low`/`high` where its bounds cross) and `slo` (`ttft_s`, "
+        "`tpot_s`, `e2el_s`, or null)",
+        "load_advice": "per speculative configuration of the serving results, where it should draft "
+        "(`advice.load`): `verdict` (`switch_off_above`, `speculate`, `plain`, `not_shown`), the crossover it "
+        "rests on (`metric`, `stops_paying_at` with 95% `_low`/`_high`), `gain_below`, `losses`, `draft_up_to` "
+        "(the largest batch that drafts, with `_low`/`_high`; `batch_from`: `capture` or `concurrency`), "
+        "`schedule` and `speculative_config` (vLLM's `num_speculative_tokens_per_batch_size`, k=0 above), "
+        "`missing` settings, `schedule_measured`, `k0_tax` (ratios where a server did not draft); empty without "
+        "serving results",
         "breaks": "acceptance that broke against its own past (`analysis.breaks`; see Breaks and causes below), "
         "one object per break: the lineage's `model`, `method`, `workload`; `kind` (`fall`, `rise`, `collapse`, "
         "`stale_after_off`); `ts`; `before` and `after` (acceptance length at `depth` positions: the earlier "
@@ -546,6 +558,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "running-request counts matched), `speedup` and its 95% `interval`, `tokens_per_second` and "
         '`plain_tokens_per_second`, `intervals`/`plain_intervals`, `tokens_per_step` (docs/model.md, "Measured from '
         "serving throughput\"); empty without a plain server's lines",
+        "under_load": "with serving-benchmark results: where each configuration should draft, from its measured "
+        "crossover — the objects of the report's `load_advice`; empty without them",
         "bands[]": "per method whose input has no step timing: not measured, a modelled band per k (docs/model.md, "
         "Inputs without timing); empty when every method was timed",
         "bands[].method": "method",
