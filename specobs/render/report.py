@@ -348,6 +348,11 @@ def _after_acceptance_to_rich(report: Report, console: Console) -> None:
         columns = _timing_columns(report)
         labels = _label_cols(columns, rows, also=[len(columns)])  # the batch tells rows apart too
         print_table(console, labels + list(TIMING_COLS), rows, "Timing by batch size (per step)")
+    if report.serving is not None and report.serving.ratios:
+        console.print()
+        print_table(console, SERVING_COLS, serving_rows(report), "Under load: speculative over plain (measured)")
+    if report.load_advice:
+        print_table(console, tuning.LOAD_COLS, tuning.load_rows(report.load_advice), "Where to draft under load")
     if report.recommendation is not None:
         console.print()
         tuning.recommendation_to_rich(report.recommendation, console)
@@ -371,6 +376,29 @@ def _after_acceptance_to_rich(report: Report, console: Console) -> None:
 
 TUNER_COLS = cols(sentences.TUNER_HEADERS, (3, 0, 0, 0, 1, 2, 0), ("number", "number", "text", "number", "number",
                                                                  "number", "text"))  # fmt: skip
+
+
+SERVING_HEADERS = ("configuration", "against", "load", "runs", "throughput [95%]", "TPOT [95%]", "goodput [95%]",
+                   "drafting")  # fmt: skip
+SERVING_COLS = [Col("configuration", 0, "text"), Col("against", 3, "text"), Col("load", 0, "text"), Col("runs", 4),
+                Col("throughput [95%]", 0, "text"), Col("TPOT [95%]", 1, "text"), Col("goodput [95%]", 2, "text"),
+                Col("drafting", 2)]  # fmt: skip
+
+
+def serving_rows(report: Report) -> list[list[str]]:
+    """One row per configuration and level: B/A of the speculative server over plain."""
+    assert report.serving is not None
+
+    def ratio(value: float | None, low: float | None, high: float | None) -> str:
+        return "–" if value is None else sentences.ratio_text(value, low, high)
+
+    return [
+        [str(r.config), str(r.plain_config or "plain"), sentences.load_level(r.load, r.level),
+         f"{r.runs}·{r.plain_runs}", ratio(r.throughput_ratio, r.throughput_low, r.throughput_high),
+         ratio(r.tpot_ratio, r.tpot_low, r.tpot_high), ratio(r.goodput_ratio, r.goodput_low, r.goodput_high),
+         "–" if r.drafting_share is None else f"{r.drafting_share:.0%}"]
+        for r in report.serving.ratios
+    ]  # fmt: skip
 
 
 TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "cost ratio", "tokens/s")
@@ -454,6 +482,16 @@ def to_markdown(report: Report, *, brief: bool = False) -> str:
             "",
             *md_table(_timing_headers(report), _timing_rows(report)),
         ]
+    if report.serving is not None and report.serving.ratios:
+        parts += [
+            "",
+            "### Under load: speculative over plain (measured)",
+            "",
+            *md_table(SERVING_HEADERS, serving_rows(report)),
+        ]
+    if report.load_advice:
+        parts += ["", "### Where to draft under load", "",
+                  *md_table(tuning.LOAD_HEADERS, tuning.load_rows(report.load_advice))]  # fmt: skip
     if report.recommendation is not None:
         parts += ["", "### Recommendation", "", tuning.recommendation_to_markdown(report.recommendation).rstrip("\n")]
     if report.skipped:

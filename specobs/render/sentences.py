@@ -291,6 +291,11 @@ def break_findings(breaks: Sequence[Break]) -> list[Finding]:
     return out
 
 
+def load_level(load: str, level: float | None) -> str:
+    """``concurrency 4`` or ``2.5 requests/s``."""
+    return _level(load, level)
+
+
 def _level(load: str, level: float | None) -> str:
     if level is None:
         return "?"
@@ -298,7 +303,7 @@ def _level(load: str, level: float | None) -> str:
     return f"concurrency {value}" if load == "concurrency" else f"{value} requests/s"
 
 
-def _ratio_text(value: float | None, low: float | None, high: float | None) -> str:
+def ratio_text(value: float | None, low: float | None, high: float | None) -> str:
     if value is None:
         return "unknown"
     return f"{value:.2f}× [{low:.2f}–{high:.2f}]" if low is not None and high is not None else f"{value:.2f}× (one run)"
@@ -345,7 +350,7 @@ def _latency_beyond_noise(ratios: Sequence[LoadRatio]) -> str:
             if m.ratio is None or m.low is None or m.high is None or m.low <= 1 <= m.high:
                 continue
             stat, name = m.measure.removesuffix("_ms").split("_", 1)
-            seen.append(f"{stat} {name.upper()} {_ratio_text(m.ratio, m.low, m.high)} at {_level(r.load, r.level)}")
+            seen.append(f"{stat} {name.upper()} {ratio_text(m.ratio, m.low, m.high)} at {_level(r.load, r.level)}")
     return f" Latency beyond noise: {'; '.join(seen[:6])}." if seen else ""
 
 
@@ -356,8 +361,8 @@ def _not_drafting(config: str | None, ratios: Sequence[LoadRatio]) -> str:
         return ""
     each = "; ".join(
         f"{_level(r.load, r.level)} (drafting in {r.drafting_share:.0%} of steps): throughput "
-        f"{_ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
-        f"{_ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
+        f"{ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
+        f"{ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
         for r in idle
         if r.drafting_share is not None
     )
@@ -412,9 +417,9 @@ def serving_findings(serving: Serving | None) -> list[Finding]:
         plain = ratios[0].plain_config if ratios else None
         each = "; ".join(
             f"{_level(r.load, r.level)}: throughput "
-            f"{_ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
-            f"{_ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
-            + (f", goodput {_ratio_text(r.goodput_ratio, r.goodput_low, r.goodput_high)}" if r.goodput_ratio else "")
+            f"{ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
+            f"{ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
+            + (f", goodput {ratio_text(r.goodput_ratio, r.goodput_low, r.goodput_high)}" if r.goodput_ratio else "")
             for r in ratios
         )
         verdicts = "; ".join(_crossover_verdict(c, ratios) for c in crossovers)
@@ -506,7 +511,7 @@ def load_advice_text(a: LoadAdvice) -> str:
     gain = "" if a.gain_below else " No level below it paid beyond noise: the gain the schedule keeps is not shown."
     taxed = "; ".join(
         f"{r.config} at {_level(r.load, r.level)}: throughput "
-        f"{_ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}"
+        f"{ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}"
         for r in a.k0_tax
     )
     tax = (
@@ -1151,9 +1156,9 @@ def verdict(cmp: Comparison) -> str:
     if cmp.serving:
         each = "; ".join(
             f"{r.config} at {_level(r.load, r.level)}: throughput "
-            f"{_ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
-            f"{_ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
-            + (f", goodput {_ratio_text(r.goodput_ratio, r.goodput_low, r.goodput_high)}" if r.goodput_ratio else "")
+            f"{ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
+            f"{ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
+            + (f", goodput {ratio_text(r.goodput_ratio, r.goodput_low, r.goodput_high)}" if r.goodput_ratio else "")
             for r in cmp.serving
         )
         served = f"Under load (vLLM's serving benchmark, measured), B over A — {each}"

@@ -217,3 +217,25 @@ def test_compare_under_an_slo_gives_goodput_b_over_a(tmp_path):
     (ratio,) = cmp.serving
     # E2EL ≤ 600 ms: A meets it with 2 requests in each run (0.50, 0.40; then 0.55, 0.44), B with 3 in each.
     assert ratio.goodput_ratio == pytest.approx(1.5) and ratio.goodput_low == pytest.approx(1.5)
+
+
+def test_the_report_tables_show_each_level_as_the_ratios_say(tmp_path):
+    runs = {1: ((100, 102), (140, 138)), 8: ((400, 404), (360, 362))}
+    for level, (plain, spec) in runs.items():
+        for n, (a, b) in enumerate(zip(plain, spec, strict=True)):
+            write(tmp_path / f"plain-c{level}-r{n}.json", result("plain", level, a, spec=False, date=f"2026120{n}-1"))
+            write(tmp_path / f"ngram-c{level}-r{n}.json", result("ngram", level, b, spec=True, date=f"2026120{n}-1"))
+    done = run_cli("report", str(tmp_path), "--format", "markdown")
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    report = specobs.analyze(specobs.load(str(tmp_path)))
+    assert report.serving is not None
+    for r in report.serving.ratios:
+        row = (
+            f"| ngram | plain | concurrency {r.level:.0f} | 2·2 | {r.throughput_ratio:.2f}× "
+            f"[{r.throughput_low:.2f}–{r.throughput_high:.2f}] |"
+        )
+        assert row in out, row
+    (advice,) = report.load_advice
+    assert advice.verdict == "switch_off_above"
+    assert f"| ngram | – | switch off above | {advice.stops_paying_at:g} [" in out  # no k in these results
