@@ -25,6 +25,7 @@ from specobs.advice.compare import compare
 from specobs.advice.recommend import recommend
 from specobs.advice.report_builder import ReportSums, report_from_sums
 from specobs.analysis.acceptance import GROUP_KEYS
+from specobs.analysis.serving import parse_slo
 from specobs.dashboard import views
 from specobs.dashboard.data import (
     Filters,
@@ -39,7 +40,7 @@ from specobs.dashboard.data import (
     signature,
 )
 from specobs.errors import SpecobsError
-from specobs.records import RequestAcceptance, rounded
+from specobs.records import RequestAcceptance, Slo, rounded
 from specobs.render import charts, sentences, to_json
 from specobs.render import tuning as render
 from specobs.render.plot import tune_frame
@@ -78,10 +79,12 @@ def _selected(key: tuple, filters: Filters, _loaded: Loaded) -> ReportSums:
 
 
 @st.cache_resource(max_entries=16, show_spinner="Analysing…")
-def _report(key: tuple, filters: Filters, groups: tuple[str, ...], _sums: ReportSums, _loaded: Loaded):
+def _report(
+    key: tuple, filters: Filters, groups: tuple[str, ...], _sums: ReportSums, _loaded: Loaded, slo: Slo | None = None
+):
     requests = apply_request_filters(_loaded.requests, filters)
     # The report of the selection's sums, as `specobs report` computes it (its recommendation: the Tuning page's).
-    return report_from_sums(_sums, _loaded.ingested, groups, requests=requests)
+    return report_from_sums(_sums, _loaded.ingested, groups, requests=requests, slo=slo)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -428,10 +431,25 @@ def serving_page(ctx: Context) -> None:
     """``vllm bench serve`` results among the inputs: speculative against plain per load level,
     as the report computed it (``Report.serving``)."""
     st.header("Serving under load")
-    serving = ctx.report().serving
-    if serving is None:
+    if ctx.report().serving is None:
         st.info("No serving-benchmark results in the inputs (vllm bench serve result files): add them under Data.")
         return
+    text = st.text_input(
+        "SLO per request (goodput)",
+        key="serving_slo",
+        placeholder="tpot:50ms,ttft:1s",
+        help="ttft, tpot, e2el; ms or s (a bare number is ms). Goodput: requests that met it per second, as "
+        "vLLM counts it; TTFT and TPOT need results saved with --save-detailed.",
+    )
+    slo = None
+    if text.strip():
+        try:
+            slo = parse_slo(text)
+        except SpecobsError as exc:
+            st.error(str(exc))
+    report = ctx.report(slo)
+    serving = report.serving
+    assert serving is not None
     st.caption(
         "Measured by vLLM's serving benchmark from its client's timing, speculative servers against the plain "
         "server at the same load level. Whole benchmark runs: the sidebar's filters do not apply here."
@@ -479,6 +497,15 @@ def serving_page(ctx: Context) -> None:
             "requests), acceptance length (tokens per draft, the bonus token counted) and mean step time."
         )
         st.dataframe(captured, hide_index=True)
+    if report.load_advice:
+        st.subheader("Where to draft under load")
+        st.caption(
+            "From each configuration's measured crossover: vLLM's schedule by batch size with k=0 above it. The "
+            "schedule itself was not run unless said; its k=0 steps still pay the K=0 tax."
+        )
+        st.dataframe(views.load_advice_table(report.load_advice), hide_index=True)
+        for advice in report.load_advice:
+            st.markdown(f"- {sentences.load_advice_text(advice)}")
     with st.expander("In words, as the report says it"):
         for finding in sentences.serving_findings(serving):
             st.markdown(finding.text)
@@ -551,8 +578,9 @@ class Context:
         self.key, self.loaded, self.filters, self.groups = key, loaded, filters, groups
         self.sums = _selected(key, filters, loaded)
 
-    def report(self):
-        return _report(self.key, self.filters, self.groups, self.sums, self.loaded)
+    def report(self, slo: Slo | None = None):
+        """The report of the selection (serving results' goodput under ``slo``: the Serving page's)."""
+        return _report(self.key, self.filters, self.groups, self.sums, self.loaded, slo)
 
     def recommendation_cells(self) -> pl.DataFrame | None:
         return _recommendation_cells(self.key, self.filters, self.loaded)

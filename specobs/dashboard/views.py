@@ -23,6 +23,7 @@ from specobs.records import (
     Comparison,
     Crossover,
     GroupSummary,
+    LoadAdvice,
     Recommendation,
     RequestAcceptance,
     RequestGroup,
@@ -457,6 +458,8 @@ SERVING_LEVEL_COLUMNS: ServingColumns = (
     ("p99_tpot_ms", "p99 TPOT ms", pl.Float64()),
     ("mean_ttft_ms", "mean TTFT ms", pl.Float64()),
     ("acceptance_length", "acceptance length (server's counters)", pl.Float64()),
+    ("goodput", "goodput req/s (SLO)", pl.Float64()),
+    ("slo_attained", "share meeting the SLO", pl.Float64()),
 )
 #: What the in-engine capture recorded during each level's runs.
 SERVING_CAPTURE_COLUMNS: ServingColumns = (
@@ -465,6 +468,7 @@ SERVING_CAPTURE_COLUMNS: ServingColumns = (
     ("captured_batch_size", "batch size", pl.Float64()),
     ("captured_acceptance_length", "acceptance length", pl.Float64()),
     ("captured_step_ms", "step ms", pl.Float64()),
+    ("captured_drafting_share", "share of steps drafting", pl.Float64()),
 )
 #: Speculative over plain per level; each ratio is followed by its interval (see :func:`serving_ratios_table`).
 SERVING_RATIO_COLUMNS: ServingColumns = (
@@ -474,11 +478,28 @@ SERVING_RATIO_COLUMNS: ServingColumns = (
     ("plain_runs", "plain runs", pl.Int64()),
     ("throughput_ratio", "throughput ratio", pl.Float64()),
     ("tpot_ratio", "TPOT ratio", pl.Float64()),
+    ("goodput_ratio", "goodput ratio (SLO)", pl.Float64()),
+    ("drafting_share", "share of steps drafting", pl.Float64()),
 )
 #: The interval of each ratio column: (ratio field, low field, high field).
 SERVING_INTERVALS = (
     ("throughput_ratio", "throughput_low", "throughput_high"),
     ("tpot_ratio", "tpot_low", "tpot_high"),
+    ("goodput_ratio", "goodput_low", "goodput_high"),
+)
+#: Where to draft under load (``Report.load_advice``).
+LOAD_ADVICE_COLUMNS: ServingColumns = (
+    ("model", "model", pl.String()),
+    ("config", "configuration", pl.String()),
+    ("num_speculative_tokens", "k", pl.Int64()),
+    ("metric", "metric", pl.String()),
+    ("verdict", "verdict", pl.String()),
+    ("stops_paying_at", "stops paying near", pl.Float64()),
+    ("draft_up_to", "draft up to batch", pl.Int64()),
+    ("draft_up_to_low", "95% low", pl.Int64()),
+    ("draft_up_to_high", "95% high", pl.Int64()),
+    ("batch_from", "batch from", pl.String()),
+    ("speculative_config", "--speculative-config", pl.String()),
 )
 SERVING_CROSSOVER_COLUMNS: ServingColumns = (
     ("model", "model", pl.String()),
@@ -517,6 +538,11 @@ def load_label(load: str, level: float | None) -> str:
 def interval_text(low: float | None, high: float | None) -> str:
     """A ratio's 95% interval as text, or :data:`NO_INTERVAL` where there is none."""
     return NO_INTERVAL if low is None or high is None else f"{low:.2f}–{high:.2f}"
+
+
+def load_advice_table(advice: Sequence[LoadAdvice]) -> pl.DataFrame:
+    """One row per configuration: where it should draft (:data:`LOAD_ADVICE_COLUMNS`)."""
+    return _serving_table(advice, LOAD_ADVICE_COLUMNS)
 
 
 def serving_levels_table(serving: Serving) -> pl.DataFrame:

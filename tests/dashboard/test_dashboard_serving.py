@@ -63,12 +63,17 @@ def by_hand_throughput_ratios() -> dict[int, float]:
 
 
 @pytest.fixture(scope="module")
-def serving() -> dict:
-    return report_json(str(BENCH))["serving"]
+def report() -> dict:
+    return report_json(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def serving(report) -> dict:
+    return report["serving"]
 
 
 @pytest.mark.slow
-def test_page_shows_the_reports_ratios_crossover_capture_and_chart(monkeypatch, serving):
+def test_page_shows_the_reports_ratios_crossover_capture_and_chart(monkeypatch, report, serving):
     at = open_page(monkeypatch, str(BENCH))
     ratios = table_with(at, "throughput ratio")
     by_hand = by_hand_throughput_ratios()
@@ -97,7 +102,11 @@ def test_page_shows_the_reports_ratios_crossover_capture_and_chart(monkeypatch, 
         "ngram against plain (target), output throughput: below parity from the lowest level measured "
         "(concurrency 1) through concurrency 8; 95% interval at or below concurrency 1 to beyond concurrency 8."
     ) in bullets
-    assert len(bullets) == len(serving["crossovers"])
+    # One bullet per crossover, then one per configuration: where to draft (the report's load_advice).
+    advice = report["load_advice"]
+    assert len(bullets) == len(serving["crossovers"]) + len(advice) and [a["verdict"] for a in advice] == ["plain"]
+    assert bullets[-1].startswith("ngram (ngram k=3) did not pay in throughput at any level measured")
+    assert table_with(at, "verdict")["verdict"].to_list() == ["plain"]
 
     # What the capture saw during each level, as the report has it.
     captured = table_with(at, "captured steps")
@@ -160,3 +169,16 @@ def test_crossover_words_name_the_metric_how_and_interval():
     assert views.crossover_text(crossover(metric="p99_itl_ms", how="unknown", model=None)) == (
         "eagle against the plain server, p99_itl_ms: unknown — no level has both a speculative and a plain result."
     )
+
+
+@pytest.mark.slow
+def test_an_slo_typed_on_the_page_gives_the_reports_goodput(monkeypatch):
+    at = open_page(monkeypatch, str(BENCH))
+    at.text_input(key="serving_slo").set_value("e2el:450ms").run()
+    assert not at.exception and not at.error
+    expected = report_json(str(BENCH), "--slo", "e2el:450ms")["serving"]["levels"]
+    levels = table_with(at, "goodput req/s (SLO)")
+    assert levels["goodput req/s (SLO)"].to_list() == pytest.approx([lv["goodput"] for lv in expected], abs=1e-6)
+    assert all(g > 0 for g in levels["goodput req/s (SLO)"].to_list())
+    at.text_input(key="serving_slo").set_value("tpot:fast").run()
+    assert [e.value for e in at.error] == ["--slo: 'tpot:fast' is not MEASURE:VALUE (e.g. tpot:50ms,ttft:1s)"]
