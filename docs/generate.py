@@ -361,8 +361,10 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "`tpot_s`, `e2el_s`, or null)",
         "load_advice": "per speculative configuration of the serving results, where it should draft "
         "(`advice.load`): `verdict` (`switch_off_above`, `speculate`, `plain`, `not_shown`), the crossover it "
-        "rests on (`metric`, `stops_paying_at` with 95% `_low`/`_high`), `gain_below`, `losses`, `draft_up_to` "
-        "(the largest batch that drafts, with `_low`/`_high`; `batch_from`: `capture` or `concurrency`), "
+        "rests on (`metric`, `stops_paying_at` with 95% `_low`/`_high`), `losses`, `draft_up_to` "
+        "(the largest batch that drafts: the batch at the crossover's lower bound, where the gain is still shown; "
+        "`crossover_batch` and `crossover_batch_high` at the point estimate and upper bound; `batch_from`: `capture` "
+        "or `concurrency`), "
         "`schedule` and `speculative_config` (vLLM's `num_speculative_tokens_per_batch_size`, k=0 above), "
         "`missing` settings, `schedule_measured`, `k0_tax` (ratios where a server did not draft); empty without "
         "serving results",

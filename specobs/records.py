@@ -536,12 +536,15 @@ class LoadAdvice(Result):
     """Where one speculative configuration should draft, from where it stopped paying against
     the plain server under load (``advice.load``): a measured crossover, not a model.
 
-    ``verdict``: ``switch_off_above`` (it paid at low load and stopped within the levels
-    measured), ``speculate`` (it paid at every level measured, beyond noise at some), ``plain``
-    (it paid at none), ``not_shown`` (no level showed a difference beyond noise either way).
-    ``draft_up_to`` is the largest batch size that drafts (the crossover turned into a batch size
-    by the capture's mean batch per level, else taken as the concurrency, an upper bound);
-    ``schedule`` vLLM's ``num_speculative_tokens_per_batch_size`` with k=0 above it, in
+    ``verdict``: ``switch_off_above`` (its gain is shown beyond noise at low load and it stops
+    paying within the levels measured), ``speculate`` (it paid at every level measured, beyond
+    noise at some), ``plain`` (no gain shown: at or below parity from the lowest level, or a loss
+    beyond noise), ``not_shown`` (no difference beyond noise either way). ``draft_up_to`` is the
+    largest batch size that drafts: the batch at the crossover's 95% lower bound, the highest load
+    where the gain is still shown (``crossover_batch`` is the point estimate's,
+    ``crossover_batch_high`` the upper bound's); turned into batch sizes by the capture's mean
+    batch per level, else taken as the concurrency, an upper bound (``batch_from``).
+    ``schedule`` is vLLM's ``num_speculative_tokens_per_batch_size`` with k=0 above it, in
     ``speculative_config`` with every setting the run metadata shows (``missing`` names the rest).
     The schedule itself was not run unless ``schedule_measured``; its k=0 steps still pay the K=0
     tax, measured in ``k0_tax`` where a server of the sweep did not draft."""
@@ -558,11 +561,10 @@ class LoadAdvice(Result):
     stops_paying_high: float | None = None
     lowest_level: float | None = None
     highest_level: float | None = None
-    gain_below: bool = False  # some level below the crossover paid beyond noise
     losses: tuple[float, ...] = ()  # levels where it lost beyond noise
     draft_up_to: int | None = None
-    draft_up_to_low: int | None = None
-    draft_up_to_high: int | None = None
+    crossover_batch: int | None = None
+    crossover_batch_high: int | None = None
     batch_from: str | None = None  # capture | concurrency
     schedule: tuple[tuple[int, int, int], ...] | None = None
     speculative_config: str | None = None

@@ -3,7 +3,11 @@
 ``analysis.serving`` finds where each speculative configuration stops paying against the plain
 server (its throughput, or goodput under an SLO, crossing the plain server's). Here that level
 becomes vLLM's schedule by batch size, ``num_speculative_tokens_per_batch_size``: the
-configuration's k up to the batch size reached at the crossover, k=0 above. A concurrency is a
+configuration's k up to the batch size reached at the crossover's 95% lower bound — the highest
+load at which its gain is still shown beyond noise — and k=0 above. Between that and the
+crossover's upper bound the measurement cannot say which is faster; the point estimate is
+reported beside it, not drafted to (at 10% noise per run it lands past the true crossover by
+more than a level about one time in ten: benchmarks/bench_serving.py). A concurrency is a
 bound on the batch, not the batch: where the in-engine capture recorded the servers, the mean
 batch size per level is interpolated (on logs) at the crossover and at its 95% bounds; without
 it the concurrency is taken as the batch, which drafts up to a larger batch than the engine
@@ -88,18 +92,18 @@ def advise(serving: Serving, bench: pl.DataFrame, metadata: Sequence[RunMetadata
     return tuple(out)
 
 
-def _verdict(crossing: Crossover, ratios: Sequence[LoadRatio]) -> tuple[str, bool]:
-    """(verdict, whether a level below the crossover paid beyond noise). Where the point
-    estimates are at or below parity from the lowest level, the plain server is the advice even
-    when no loss is beyond noise: no gain was measured to keep."""
-    shown = [(r.level, _pays(r, crossing.metric)) for r in ratios]
-    below = [p for level, p in shown if crossing.level is None or level < crossing.level]
-    gain_below = any(p is True for p in below)
+def _verdict(crossing: Crossover, ratios: Sequence[LoadRatio]) -> str:
+    """A crossover with a lower bound (a gain shown below it) gives a switch-off point; a loss
+    beyond noise without a gain shown anywhere, or ratios at or below parity from the lowest
+    level, give the plain server (no gain was measured to keep); otherwise nothing is shown."""
+    shown = [_pays(r, crossing.metric) for r in ratios]
     if crossing.how == "crossed":
-        return ("switch_off_above" if gain_below or any(p is False for _, p in shown) else "not_shown"), gain_below
+        if crossing.low is not None:
+            return "switch_off_above"
+        return "plain" if False in shown else "not_shown"
     if crossing.how == "never":
-        return ("speculate" if any(p is True for _, p in shown) else "not_shown"), gain_below
-    return ("plain" if any(p is False for _, p in shown) or crossing.how == "below" else "not_shown"), gain_below
+        return "speculate" if True in shown else "not_shown"
+    return "plain"
 
 
 def _advice(
@@ -116,27 +120,30 @@ def _advice(
     if method is None:  # results name no method: the captured engines' own
         named = {m.method for m in engines if m.method}
         method = named.pop() if len(named) == 1 else None
-    verdict, gain_below = _verdict(crossing, ratios)
+    verdict = _verdict(crossing, ratios)
     losses = tuple(r.level for r in ratios if _pays(r, crossing.metric) is False)
     ran_schedule = any(m.schedule for m in engines)
     captured = [(lv.level, lv.captured_batch_size) for lv in levels if lv.captured_batch_size]
     batch_from: str | None = None
-    draft_up_to = low = high = None
+    draft_up_to = at = high = None
     if verdict == "switch_off_above" and not ran_schedule:
         if captured:
             batch_from = "capture"
-            draft_up_to = _batch(_interpolated(captured, crossing.level))
-            low = _batch(_interpolated(captured, crossing.low))
+            draft_up_to = _batch(_interpolated(captured, crossing.low))
+            at = _batch(_interpolated(captured, crossing.level))
             high = _batch(_interpolated(captured, crossing.high))
         elif load == "concurrency":
             batch_from = "concurrency"
-            draft_up_to, low, high = _batch(crossing.level), _batch(crossing.low), _batch(crossing.high)
+            draft_up_to, at, high = _batch(crossing.low), _batch(crossing.level), _batch(crossing.high)
     schedule = next((m.schedule for m in engines if m.schedule), None)  # as it ran, when it ran one
     text: str | None = None
     missing: tuple[str, ...] = ()
     if method is not None and k and (verdict in ("switch_off_above", "speculate")):
         if draft_up_to is not None and schedule is None:
-            largest = max((m.max_num_seqs for m in engines if m.max_num_seqs), default=draft_up_to + 1)
+            # To the engine's max_num_seqs where the metadata says it (vLLM carries the last range's k
+            # on to it anyway), else the highest concurrency measured.
+            highest = int(crossing.highest_level) if load == "concurrency" else draft_up_to + 1
+            largest = max((m.max_num_seqs for m in engines if m.max_num_seqs), default=highest)
             schedule = ((1, draft_up_to, k), (draft_up_to + 1, max(largest, draft_up_to + 1), 0))
         built = speculative.config_for(method, None, k, schedule, speculative.ran(engines, method, {}))
         text, missing = built.text, built.missing
@@ -149,7 +156,7 @@ def _advice(
         model=model, config=config, method=method, num_speculative_tokens=k, load=load, metric=crossing.metric,
         verdict=verdict, stops_paying_at=crossing.level, stops_paying_low=crossing.low,
         stops_paying_high=crossing.high, lowest_level=crossing.lowest_level, highest_level=crossing.highest_level,
-        gain_below=gain_below, losses=losses, draft_up_to=draft_up_to, draft_up_to_low=low, draft_up_to_high=high,
+        losses=losses, draft_up_to=draft_up_to, crossover_batch=at, crossover_batch_high=high,
         batch_from=batch_from, schedule=schedule, speculative_config=text, missing=missing,
         schedule_measured=ran_schedule, k0_tax=tax,
     )  # fmt: skip

@@ -496,8 +496,8 @@ LOAD_ADVICE_COLUMNS: ServingColumns = (
     ("verdict", "verdict", pl.String()),
     ("stops_paying_at", "stops paying near", pl.Float64()),
     ("draft_up_to", "draft up to batch", pl.Int64()),
-    ("draft_up_to_low", "95% low", pl.Int64()),
-    ("draft_up_to_high", "95% high", pl.Int64()),
+    ("crossover_batch", "crossover batch", pl.Int64()),
+    ("crossover_batch_high", "crossover batch 95% high", pl.Int64()),
     ("batch_from", "batch from", pl.String()),
     ("speculative_config", "--speculative-config", pl.String()),
 )

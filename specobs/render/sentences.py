@@ -504,11 +504,13 @@ def load_advice_text(a: LoadAdvice) -> str:
         if a.batch_from == "capture"
         else "the concurrency taken as the batch: an upper bound, the engine's batches are smaller"
     )
-    bounds = (
-        f"95%: {_batch_bound(a.draft_up_to_low, 'at or below the lowest level')} to "
-        f"{_batch_bound(a.draft_up_to_high, 'beyond the highest level')}"
-    )
-    gain = "" if a.gain_below else " No level below it paid beyond noise: the gain the schedule keeps is not shown."
+    point = (
+        f"the crossover itself is near batch {a.crossover_batch}"
+        + (f", its upper bound batch {a.crossover_batch_high}" if a.crossover_batch_high is not None else
+           ", its upper bound beyond the levels measured")
+        if a.crossover_batch is not None
+        else "the crossover's batch is unknown"
+    )  # fmt: skip
     taxed = "; ".join(
         f"{r.config} at {_level(r.load, r.level)}: throughput "
         f"{ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}"
@@ -520,9 +522,12 @@ def load_advice_text(a: LoadAdvice) -> str:
         else " The K=0 tax is not measured here: run the schedule in the sweep to measure it."
     )
     return (
-        f"{name} stops paying in {metric} {where} (measured): draft up to batch {a.draft_up_to} ({bounds}; from "
-        f"{source}) and switch off above —{config}{incomplete}. That schedule was not itself run: its k=0 steps "
-        f"still run the drafter (the K=0 tax), so above the boundary it is not the plain server.{tax}{gain}"
+        f"{name} stops paying in {metric} {where} (measured; 95%: {_level(a.load, a.stops_paying_low)} to "
+        f"{_level(a.load, a.stops_paying_high) if a.stops_paying_high is not None else 'beyond the levels measured'}"
+        f"): draft up to batch {a.draft_up_to}, the highest load where its gain is still shown beyond noise "
+        f"({point}; batch sizes from {source}), and switch off above —{config}{incomplete}. That schedule was not "
+        f"itself run: its k=0 steps still run the drafter (the K=0 tax), so above the boundary it is not the plain "
+        f"server.{tax}"
     )
 
 

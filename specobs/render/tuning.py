@@ -136,10 +136,11 @@ def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
 
 
 #: The table of advice under load: one row per configuration.
-LOAD_HEADERS = ("configuration", "k", "verdict", "stops paying near [95%]", "draft up to batch [95%]", "batch from")
+LOAD_HEADERS = ("configuration", "k", "verdict", "stops paying near [95%]", "draft up to batch",
+                "crossover batch [to]", "batch from")  # fmt: skip
 LOAD_COLS = [Col("configuration", 0, "text"), Col("k", 2), Col("verdict", 0, "text"),
-             Col("stops paying near [95%]", 1, "text"), Col("draft up to batch [95%]", 0, "text"),
-             Col("batch from", 3, "text")]  # fmt: skip
+             Col("stops paying near [95%]", 1, "text"), Col("draft up to batch", 0),
+             Col("crossover batch [to]", 3, "text"), Col("batch from", 4, "text")]  # fmt: skip
 VERDICTS = {
     "switch_off_above": "switch off above",
     "speculate": "speculate (paid at every level)",
@@ -151,14 +152,16 @@ VERDICTS = {
 def _bounded(value: float | int | None, low: float | int | None, high: float | int | None) -> str:
     if value is None:
         return "–"
-    return f"{value:g} [{'≤' if low is None else f'{low:g}'}–{'…' if high is None else f'{high:g}'}]"
+    return f"{value:.3g} [{'≤' if low is None else f'{low:.3g}'}–{'…' if high is None else f'{high:.3g}'}]"
 
 
 def load_rows(advice: tuple[LoadAdvice, ...]) -> list[list[str]]:
     return [
         [str(a.config), _fmt(a.num_speculative_tokens, "{}"), VERDICTS.get(a.verdict, a.verdict),
          _bounded(a.stops_paying_at, a.stops_paying_low, a.stops_paying_high),
-         _bounded(a.draft_up_to, a.draft_up_to_low, a.draft_up_to_high), a.batch_from or "–"]
+         _fmt(a.draft_up_to, "{}"),
+         "–" if a.crossover_batch is None else f"{a.crossover_batch} [to {_fmt(a.crossover_batch_high, '{}')}]",
+         a.batch_from or "–"]
         for a in advice
     ]  # fmt: skip
 

@@ -77,19 +77,22 @@ def test_the_schedule_drafts_up_to_the_batch_reached_at_the_crossover(tmp_path):
     got = serving(bench, captured(bench))
     assert got is not None
     (advice,) = advise(got, bench, metadata)
-    r2 = next(r for r in got.ratios if r.level == 2.0).throughput_ratio
-    r8 = next(r for r in got.ratios if r.level == 8.0).throughput_ratio
-    level = crossing(2, 8, r2, r8, 2, 8)
-    batch = crossing(2, 8, r2, r8, BATCH[2], BATCH[8])  # the same t, on the batches' logs
-    assert advice.verdict == "switch_off_above" and advice.gain_below
-    assert advice.stops_paying_at == pytest.approx(level)
-    assert advice.batch_from == "capture" and advice.draft_up_to == math.floor(batch)
-    assert advice.schedule == ((1, math.floor(batch), 3), (math.floor(batch) + 1, 16, 0))
+    by_level = {r.level: r for r in got.ratios}
+    r2, r8 = by_level[2.0].throughput_ratio, by_level[8.0].throughput_ratio
+    assert advice.verdict == "switch_off_above"
+    assert advice.stops_paying_at == pytest.approx(crossing(2, 8, r2, r8, 2, 8))
+    # The point estimate's batch, on the batches' logs with the same t.
+    assert advice.crossover_batch == math.floor(crossing(2, 8, r2, r8, BATCH[2], BATCH[8]))
+    # It drafts only up to where the gain is still shown: where the ratio's lower bound crosses 1.
+    lows = [(level, by_level[level].throughput_low) for level in (1.0, 2.0, 8.0)]
+    (lo, l_lo), (hi, l_hi) = next((a, b) for a, b in zip(lows, lows[1:], strict=False) if b[1] <= 1 < a[1])
+    assert advice.stops_paying_low == pytest.approx(crossing(lo, hi, l_lo, l_hi, lo, hi))
+    batch = math.floor(crossing(lo, hi, l_lo, l_hi, BATCH[int(lo)], BATCH[int(hi)]))
+    assert advice.batch_from == "capture" and advice.draft_up_to == batch <= advice.crossover_batch
+    assert advice.schedule == ((1, batch, 3), (batch + 1, 16, 0))
     config = json.loads(advice.speculative_config or "{}")
     assert config == ran | {"num_speculative_tokens_per_batch_size": [list(row) for row in advice.schedule]}
     assert advice.missing == () and advice.schedule_measured is False
-    # Its 95% bounds, through the same batches: the lower one at or below the point.
-    assert advice.draft_up_to_low is None or advice.draft_up_to_low <= advice.draft_up_to
 
 
 def test_without_the_capture_the_concurrency_bounds_the_batch_and_settings_are_missing(tmp_path):
@@ -97,7 +100,8 @@ def test_without_the_capture_the_concurrency_bounds_the_batch_and_settings_are_m
     got = serving(bench)
     assert got is not None
     (advice,) = advise(got, bench)
-    assert advice.batch_from == "concurrency" and advice.draft_up_to == math.floor(advice.stops_paying_at or 0)
+    assert advice.batch_from == "concurrency" and advice.draft_up_to == math.floor(advice.stops_paying_low or 0)
+    assert advice.crossover_batch == math.floor(advice.stops_paying_at or 0)
     assert advice.missing == ("prompt_lookup_min", "prompt_lookup_max")  # nothing shows what ngram ran with
     rec = specobs.recommend(str(tmp_path / "in"))
     assert isinstance(rec, LoadRecommendation) and rec.under_load == (advice,)

@@ -238,4 +238,4 @@ def test_the_report_tables_show_each_level_as_the_ratios_say(tmp_path):
         assert row in out, row
     (advice,) = report.load_advice
     assert advice.verdict == "switch_off_above"
-    assert f"| ngram | – | switch off above | {advice.stops_paying_at:g} [" in out  # no k in these results
+    assert f"| ngram | – | switch off above | {advice.stops_paying_at:.3g} [" in out  # no k in these results
