@@ -455,6 +455,11 @@ class ServingLevel(Result):
     captured_acceptance_length: float | None = None
     captured_step_ms: float | None = None
     captured_drafting_share: float | None = None
+    #: Per position, the share of drafts whose token there was accepted (as vLLM's
+    #: ``spec_decode_per_position_acceptance_rates``), and the mean draft and verify ms per step.
+    captured_per_position: tuple[float, ...] | None = None
+    captured_draft_ms: float | None = None
+    captured_verify_ms: float | None = None
     run_ids: tuple[str, ...] = ()
     #: Under an SLO (``Serving.slo``): good requests per second (mean over runs) and the share of
     #: requests that met it; None without an SLO or without the per-request data it needs.
@@ -499,6 +504,10 @@ class LoadRatio(Result):
     #: benchmark counted no drafts): near 0, the ratios are the cost of a speculative server
     #: that does not speculate at this load (a k=0 tier of a schedule: the K=0 tax).
     drafting_share: float | None = None
+    #: Captured: the speculative engine's mean step time over the plain engine's at this level,
+    #: and its tokens per draft (why the ratio is what it is: step cost against acceptance).
+    step_time_ratio: float | None = None
+    acceptance_length: float | None = None
 
 
 @dataclass(frozen=True)

@@ -123,8 +123,34 @@ def with_load(frame: pl.DataFrame) -> pl.DataFrame:
 #: Seconds added on each side of a result's time window: vLLM writes its end to the second.
 SPAN_SLACK = 1.0
 _RESULT = ["source", "source_line"]
+#: What a level is: one model's configuration at one load level.
+_LEVEL = ["model", "config", "speculative", "load", "level"]
 _CAPTURED = {"steps": pl.Int64, "batch": pl.Int64, "drafts": pl.Int64, "accepted": pl.Int64,
-             "step_seconds": pl.Float64, "timed_steps": pl.Int64, "drafting_steps": pl.Int64}  # fmt: skip
+             "step_seconds": pl.Float64, "timed_steps": pl.Int64, "drafting_steps": pl.Int64,
+             "draft_seconds": pl.Float64, "verify_seconds": pl.Float64, "split_steps": pl.Int64}  # fmt: skip
+#: Per position, the accepted tokens summed (a list: position 1 first).
+_PER_POSITION = "accepted_per_pos"
+#: The columns of :func:`capture_sums` (one row per result).
+CAPTURE_SUMS: dict[str, pl.DataType] = {
+    "source": pl.String(), "source_line": pl.Int64(), **{c: t() for c, t in _CAPTURED.items()},
+    "run_ids": pl.List(pl.String()), _PER_POSITION: pl.List(pl.Int64()),
+}  # fmt: skip
+
+
+def position_sums(frame: pl.LazyFrame | pl.DataFrame, keys: Sequence[str], column: str) -> pl.LazyFrame:
+    """``column`` (a list per row, position 1 first) summed position by position per ``keys``:
+    rows drafting fewer positions add to the first ones only."""
+    return (
+        frame.lazy()
+        .select(*keys, column)
+        .with_columns(_pos=pl.int_ranges(pl.col(column).list.len()))
+        .explode(column, "_pos")
+        .drop_nulls("_pos")
+        .group_by(*keys, "_pos")
+        .agg(pl.col(column).sum())
+        .group_by(*keys)
+        .agg(pl.col(column).sort_by("_pos"))
+    )
 
 
 def spans(bench: pl.DataFrame) -> pl.DataFrame:
@@ -158,9 +184,7 @@ def capture_sums(windows: pl.LazyFrame | pl.DataFrame, bench: pl.DataFrame) -> p
     takes the steps of a speculative engine (a method named), a plain one those of a plain
     engine. Sums of the parts of an input add up (one server runs at a time in a sweep)."""
     if not bench.height:
-        return pl.DataFrame(
-            schema={"source": pl.String, "source_line": pl.Int64, **_CAPTURED, "run_ids": pl.List(pl.String)}
-        )
+        return schema.empty(CAPTURE_SUMS)
     steps = (
         windows.lazy()
         .filter(pl.col("counters").eq_missing("step"))
@@ -170,7 +194,10 @@ def capture_sums(windows: pl.LazyFrame | pl.DataFrame, bench: pl.DataFrame) -> p
             "num_drafts",
             "num_accepted_tokens",
             "step_seconds",
+            "draft_seconds",
+            "verify_seconds",
             "run_id",
+            pl.col("num_accepted_tokens_per_pos").alias(_PER_POSITION),
             pl.col("method").is_not_null().alias("speculative_engine"),
         )
     )
@@ -189,10 +216,18 @@ def capture_sums(windows: pl.LazyFrame | pl.DataFrame, bench: pl.DataFrame) -> p
             step_seconds=pl.col("step_seconds").sum(),
             timed_steps=pl.col("step_seconds").is_not_null().sum().cast(pl.Int64),
             drafting_steps=(pl.col("num_drafts") > 0).sum().cast(pl.Int64),
+            draft_seconds=pl.col("draft_seconds").filter(_split).sum(),
+            verify_seconds=pl.col("verify_seconds").filter(_split).sum(),
+            split_steps=_split.sum().cast(pl.Int64),
             run_ids=pl.col("run_id").drop_nulls().unique().sort(),
         )
+        .join(position_sums(joined, _RESULT, _PER_POSITION), on=_RESULT, how="left", nulls_equal=True)
         .collect()
     )
+
+
+#: A step whose draft and verify seconds are both known.
+_split = pl.col("draft_seconds").is_not_null() & pl.col("verify_seconds").is_not_null()
 
 
 def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo | None = None) -> list[ServingLevel]:
@@ -200,18 +235,22 @@ def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo |
     ``slo``, and what the in-engine capture recorded during those runs (:func:`capture_sums`)."""
     frame = with_goodput(with_load(bench), slo)
     if captured is not None and captured.height:
+        captured = schema.conform(captured, CAPTURE_SUMS)
         summed = captured.group_by(_RESULT).agg(
             *(pl.col(c).sum() for c in _CAPTURED),
             pl.col("run_ids").list.explode(keep_nulls=False, empty_as_null=False).unique().sort(),
         )
         frame = frame.join(summed, on=_RESULT, how="left", nulls_equal=True)
+        level_positions = position_sums(frame.join(captured.select(*_RESULT, _PER_POSITION), on=_RESULT,
+                                                   nulls_equal=True), _LEVEL, _PER_POSITION).collect()  # fmt: skip
     else:
         frame = frame.with_columns(
             *(pl.lit(None, dtype).alias(c) for c, dtype in _CAPTURED.items()),
             pl.lit(None, pl.List(pl.String)).alias("run_ids"),
         )
+        level_positions = pl.DataFrame(schema={**dict.fromkeys(_LEVEL, pl.Null), _PER_POSITION: pl.List(pl.Int64)})
     grouped = (
-        frame.group_by("model", "config", "speculative", "load", "level", maintain_order=True)
+        frame.group_by(*_LEVEL, maintain_order=True)
         .agg(
             runs=pl.len(),
             output_throughput=pl.col("output_throughput").mean(),
@@ -233,7 +272,11 @@ def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo |
             _seconds=pl.col("step_seconds").sum(),
             _timed=pl.col("timed_steps").sum(),
             _drafting=pl.col("drafting_steps").sum(),
+            _draft_s=pl.col("draft_seconds").sum(),
+            _verify_s=pl.col("verify_seconds").sum(),
+            _split=pl.col("split_steps").sum(),
         )
+        .join(level_positions.cast({c: frame.schema[c] for c in _LEVEL}), on=_LEVEL, how="left", nulls_equal=True)
         .with_columns(
             pl.col("spec_decode_num_drafts").list.first(),
             pl.col("goodput").list.first(),
@@ -243,14 +286,36 @@ def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo |
             captured_drafting_share=pl.when(pl.col("captured_steps") > 0).then(
                 pl.col("_drafting") / pl.col("captured_steps")
             ),
+            captured_per_position=pl.when(pl.col("_drafts") > 0).then(
+                pl.col(_PER_POSITION).list.eval(pl.element().cast(pl.Float64)) / pl.col("_drafts")
+            ),
+            captured_draft_ms=pl.when(pl.col("_split") > 0).then(1000 * pl.col("_draft_s") / pl.col("_split")),
+            captured_verify_ms=pl.when(pl.col("_split") > 0).then(1000 * pl.col("_verify_s") / pl.col("_split")),
             slo_attained=pl.when(pl.col("goodput").list.first().is_not_null() & (pl.col("_sent") > 0)).then(
                 pl.col("_good") / pl.col("_sent")
             ),
         )
-        .drop("_good", "_sent", "_batch", "_drafts", "_accepted", "_seconds", "_timed", "_drafting")
+        .drop(
+            "_good",
+            "_sent",
+            "_batch",
+            "_drafts",
+            "_accepted",
+            "_seconds",
+            "_timed",
+            "_drafting",
+            "_draft_s",
+            "_verify_s",
+            "_split",
+            _PER_POSITION,
+        )
         .sort("model", "config", "load", "level", nulls_last=True)
     )
-    return [ServingLevel(**{**row, "run_ids": tuple(row["run_ids"] or ())}) for row in grouped.iter_rows(named=True)]
+    return [
+        ServingLevel(**{**row, "run_ids": tuple(row["run_ids"] or ()),
+                        "captured_per_position": tuple(row["captured_per_position"] or ()) or None})
+        for row in grouped.iter_rows(named=True)
+    ]  # fmt: skip
 
 
 def _crossing(points: Sequence[tuple[float, float | None]]) -> tuple[float | None, str]:
@@ -335,6 +400,7 @@ def serving(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo 
     frame = with_goodput(with_load(bench), slo)
     found = levels(bench, captured, slo)
     drafting = {(lv.model, lv.config, lv.load, lv.level): _drafting_share(lv) for lv in found}
+    by_level = {(lv.model, lv.config, lv.load, lv.level): lv for lv in found}
     ratios: list[LoadRatio] = []
     crossovers: list[Crossover] = []
     for (model, load), part in frame.partition_by("model", "load", as_dict=True, maintain_order=True).items():
@@ -347,7 +413,13 @@ def serving(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo 
             for level in sorted(set(spec["level"].to_list()) & set(plain["level"].to_list())):
                 a, b = plain.filter(pl.col("level") == level), spec.filter(pl.col("level") == level)
                 ratio = load_ratio((model, config, plain_config, load, level), b, a)
-                ratios.append(replace(ratio, drafting_share=drafting.get((model, config, load, level))))
+                mine = by_level.get((model, config, load, level))
+                base = by_level.get((model, plain_config, load, level))
+                ratios.append(replace(
+                    ratio, drafting_share=drafting.get((model, config, load, level)),
+                    step_time_ratio=_step_time_ratio(mine, base),
+                    acceptance_length=mine.captured_acceptance_length if mine is not None else None,
+                ))  # fmt: skip
                 tp = (ratio.throughput_ratio, ratio.throughput_low, ratio.throughput_high)
                 tpot = (ratio.tpot_ratio, ratio.tpot_low, ratio.tpot_high)
                 good = (ratio.goodput_ratio, ratio.goodput_low, ratio.goodput_high)
@@ -357,6 +429,17 @@ def serving(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo 
                 if (found_crossover := crossover((model, config, load), metric, curve)) is not None:
                     crossovers.append(found_crossover)
     return Serving(tuple(found), tuple(ratios), tuple(crossovers), slo)
+
+
+def _step_time_ratio(spec: ServingLevel | None, plain: ServingLevel | None) -> float | None:
+    """The speculative engine's captured mean step time over the plain engine's."""
+    if spec is None or plain is None or not spec.captured_step_ms or not plain.captured_step_ms:
+        return None
+    return spec.captured_step_ms / plain.captured_step_ms
+
+
+#: A move of at least this share across the levels is a trend the finding names.
+MATERIAL_TREND = 0.05
 
 
 def _drafting_share(level: ServingLevel) -> float | None:
@@ -395,6 +478,8 @@ def direction(ratios: tuple[LoadRatio, ...]) -> str | None:
 
 
 __all__ = [
+    "CAPTURE_SUMS",
+    "MATERIAL_TREND",
     "capture_sums",
     "crossover",
     "direction",

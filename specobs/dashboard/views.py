@@ -469,6 +469,8 @@ SERVING_CAPTURE_COLUMNS: ServingColumns = (
     ("captured_acceptance_length", "acceptance length", pl.Float64()),
     ("captured_step_ms", "step ms", pl.Float64()),
     ("captured_drafting_share", "share of steps drafting", pl.Float64()),
+    ("captured_draft_ms", "draft ms", pl.Float64()),
+    ("captured_verify_ms", "verify ms", pl.Float64()),
 )
 #: Speculative over plain per level; each ratio is followed by its interval (see :func:`serving_ratios_table`).
 SERVING_RATIO_COLUMNS: ServingColumns = (

@@ -12,7 +12,7 @@ from specobs.analysis.cost import COARSE_OUTLIER_FACTOR, OUTLIER_FACTOR
 from specobs.analysis.pitfalls import BREAK_SOURCES
 from specobs.analysis.pitfalls import BY_ID as PITFALL_BY_ID
 from specobs.analysis.requests import MATERIAL_MEAN_GAP
-from specobs.analysis.serving import NOT_DRAFTING
+from specobs.analysis.serving import MATERIAL_TREND, NOT_DRAFTING
 from specobs.records import (
     MEASURED_BASES,
     AcceptanceTest,
@@ -354,6 +354,31 @@ def _latency_beyond_noise(ratios: Sequence[LoadRatio]) -> str:
     return f" Latency beyond noise: {'; '.join(seen[:6])}." if seen else ""
 
 
+def _trend(first: float, last: float) -> str:
+    if last > first * (1 + MATERIAL_TREND):
+        return "grew"
+    if last < first * (1 - MATERIAL_TREND):
+        return "fell"
+    return "held"
+
+
+def _why_under_load(ratios: Sequence[LoadRatio]) -> str:
+    """Why the ratio moves with load, from the capture: the speculative step's cost against the
+    plain step's, and the tokens each draft yields, from the lowest level to the highest."""
+    timed = [r for r in ratios if r.step_time_ratio is not None]
+    accepted = [r for r in ratios if r.acceptance_length is not None]
+    if not timed:
+        return ""
+    steps = ", ".join(f"{r.step_time_ratio:.2f}× at {_level(r.load, r.level)}" for r in timed if r.step_time_ratio)
+    text = f" Why: a speculative step cost, against a plain one, {steps}"
+    if len(timed) > 1 and timed[0].step_time_ratio and timed[-1].step_time_ratio:
+        text += f" (its relative cost {_trend(timed[0].step_time_ratio, timed[-1].step_time_ratio)} with load)"
+    if len(accepted) > 1 and accepted[0].acceptance_length and accepted[-1].acceptance_length:
+        first, last = accepted[0].acceptance_length, accepted[-1].acceptance_length
+        text += f", while tokens per draft {_trend(first, last)} ({first:.2f} → {last:.2f})"
+    return text + "."
+
+
 def _not_drafting(config: str | None, ratios: Sequence[LoadRatio]) -> str:
     """The K=0 tax under load: levels where the speculative server drafted (almost) nothing."""
     idle = [r for r in ratios if r.drafting_share is not None and r.drafting_share < NOT_DRAFTING]
@@ -441,12 +466,22 @@ def serving_findings(serving: Serving | None) -> list[Finding]:
                 if lv.captured_drafting_share is not None
                 else ""
             )
+            positions = (
+                " (accepted by position " + "/".join(f"{p:.2f}" for p in lv.captured_per_position) + ")"
+                if lv.captured_per_position
+                else ""
+            )
+            split = (
+                f" (draft {lv.captured_draft_ms:.1f} + verify {lv.captured_verify_ms:.1f} ms)"
+                if lv.captured_draft_ms is not None and lv.captured_verify_ms is not None
+                else ""
+            )
             seen.append(
                 f"{_level(load, level)}: batch {lv.captured_batch_size:.1f}, "
-                f"{lv.captured_acceptance_length or 1:.2f} tokens per draft{drafting}, "
-                f"{lv.captured_step_ms:.1f} ms per step{versus}"
+                f"{lv.captured_acceptance_length or 1:.2f} tokens per draft{positions}{drafting}, "
+                f"{lv.captured_step_ms:.1f} ms per step{split}{versus}"
             )
-        why = f" Captured in the engine during those runs — {'; '.join(seen)}." if seen else ""
+        why = f" Captured in the engine during those runs — {'; '.join(seen)}.{_why_under_load(ratios)}" if seen else ""
         goodput = _goodput_note(serving, [*mine.values(), *plains.values()])
         out.append(Finding("serving", (
             f"Measured under load by vLLM's serving benchmark ({model or 'model ?'}), {config} against "

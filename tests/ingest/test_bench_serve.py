@@ -246,3 +246,30 @@ def test_the_capture_during_each_level_is_the_steps_inside_its_runs(monkeypatch)
         if config == "ngram":
             accepted, drafts = both["num_accepted_tokens"].sum(), both["num_drafts"].sum()
             assert lv.captured_acceptance_length == pytest.approx(1 + accepted / drafts)
+            # Per position: the share of the drafts whose token there was accepted, summed by hand.
+            per_pos = [0, 0, 0]
+            for row in both["num_accepted_tokens_per_pos"].to_list():
+                for i, value in enumerate(row or []):
+                    per_pos[i] += value
+            assert lv.captured_per_position == pytest.approx([x / drafts for x in per_pos])
+            assert 1 + sum(lv.captured_per_position) == pytest.approx(lv.captured_acceptance_length)
+            # The same drafts as the benchmark's own counters saw, within the capture's wider window
+            # (warm-up requests and the 1 s slack): per position within 0.05 of spec_decode's.
+            spec = [r["spec_decode"]["per_position_acceptance_rates"] for r in rows]
+            assert lv.captured_per_position == pytest.approx([sum(p) / len(p) for p in zip(*spec)], abs=0.05)
+        else:
+            assert lv.captured_per_position is None
+
+
+def test_the_finding_says_why_from_the_captured_step_times():
+    report = specobs.analyze(specobs.load(str(BENCH)))
+    assert report.serving is not None
+    levels = {(lv.config, lv.level): lv for lv in report.serving.levels}
+    for r in report.serving.ratios:
+        spec, plain = levels[("ngram", r.level)], levels[("plain", r.level)]
+        assert r.step_time_ratio == pytest.approx(spec.captured_step_ms / plain.captured_step_ms)
+        assert r.acceptance_length == spec.captured_acceptance_length
+    text = " ".join(f.text for f in report_findings(report) if f.kind == "serving")
+    steps = [r.step_time_ratio for r in report.serving.ratios]
+    assert steps == sorted(steps) and steps[-1] > 1.05 * steps[0]  # 1.30×, 1.38×, 1.65× on these runs
+    assert "(its relative cost grew with load)" in text and "tokens per draft held" in text
