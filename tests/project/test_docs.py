@@ -138,7 +138,10 @@ def _problems(command: str) -> list[str]:
     if click is None:
         return [f"unknown command {words[1]}"]
     known = {opt for p in click.params for opt in [*p.opts, *p.secondary_opts]}
-    problems = [f"unknown option {o}" for o in re.findall(r"(?<![\w-])(--?[a-z][a-z0-9-]*)", command) if o not in known]
+    unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", "''", command)  # a quoted value may hold another program's flags
+    problems = [
+        f"unknown option {o}" for o in re.findall(r"(?<![\w-])(--?[a-z][a-z0-9-]*)", unquoted) if o not in known
+    ]
     if "[" in command or "…" in command:  # a synopsis: the options exist, the values are placeholders
         return problems
     tokens = shlex.split(command)[2:]
@@ -181,6 +184,8 @@ def test_the_example_check_catches_what_users_met():
     assert _problems("specobs report outputs.jsonl --input-format vllm-outputs") == []
     assert _problems("specobs report x.log --since 2h") == ["--since without --prometheus"]
     assert _problems("specobs report x.log --colour") == ["unknown option --colour"]
+    assert _problems("specobs sweep --model m --config plain --server-args '--dtype bfloat16' --out o") == []
+    assert _problems("specobs sweep --model m --server-arg '--dtype bfloat16'") == ["unknown option --server-arg"]
 
 
 @pytest.mark.slow
