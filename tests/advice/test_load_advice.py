@@ -4,6 +4,7 @@ with the drafter's settings from the run metadata, and the verdicts where no sch
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -85,7 +86,7 @@ def test_the_schedule_drafts_up_to_the_batch_reached_at_the_crossover(tmp_path):
     assert advice.crossover_batch == math.floor(crossing(2, 8, r2, r8, BATCH[2], BATCH[8]))
     # It drafts only up to where the gain is still shown: where the ratio's lower bound crosses 1.
     lows = [(level, by_level[level].throughput_low) for level in (1.0, 2.0, 8.0)]
-    (lo, l_lo), (hi, l_hi) = next((a, b) for a, b in zip(lows, lows[1:], strict=False) if b[1] <= 1 < a[1])
+    (lo, l_lo), (hi, l_hi) = next((a, b) for a, b in itertools.pairwise(lows) if b[1] <= 1 < a[1])
     assert advice.stops_paying_low == pytest.approx(crossing(lo, hi, l_lo, l_hi, lo, hi))
     batch = math.floor(crossing(lo, hi, l_lo, l_hi, BATCH[int(lo)], BATCH[int(hi)]))
     assert advice.batch_from == "capture" and advice.draft_up_to == batch <= advice.crossover_batch

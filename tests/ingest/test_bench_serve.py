@@ -256,7 +256,7 @@ def test_the_capture_during_each_level_is_the_steps_inside_its_runs(monkeypatch)
             # The same drafts as the benchmark's own counters saw, within the capture's wider window
             # (warm-up requests and the 1 s slack): per position within 0.05 of spec_decode's.
             spec = [r["spec_decode"]["per_position_acceptance_rates"] for r in rows]
-            assert lv.captured_per_position == pytest.approx([sum(p) / len(p) for p in zip(*spec)], abs=0.05)
+            assert lv.captured_per_position == pytest.approx([sum(p) / len(p) for p in zip(*spec, strict=True)], abs=0.05)
         else:
             assert lv.captured_per_position is None
 
