@@ -765,7 +765,13 @@ def sweep(
     request_rate: Annotated[
         str | None, typer.Option(help="Load levels as requests per second instead (Poisson arrivals), e.g. 1,4,8.")
     ] = None,
-    repeats: Annotated[int, typer.Option(help="Servers per configuration, interleaved (repeat 2 runs reversed).")] = 2,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            help="Servers per configuration, interleaved (repeat 2 runs reversed). Three or more: with two, a gain "
+            "is rarely beyond noise (benchmarks/bench_serving.py)."
+        ),
+    ] = 3,
     num_prompts: Annotated[
         int | None, typer.Option(help="Requests per run (default: 32, or as many as --prompts holds).")
     ] = None,
@@ -800,6 +806,7 @@ def sweep(
         str, typer.Option(help="Folder for results/, capture/, logs/ and sweep.json (must hold no results yet).")
     ] = "specobs-sweep",
     output_format: FormatOption = OutputFormat.rich,
+    slo: SloOption = None,
 ) -> None:
     """Run vLLM's own serving benchmark (vllm bench serve) against a real vLLM server per
     configuration, with the specobs capture on, at each load level, configurations interleaved
@@ -810,6 +817,7 @@ def sweep(
     from specobs.loops.sweep import SweepPlan, check_plan, parse_configuration, parse_levels, run_sweep
     from specobs.loops.vllm_bench import read_prompts
 
+    objective = parse_slo(slo) if slo is not None else None
     if concurrency is not None and request_rate is not None:
         raise SpecobsError("--concurrency and --request-rate: give one kind of load level")
     load, flag = ("rate", "--request-rate") if request_rate is not None else ("concurrency", "--concurrency")
@@ -865,7 +873,7 @@ def sweep(
     say(f"wrote {len(record.results)} result file(s) to {folder / 'results'}; the report again: "
         f"specobs report {folder / 'results'} {folder / 'capture'}")  # fmt: skip
     ingested = _load([str(folder / "results"), str(folder / "capture")], None)
-    result = api.analyze(ingested, parse_by(",".join(DEFAULT_BY)))
+    result = api.analyze(ingested, parse_by(",".join(DEFAULT_BY)), slo=objective)
     if result.empty:
         say(f"{folder}: no results to report")
         raise typer.Exit(EXIT_NOTHING_FOUND)

@@ -130,7 +130,7 @@ class SweepPlan:
     out: Path
     levels: tuple[float, ...] = (1, 4, 16, 64)
     load: str = "concurrency"
-    repeats: int = 2
+    repeats: int = 3
     served_model_name: str | None = None
     tokenizer: str | None = None
     num_prompts: int = 32
