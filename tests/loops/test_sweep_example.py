@@ -104,3 +104,34 @@ def test_report_on_the_whole_folder_runs():
     done = run_cli("report", str(BUNDLE), "--brief")
     assert done.returncode == 0, done.stderr.decode()
     assert "ngram-schedule" in done.stdout.decode()
+
+
+def test_the_k0_tier_is_the_k0_tax_and_counted_by_hand(doc):
+    """At concurrency 4 and 8 the schedule's k=0 tier leaves under 10% of steps drafting: the report
+    names those levels as the K=0 tax, with the shares counted here from the event files."""
+    import calendar
+    import time
+
+    import polars as pl
+
+    import specobs
+
+    steps = specobs.load(str(BUNDLE / "capture")).windows.filter(pl.col("counters") == "step").collect()
+    shares = {}
+    for level in LEVELS:
+        inside = []
+        for name in sorted((BUNDLE / "results").glob(f"ngram-schedule-c{level}-r*.json")):
+            raw = json.loads(name.read_text())
+            end = calendar.timegm(time.strptime(raw["date"], "%Y%m%d-%H%M%S"))  # the date is UTC
+            window = pl.col("end_ts").is_between(end - raw["duration"] - 1, end + 1)
+            inside.append(steps.filter(window & pl.col("method").is_not_null()))
+        both = pl.concat(inside)
+        shares[level] = (both["num_drafts"] > 0).sum() / both.height
+    ratios = {int(r["level"]): r for r in doc["serving"]["ratios"] if r["config"] == "ngram-schedule"}
+    for level in LEVELS:
+        assert ratios[level]["drafting_share"] == pytest.approx(shares[level], abs=1e-6)
+    assert shares[1] > 0.2 and shares[2] > 0.2 and shares[4] < 0.1 and shares[8] < 0.1
+    text = " ".join(doc["findings"])
+    assert "concurrency 4 (drafting in 4% of steps)" in text and "concurrency 8 (drafting in 8% of steps)" in text
+    (advice,) = [a for a in doc["load_advice"] if a["config"] == "ngram"]
+    assert [(t["config"], t["level"]) for t in advice["k0_tax"]] == [("ngram-schedule", 4.0), ("ngram-schedule", 8.0)]
