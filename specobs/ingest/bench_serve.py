@@ -91,6 +91,23 @@ def _failure(src: Source) -> Skipped:
     return Skipped(src.name, None, f"a sweep's failed {what}, no result: {error}")
 
 
+#: What ``specobs sweep`` writes beside its results: ``sweep.json`` (the plan, the order the servers
+#: ran in, their timings), ``prompts.sharegpt.json`` (the prompts it sent) and each server's
+#: benchmark-client log (``$ vllm bench serve …`` lines). Recognised, so that a sweep's folder
+#: reads without files "not recognised", and not read: what they measured is in the result files.
+FORMAT_SWEEP_FILES = "specobs-sweep-files"
+SWEEP_FILES = "specobs sweep's plan, prompts or benchmark-client log: its measurements are the result files"
+
+
+def looks_like_sweep_files(head: bytes) -> bool:
+    """``sweep.json`` (an object opening with its ``plan``), a ShareGPT prompt list, or a
+    benchmark-client log (a ``$ vllm bench serve`` line among its first)."""
+    start = head.lstrip()
+    plan = start[:1] == b"{" and start[1:].lstrip().startswith(b'"plan"') and b'"configurations"' in head
+    prompts = start[:1] == b"[" and b'"conversations"' in head and b'"from"' in head
+    return plan or prompts or start.startswith(b"$ vllm bench serve ") or b"\n$ vllm bench serve " in head[:4096]
+
+
 def looks_like_sweep_csv(head: bytes) -> bool:
     """A CSV header with a result's keys and the sweep's ``run_number``."""
     header = head.split(b"\n", 1)[0].rstrip(b"\r")
@@ -263,7 +280,8 @@ def _requests(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None
         out["request_ok"] = [not e for e in errors]
     if len({len(v) for v in out.values()}) > 1:
         return None, "the per-request lists (" + ", ".join(k for k, c, _ in _REQUEST_LISTS if c in out) + (
-            ", errors" if "request_ok" in out else "") + ") differ in length"
+            ", errors" if "request_ok" in out else ""
+        ) + ") differ in length"
     return out, None
 
 
@@ -364,6 +382,8 @@ def drop_repeated_results(bench: pl.DataFrame) -> tuple[pl.DataFrame, list[Notic
 def _read_bench(src: Source, fmt: str, progress: Progress = None) -> Read:
     if fmt == FORMAT_CSV:
         return Read(SourceReport(src.name, FORMAT_CSV, None, 0, 0), [Notice(src.name, None, SWEEP_CSV)])
+    if fmt == FORMAT_SWEEP_FILES:
+        return Read(SourceReport(src.name, FORMAT_SWEEP_FILES, None, 0, 0), [Notice(src.name, None, SWEEP_FILES)])
     if fmt == FORMAT_FAILURE:
         return Read(SourceReport(src.name, FORMAT_FAILURE, 1, 0, 1), [_failure(src)])
     rows, skipped, records = read(src)
@@ -376,7 +396,16 @@ def _sniff(head: bytes) -> str | None:
         return FORMAT
     if looks_like_sweep_failure(head):
         return FORMAT_FAILURE
+    if looks_like_sweep_files(head):
+        return FORMAT_SWEEP_FILES
     return FORMAT_CSV if looks_like_sweep_csv(head) else None
 
 
-READER = Reader((FORMAT, FORMAT_CSV, FORMAT_FAILURE), _sniff, _read_bench, detect_order=5, list_order=8, family=FORMAT)
+READER = Reader(
+    (FORMAT, FORMAT_CSV, FORMAT_FAILURE, FORMAT_SWEEP_FILES),
+    _sniff,
+    _read_bench,
+    detect_order=5,
+    list_order=8,
+    family=FORMAT,
+)

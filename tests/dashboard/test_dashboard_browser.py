@@ -195,7 +195,7 @@ def test_serving_page_renders_in_chromium(bench_server, browser):
     open_page(page, "Serving under load", shows="What the engine did during each level (captured)", charts=1)
     assert page.get_by_text("Speculative over plain per level (measured)").is_visible()
     assert page.get_by_text("output throughput: below parity from the lowest level measured").is_visible()
-    assert page.get_by_test_id("stDataFrame").count() == 4  # ratios, crossovers, levels, capture
+    assert page.get_by_test_id("stDataFrame").count() == 5  # ratios, crossovers, where to draft, levels, capture
     no_traceback(page)
     assert not errors, errors
     shot(page, "serving")

@@ -135,3 +135,19 @@ def test_the_k0_tier_is_the_k0_tax_and_counted_by_hand(doc):
     assert "concurrency 4 (drafting in 4% of steps)" in text and "concurrency 8 (drafting in 8% of steps)" in text
     (advice,) = [a for a in doc["load_advice"] if a["config"] == "ngram"]
     assert [(t["config"], t["level"]) for t in advice["k0_tax"]] == [("ngram-schedule", 4.0), ("ngram-schedule", 8.0)]
+
+
+def test_the_sweeps_own_files_are_recognised_and_not_read(tmp_path):
+    import specobs
+    from specobs.loops.sweep import write_sharegpt
+
+    ingested = specobs.load(str(BUNDLE))
+    formats = {s.name.rsplit("/", 1)[-1]: s.format for s in ingested.sources}
+    assert formats["sweep.json"] == "specobs-sweep-files"
+    assert formats["ngram-r1.bench.log.gz"] == "specobs-sweep-files"
+    # Only the recording's own Markdown report is not an input; every result is read once.
+    assert [s.source.rsplit("/", 1)[-1] for s in ingested.skipped] == ["report.md"]
+    assert ingested.bench.height == len(list((BUNDLE / "results").glob("*.json"))) == 24
+    prompts = write_sharegpt(("a prompt", "another"), tmp_path / "prompts.sharegpt.json")
+    (source,) = specobs.load(str(prompts)).sources
+    assert source.format == "specobs-sweep-files"
