@@ -47,9 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
-import signal
 import sys
 import tempfile
 import time
@@ -57,6 +55,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from specobs.loops.server import wait_gone, wait_quiet
 from specobs.testing.recording import gzip_file, pack
 
 K = 3
@@ -109,48 +108,6 @@ def _anonymise(text: str, models: Path) -> str:
     return re.sub(re.escape(sys.base_prefix) + r"/lib/(python3\.\d+)", r"/usr/lib/\1", text)
 
 
-def _wait_gone(pgid: int | None, timeout: float = 30) -> None:
-    """Wait until no process of the stopped server's group (API server, engine core) is left;
-    SIGKILL the group after ``timeout``. The next server starts only then."""
-    if pgid is None:
-        return
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.5)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _machine_busy(seconds: float = 3.0) -> float:
-    """Cores busy on the whole machine over the next ``seconds`` (Linux ``/proc/stat``; 0 without it)."""
-
-    def busy() -> float:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields)
-        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-    try:
-        before = busy()
-        time.sleep(seconds)
-        return (busy() - before) / seconds
-    except (OSError, ValueError):
-        return 0.0
-
-
-def wait_quiet(limit: float = 600, cores: float = 0.5) -> float:
-    """Wait (at most ``limit`` seconds) until other work on the machine uses under ``cores`` cores: a
-    server measured beside a test run on 2 cores measures the test run. Returns the last reading."""
-    deadline = time.time() + limit
-    while (busy := _machine_busy()) >= cores and time.time() < deadline:
-        print(f"machine busy ({busy:.2f} cores): waiting before the next server", file=sys.stderr)
-        time.sleep(10)
-    return busy
-
-
 def record(out: Path, models: Path) -> list[tuple[int, str, float]]:
     """Build the models in ``models``, run every server of :data:`ORDER` and its benchmarks into
     ``out``; return (repeat, config, wall seconds with start-up) per server."""
@@ -164,7 +121,7 @@ def record(out: Path, models: Path) -> list[tuple[int, str, float]]:
     tiny_llama.build(models)
     took, cpu = [], {}
     for repeat, config in ORDER:
-        idle = wait_quiet()
+        idle = wait_quiet(on_wait=lambda busy: print(f"machine busy ({busy:.2f} cores): waiting", file=sys.stderr))
         started = time.monotonic()
         log = logs / f"{config}-r{repeat}.log"
         server = Server(models, log, CONFIGS[config], max_num_seqs=max(LEVELS))
@@ -182,7 +139,8 @@ def record(out: Path, models: Path) -> list[tuple[int, str, float]]:
                     {} if use is None else {k: round(v, 3) for k, v in asdict(use).items()}
                 )
             time.sleep(2)  # the capture flushes every second: its last rows are on disk before SIGINT
-        _wait_gone(server.pid)
+        if server.pid is not None:
+            wait_gone(server.pid)
         took.append((repeat, config, time.monotonic() - started))
         print(f"server {config} r{repeat}: {took[-1][2]:.0f} s", file=sys.stderr)
     (out / "cpu.json").write_text(json.dumps(cpu, indent=1) + "\n")
