@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from support.bench_files import bench_result
 from support.helpers import run_cli
 
 import specobs
@@ -20,17 +21,10 @@ from specobs.records import LoadRecommendation, RunMetadata
 
 
 def result(config: str, level: int, throughput: float, n: int, *, spec: bool, **extra) -> dict:
-    out = {
-        "date": f"20261203-1701{level:02d}", "endpoint_type": "vllm", "backend": "vllm", "label": config,
-        "model_id": "tiny-llama", "num_prompts": 8, "config": config, "request_rate": "inf", "burstiness": 1.0,
-        "max_concurrency": level, "duration": 2.0 + n, "completed": 8, "failed": 0,
-        "output_throughput": throughput, "mean_tpot_ms": 1000 / throughput * level,
-    }  # fmt: skip
-    if spec:
-        out |= {"method": "ngram", "k": "3", "spec_decode_acceptance_rate": 50.0, "spec_decode_acceptance_length": 2.5,
-                "spec_decode_num_drafts": 100, "spec_decode_draft_tokens": 300, "spec_decode_accepted_tokens": 150,
-                "spec_decode_per_position_acceptance_rates": [0.7, 0.5, 0.3]}  # fmt: skip
-    return out | extra
+    """Run ``n`` of a configuration at a level (its own date and duration: not a repeat of another)."""
+    named = {"method": "ngram", "k": "3"} if spec else {}
+    return bench_result(config, level, throughput, spec=spec, date=f"20261203-1701{level:02d}", duration=2.0 + n,
+                        mean_tpot_ms=1000 / throughput * level, **named | extra)  # fmt: skip
 
 
 #: ngram over plain: 1.4× at concurrency 1, 1.2× at 2, 0.8× at 8 — it stops paying between 2 and 8.

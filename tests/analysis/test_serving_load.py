@@ -4,11 +4,10 @@ where a speculative server did not draft."""
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
+from support.bench_files import bench_result, write_json
 from support.helpers import run_cli
 
 import specobs
@@ -19,24 +18,7 @@ from specobs.render.sentences import report_findings
 
 
 def result(config: str, level: int, throughput: float, *, spec: bool, **extra) -> dict:
-    """A ``vllm bench serve`` result as vLLM 0.32 writes it, with ``--metadata config=…``."""
-    out = {
-        "date": "20261203-170102", "endpoint_type": "vllm", "backend": "vllm", "label": config,
-        "model_id": "tiny-llama", "num_prompts": 4, "config": config, "request_rate": "inf", "burstiness": 1.0,
-        "max_concurrency": level, "duration": 2.0, "completed": 4, "failed": 0,
-        "output_throughput": throughput, "mean_tpot_ms": 10.0,
-    }  # fmt: skip
-    if spec:
-        out |= {"spec_decode_acceptance_rate": 50.0, "spec_decode_acceptance_length": 2.5,
-                "spec_decode_num_drafts": 100, "spec_decode_draft_tokens": 300, "spec_decode_accepted_tokens": 150,
-                "spec_decode_per_position_acceptance_rates": [0.7, 0.5, 0.3]}  # fmt: skip
-    return out | extra
-
-
-def write(path: Path, value: object) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value))
-    return path
+    return bench_result(config, level, throughput, spec=spec, **extra)
 
 
 def vllm_good(ttfts, latencies, output_lens, errors, slo_ms: dict[str, float]) -> int:
@@ -68,8 +50,10 @@ def test_goodput_under_an_slo_is_vllms_count_per_second(tmp_path):
         plain = [(t * scale, lat * scale, k, e) for t, lat, k, e in PLAIN]
         spec = [(t * scale, lat * scale, k, e) for t, lat, k, e in SPEC]
         run = {"date": f"20261203-17010{n}"}  # two runs (the same date and numbers would be one result read twice)
-        write(tmp_path / f"plain-r{n}.json", result("plain", 4, 100.0, spec=False, **run, **detailed(plain)))
-        write(tmp_path / f"ngram-r{n}.json", result("ngram", 4, 120.0, spec=True, failed=1, **run, **detailed(spec)))
+        write_json(tmp_path / f"plain-r{n}.json", result("plain", 4, 100.0, spec=False, **run, **detailed(plain)))
+        write_json(
+            tmp_path / f"ngram-r{n}.json", result("ngram", 4, 120.0, spec=True, failed=1, **run, **detailed(spec))
+        )
     report = specobs.analyze(specobs.load(str(tmp_path)), slo="tpot:10ms,ttft:0.2s")
     got = report.serving
     assert got is not None and got.slo == Slo(ttft_s=0.2, tpot_s=0.01)
@@ -97,7 +81,7 @@ def test_goodput_under_an_slo_is_vllms_count_per_second(tmp_path):
 def test_an_slo_without_the_data_it_needs_says_so(tmp_path):
     # Without --save-detailed a result keeps only its latencies: E2EL can be judged, TTFT cannot.
     for config, spec in (("plain", False), ("ngram", True)):
-        write(tmp_path / f"{config}.json", result(config, 1, 100.0, spec=spec, latencies=[0.2, 0.3, 0.5, 0.9]))
+        write_json(tmp_path / f"{config}.json", result(config, 1, 100.0, spec=spec, latencies=[0.2, 0.3, 0.5, 0.9]))
     ingested = specobs.load(str(tmp_path))
     e2el = serving(ingested.bench, slo=parse_slo("e2el:400"))
     assert e2el is not None and [lv.goodput for lv in e2el.levels] == [1.0, 1.0]  # 2 of 4 within 400 ms, in 2 s
@@ -106,7 +90,7 @@ def test_an_slo_without_the_data_it_needs_says_so(tmp_path):
     text = " ".join(f.text for f in report_findings(report) if f.kind == "serving")
     assert "could not be computed" in text and "--save-detailed" in text
     # A failed request without the errors list: which ones failed is unknown, so no goodput.
-    write(tmp_path / "plain.json", result("plain", 1, 100.0, spec=False, failed=1, latencies=[0.2, 0.3, 0.5, 0.0]))
+    write_json(tmp_path / "plain.json", result("plain", 1, 100.0, spec=False, failed=1, latencies=[0.2, 0.3, 0.5, 0.0]))
     again = serving(specobs.load(str(tmp_path)).bench, slo=parse_slo("e2el:400"))
     assert again is not None and {lv.config: lv.goodput for lv in again.levels} == {"ngram": 1.0, "plain": None}
 
@@ -116,8 +100,8 @@ def test_the_tpot_crossover_is_where_its_ratio_rises_through_one(tmp_path):
     # TPOT between 2 and 8, on log(level) and log(ratio); one run a side, so no interval.
     tpots = {1: (10.0, 5.0), 2: (10.0, 8.0), 8: (10.0, 12.5)}
     for level, (plain, spec) in tpots.items():
-        write(tmp_path / f"plain-c{level}.json", result("plain", level, 100.0, spec=False, mean_tpot_ms=plain))
-        write(tmp_path / f"ngram-c{level}.json", result("ngram", level, 150.0, spec=True, mean_tpot_ms=spec))
+        write_json(tmp_path / f"plain-c{level}.json", result("plain", level, 100.0, spec=False, mean_tpot_ms=plain))
+        write_json(tmp_path / f"ngram-c{level}.json", result("ngram", level, 150.0, spec=True, mean_tpot_ms=spec))
     got = serving(specobs.load(str(tmp_path)).bench)
     assert got is not None
     tpot = next(c for c in got.crossovers if c.metric == "mean_tpot_ms")
@@ -133,7 +117,7 @@ def test_latency_percentiles_are_ratios_of_geometric_means(tmp_path):
     for config, values in p99.items():
         for n, value in enumerate(values):
             extra = {"p99_tpot_ms": value, "median_itl_ms": 5.0 + n}
-            write(tmp_path / f"{config}-r{n}.json", result(config, 4, 100.0, spec=config == "ngram", **extra))
+            write_json(tmp_path / f"{config}-r{n}.json", result(config, 4, 100.0, spec=config == "ngram", **extra))
     got = serving(specobs.load(str(tmp_path)).bench)
     assert got is not None
     measures = {m.measure: m for m in got.ratios[0].latency}
@@ -148,8 +132,8 @@ def test_a_level_without_drafts_is_the_k0_tax(tmp_path):
     runs = {1: ((100, 102), (140, 138), 100), 8: ((400, 404), (360, 362), 0)}
     for level, (plain, spec, drafts) in runs.items():
         for n, (a, b) in enumerate(zip(plain, spec, strict=True)):
-            write(tmp_path / f"plain-c{level}-r{n}.json", result("plain", level, a, spec=False))
-            write(tmp_path / f"sched-c{level}-r{n}.json",
+            write_json(tmp_path / f"plain-c{level}-r{n}.json", result("plain", level, a, spec=False))
+            write_json(tmp_path / f"sched-c{level}-r{n}.json",
                   result("sched", level, b, spec=True, spec_decode_num_drafts=drafts))  # fmt: skip
     report = specobs.analyze(specobs.load(str(tmp_path)))
     assert report.serving is not None
@@ -184,7 +168,7 @@ def test_bad_slo_text_is_refused(text, why):
 
 
 def test_bad_slo_on_the_command_line_is_one_line(tmp_path):
-    path = write(tmp_path / "r.json", result("plain", 1, 100.0, spec=False))
+    path = write_json(tmp_path / "r.json", result("plain", 1, 100.0, spec=False))
     done = run_cli("report", str(path), "--slo", "tpot:fast")
     err = done.stderr.decode()
     assert done.returncode == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
@@ -199,8 +183,8 @@ def test_bad_slo_on_the_command_line_is_one_line(tmp_path):
      ({"latencies": [0.1], "errors": [3]}, "errors is not a list of texts")],
 )  # fmt: skip
 def test_bad_per_request_lists_skip_the_whole_result(tmp_path, lists, why):
-    write(tmp_path / "bad.json", result("ngram", 1, 100.0, spec=True, **lists))
-    write(tmp_path / "good.json", result("plain", 1, 100.0, spec=False, latencies=[0.1, 0.2]))
+    write_json(tmp_path / "bad.json", result("ngram", 1, 100.0, spec=True, **lists))
+    write_json(tmp_path / "good.json", result("plain", 1, 100.0, spec=False, latencies=[0.1, 0.2]))
     ingested = specobs.load(str(tmp_path))
     assert ingested.bench["config"].to_list() == ["plain"]
     (skipped,) = ingested.skipped
@@ -212,7 +196,7 @@ def test_compare_under_an_slo_gives_goodput_b_over_a(tmp_path):
         for n in range(2):
             requests = [(t * scale * (1 + n / 10), lat * scale * (1 + n / 10), k, e) for t, lat, k, e in PLAIN]
             run = result("ngram", 4, 100.0, spec=True, date=f"20261203-17010{n}", **detailed(requests))
-            write(tmp_path / side / f"ngram-r{n}.json", run)
+            write_json(tmp_path / side / f"ngram-r{n}.json", run)
     cmp = specobs.compare(str(tmp_path / "a"), str(tmp_path / "b"), slo="e2el:600ms")
     (ratio,) = cmp.serving
     # E2EL ≤ 600 ms: A meets it with 2 requests in each run (0.50, 0.40; then 0.55, 0.44), B with 3 in each.
@@ -223,8 +207,12 @@ def test_the_report_tables_show_each_level_as_the_ratios_say(tmp_path):
     runs = {1: ((100, 102), (140, 138)), 8: ((400, 404), (360, 362))}
     for level, (plain, spec) in runs.items():
         for n, (a, b) in enumerate(zip(plain, spec, strict=True)):
-            write(tmp_path / f"plain-c{level}-r{n}.json", result("plain", level, a, spec=False, date=f"2026120{n}-1"))
-            write(tmp_path / f"ngram-c{level}-r{n}.json", result("ngram", level, b, spec=True, date=f"2026120{n}-1"))
+            write_json(
+                tmp_path / f"plain-c{level}-r{n}.json", result("plain", level, a, spec=False, date=f"2026120{n}-1")
+            )
+            write_json(
+                tmp_path / f"ngram-c{level}-r{n}.json", result("ngram", level, b, spec=True, date=f"2026120{n}-1")
+            )
     done = run_cli("report", str(tmp_path), "--format", "markdown")
     out = done.stdout.decode()
     assert done.returncode == 0, done.stderr.decode()

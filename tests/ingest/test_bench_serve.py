@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from support.bench_files import expected_rows
+from support.bench_files import bench_result, expected_rows, write_json
 from support.helpers import run_cli
 from support.paths import DATA
 
@@ -22,34 +22,21 @@ from specobs.render.sentences import report_findings
 
 def result(label: str, concurrency: int, throughput: float, tpot: float, *, spec: bool, **extra) -> dict:
     """A result as ``vllm/benchmarks/serve.py`` (0.32) saves it (setup, metadata, traffic, metrics)."""
-    out = {
-        "date": "20261203-170102", "endpoint_type": "vllm", "backend": "vllm", "label": label,
-        "model_id": "tiny-llama", "tokenizer_id": "tiny-llama", "num_prompts": 16, "config": label,
-        "request_rate": "inf", "burstiness": 1.0, "max_concurrency": concurrency, "duration": 4.0, "completed": 16,
-        "failed": 0, "total_input_tokens": 1024, "total_output_tokens": 1024, "request_throughput": 4.0,
-        "request_goodput": None, "output_throughput": throughput, "total_token_throughput": 2 * throughput,
-        "max_output_tokens_per_s": 1.2 * throughput, "max_concurrent_requests": concurrency, "rtfx": 0.0,
+    traffic = {
+        "num_prompts": 16, "duration": 4.0, "completed": 16, "total_input_tokens": 1024, "total_output_tokens": 1024,
+        "request_throughput": 4.0, "total_token_throughput": 2 * throughput, "max_output_tokens_per_s": 1.2 * throughput,
+        "max_concurrent_requests": concurrency, "rtfx": 0.0,
         "mean_ttft_ms": 30.0, "median_ttft_ms": 29.0, "std_ttft_ms": 3.0, "p99_ttft_ms": 41.0,
         "mean_tpot_ms": tpot, "median_tpot_ms": tpot, "std_tpot_ms": 1.0, "p99_tpot_ms": 1.5 * tpot,
         "mean_itl_ms": tpot, "median_itl_ms": tpot, "std_itl_ms": 1.0, "p99_itl_ms": 2 * tpot,
         "mean_e2el_ms": 600.0, "median_e2el_ms": 590.0, "std_e2el_ms": 50.0, "p99_e2el_ms": 700.0,
     }  # fmt: skip
-    if spec:
-        out |= {"spec_decode_acceptance_rate": 47.0, "spec_decode_acceptance_length": 2.41,
-                "spec_decode_num_drafts": 300, "spec_decode_draft_tokens": 900, "spec_decode_accepted_tokens": 423,
-                "spec_decode_per_position_acceptance_rates": [0.6, 0.47, 0.34]}  # fmt: skip
-    return out | extra
-
-
-def write(path: Path, value: object) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value))
-    return path
+    return bench_result(label, concurrency, throughput, spec=spec, **traffic | extra)
 
 
 def test_a_result_file_is_one_row_with_its_values(tmp_path):
     record = result("ngram-k3", 4, 200.8, 9.0, spec=True)
-    ingested = specobs.load(str(write(tmp_path / "r.json", record)))
+    ingested = specobs.load(str(write_json(tmp_path / "r.json", record)))
     (row,) = ingested.bench.to_dicts()
     assert ingested.sources[0].format == "vllm-bench-serve"
     assert (row["config"], row["model"], row["max_concurrency"], row["request_rate"]) == (
@@ -61,7 +48,7 @@ def test_a_result_file_is_one_row_with_its_values(tmp_path):
     assert (row["output_throughput"], row["p99_tpot_ms"], row["completed"]) == (200.8, 13.5, 16)
     assert row["speculative"] is True and row["spec_decode_acceptance_rate"] == pytest.approx(0.47)
     assert row["spec_decode_per_position"] == [0.6, 0.47, 0.34] and row["p90_tpot_ms"] is None
-    plain = specobs.load(str(write(tmp_path / "p.json", result("plain", 4, 160.0, 9.0, spec=False)))).bench
+    plain = specobs.load(str(write_json(tmp_path / "p.json", result("plain", 4, 160.0, 9.0, spec=False)))).bench
     assert plain["speculative"].to_list() == [False] and plain["num_spec_tokens"].to_list() == [0]
 
 
@@ -87,12 +74,12 @@ def test_a_sweep_folder_names_each_server_combination(tmp_path):
         folder = tmp_path / f"SERVE-{name}-BENCH-c4"
         for n in range(2):
             run = result("", 4, base + n, 10.0, spec=spec, run_number=n) | {"label": None, "config": None}
-            write(folder / f"run={n}.json", run)
+            write_json(folder / f"run={n}.json", run)
             runs.append(run)
     bench = specobs.load(str(tmp_path)).bench.sort("config", "run_number")
     assert bench.select("config", "run_number", "speculative").rows() == [
         ("ngram", 0, True), ("ngram", 1, True), ("plain", 0, False), ("plain", 1, False)]  # fmt: skip
-    summary = specobs.load(str(write(tmp_path / "SERVE-plain-BENCH-c4" / "summary.json", runs[:2]))).bench
+    summary = specobs.load(str(write_json(tmp_path / "SERVE-plain-BENCH-c4" / "summary.json", runs[:2]))).bench
     assert summary["source_line"].to_list() == [1, 2] and summary["config"].unique().to_list() == ["plain"]
 
 
@@ -110,8 +97,8 @@ def test_ratios_and_the_crossover_are_computed_as_by_hand(tmp_path):
     levels = {1: ((100, 104), (130, 136)), 4: ((300, 306), (330, 320)), 8: ((500, 490), (420, 430))}
     for c, (plain, spec) in levels.items():
         for n, (tp_a, tp_b) in enumerate(zip(plain, spec, strict=True)):
-            write(tmp_path / f"plain-c{c}-r{n}.json", result("plain", c, tp_a, 10.0 + n, spec=False))
-            write(tmp_path / f"ngram-c{c}-r{n}.json", result("ngram", c, tp_b, 8.0 + n, spec=True))
+            write_json(tmp_path / f"plain-c{c}-r{n}.json", result("plain", c, tp_a, 10.0 + n, spec=False))
+            write_json(tmp_path / f"ngram-c{c}-r{n}.json", result("ngram", c, tp_b, 8.0 + n, spec=True))
     report = specobs.analyze(specobs.load(str(tmp_path)))
     got = report.serving
     assert got is not None
@@ -149,8 +136,8 @@ def test_one_run_a_side_has_no_interval_and_says_so():
 
 def test_the_serving_plot_is_a_png(tmp_path):
     for c, tp in ((1, 120.0), (4, 90.0)):
-        write(tmp_path / "in" / f"plain-c{c}.json", result("plain", c, 100.0, 10.0, spec=False))
-        write(tmp_path / "in" / f"ngram-c{c}.json", result("ngram", c, tp, 9.0, spec=True))
+        write_json(tmp_path / "in" / f"plain-c{c}.json", result("plain", c, 100.0, 10.0, spec=False))
+        write_json(tmp_path / "in" / f"ngram-c{c}.json", result("ngram", c, tp, 9.0, spec=True))
     png = tmp_path / "serving.png"
     done = run_cli("report", str(tmp_path / "in"), "--serving-plot", str(png), "--brief")
     assert done.returncode == 0, done.stderr.decode()
@@ -201,7 +188,7 @@ def test_compare_of_two_sets_of_serving_results_is_decided_by_their_repeats(tmp_
     for side, scale in (("a", 1.0), ("b", 0.8)):  # B: 20% less throughput at every level, two repeats
         for c in (1, 4):
             for n, jitter in enumerate((1.0, 1.01)):
-                write(tmp_path / side / f"ngram-c{c}-r{n}.json",
+                write_json(tmp_path / side / f"ngram-c{c}-r{n}.json",
                       result("ngram", c, 100.0 * c * scale * jitter, 10.0 / scale, spec=True))  # fmt: skip
     done = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json")
     assert done.returncode == 3, done.stderr.decode()  # a regression: scripts gate on it
@@ -256,7 +243,9 @@ def test_the_capture_during_each_level_is_the_steps_inside_its_runs(monkeypatch)
             # The same drafts as the benchmark's own counters saw, within the capture's wider window
             # (warm-up requests and the 1 s slack): per position within 0.05 of spec_decode's.
             spec = [r["spec_decode"]["per_position_acceptance_rates"] for r in rows]
-            assert lv.captured_per_position == pytest.approx([sum(p) / len(p) for p in zip(*spec, strict=True)], abs=0.05)
+            assert lv.captured_per_position == pytest.approx(
+                [sum(p) / len(p) for p in zip(*spec, strict=True)], abs=0.05
+            )
         else:
             assert lv.captured_per_position is None
 

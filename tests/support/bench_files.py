@@ -64,3 +64,31 @@ def expected_rows(folder: str | Path) -> list[dict[str, Any]]:
             "spec_decode": spec_decode(r),
         })  # fmt: skip
     return rows
+
+
+#: A ``spec_decode`` section as vLLM 0.32 writes it (flat keys; the rate in percent).
+SPEC_DECODE_SECTION = {
+    "spec_decode_acceptance_rate": 47.0, "spec_decode_acceptance_length": 2.41, "spec_decode_num_drafts": 300,
+    "spec_decode_draft_tokens": 900, "spec_decode_accepted_tokens": 423,
+    "spec_decode_per_position_acceptance_rates": [0.6, 0.47, 0.34],
+}  # fmt: skip
+
+
+def bench_result(config: str, concurrency: int, throughput: float, *, spec: bool, **extra: Any) -> dict[str, Any]:
+    """A ``vllm bench serve`` result as vLLM 0.32 saves it, with ``--metadata config=<config>``:
+    its setup keys, a run of 4 requests in 2 s, and a ``spec_decode`` section when ``spec``;
+    ``extra`` adds or replaces keys."""
+    out = {
+        "date": "20261203-170102", "endpoint_type": "vllm", "backend": "vllm", "label": config,
+        "model_id": "tiny-llama", "tokenizer_id": "tiny-llama", "num_prompts": 4, "config": config,
+        "request_rate": "inf", "burstiness": 1.0, "max_concurrency": concurrency, "duration": 2.0, "completed": 4,
+        "failed": 0, "request_goodput": None, "output_throughput": throughput, "mean_tpot_ms": 10.0,
+    }  # fmt: skip
+    return out | (SPEC_DECODE_SECTION if spec else {}) | extra
+
+
+def write_json(path: Path, value: object) -> Path:
+    """``value`` as JSON at ``path`` (folders made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value))
+    return path
