@@ -312,6 +312,7 @@ def test_sigkill_leaves_only_complete_records(tmp_path, kind):
 def test_missing_or_changed_hook_points_are_skipped_with_a_note():
     from specobs.capture.config import CaptureConfig
     from specobs.capture.vllm import hooks
+    from specobs.capture.vllm.hookpoints import HOOK_POINTS, lost
 
     class Runner:
         def execute_model(self, scheduler_output):
@@ -324,12 +325,16 @@ def test_missing_or_changed_hook_points_are_skipped_with_a_note():
     capture = hooks.Capture(CaptureConfig(), recorder=Recorder([MemorySink()]))
     hooks._patch(capture, Runner, "execute_model", hooks._wrap_execute)
     hooks._patch(capture, Runner, "propose_draft_token_ids", hooks._wrap_propose)
-    hooks._patch(
-        capture, Scheduler, "make_spec_decoding_stats", hooks._wrap_make_stats, params=hooks._MAKE_STATS_PARAMS
-    )
+    (point,) = [p for p in HOOK_POINTS if p.method == "make_spec_decoding_stats"]
+    hooks._patch(capture, Scheduler, "make_spec_decoding_stats", hooks._wrap_make_stats, params=point.params)
     assert [w.rsplit(".", 1)[-1] for w in capture.installed] == ["execute_model"]
     assert any(w.endswith("propose_draft_token_ids") for w in capture.missing)
     assert any(w.endswith("make_spec_decoding_stats (signature changed)") for w in capture.missing)
+    # What the rows then lack, named from the hook-point table (a class of the test's own is not in it).
+    assert lost(["vllm.v1.core.sched.scheduler.Scheduler.make_spec_decoding_stats (signature changed)"]) == [
+        point.without
+    ]
+    assert "acceptance counts" in point.without and lost(capture.missing) == []
     assert Runner().execute_model(object()) == "ran"  # the hooked method still does its job
     hooks._patch(capture, Runner, "execute_model", hooks._wrap_execute)  # idempotent
     assert len(capture.installed) == 1

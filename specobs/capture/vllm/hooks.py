@@ -25,6 +25,7 @@ with one warning; every hook runs vLLM's own code unchanged and only guards its 
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import logging
 import platform
@@ -40,6 +41,7 @@ from specobs.capture.config import CaptureConfig
 from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.timing import clock_for_device, clock_of
+from specobs.capture.vllm.hookpoints import HOOK_POINTS, RUNNER_V1, RUNNER_V2, SCHEDULER
 from specobs.capture.vllm.speculative import MODEL_FREE
 from specobs.schema import METADATA_LABELS, REQUEST_KEY, request_key
 
@@ -65,10 +67,6 @@ class Wiring:
     sinks: Callable[[CaptureConfig, int, Any, dict[str, str]], list] = event_files_only
     tuner: Callable[[CaptureConfig, Any, dict[str, Any], Any], Any] | None = None
 
-
-#: Run-metadata fields every row carries as labels (the rest is in the metadata file).
-_MAKE_STATS_PARAMS = ["self", "spec_decoding_stats", "num_draft_tokens", "num_accepted_tokens",
-                      "num_invalid_spec_tokens", "request_id"]  # fmt: skip
 
 
 class _Step:
@@ -505,48 +503,35 @@ def uninstall() -> None:
 
 
 def _patch_all(capture: Capture, scheduler: type | None = None, runners: dict[str, type] | None = None) -> None:
+    """Patch every hook point of :data:`~specobs.capture.vllm.hookpoints.HOOK_POINTS` that this vLLM has."""
+    classes: dict[str, type | None] = {"scheduler": scheduler}
     if scheduler is None:
-        try:
-            from vllm.v1.core.sched.scheduler import Scheduler
-        except Exception:
-            capture.missing.append("vllm.v1.core.sched.scheduler.Scheduler")
-            return
-        scheduler = Scheduler
-    _patch(capture, scheduler, "schedule", _wrap_schedule)
-    _patch(capture, scheduler, "update_from_output", _wrap_update)
-    _patch(capture, scheduler, "make_spec_decoding_stats", _wrap_make_stats, params=_MAKE_STATS_PARAMS)
-    if capture.requests is not None and any(w.endswith(".make_spec_decoding_stats") for w in capture.installed):
-        _patch(capture, scheduler, "_free_request", _wrap_free_request, params=["self", "request"])
+        classes["scheduler"] = _import_class(SCHEDULER, capture)
     if runners is None:
-        runners = _vllm_runners(capture)
-    for kind, runner in runners.items():
-        _patch(capture, runner, "execute_model", _wrap_execute)
-        _patch(capture, runner, "sample_tokens", _wrap_sample_tokens)
-        if kind == "v1":
-            _patch(capture, runner, "_sample", _wrap_timed("verify"))
-            _patch(capture, runner, "propose_draft_token_ids", _wrap_propose)
-        else:
-            _patch(capture, runner, "sample", _wrap_timed("verify"))
+        classes["runner_v1"] = _import_class(RUNNER_V1, capture)
+        classes["runner_v2"] = _import_class(RUNNER_V2, capture, optional=True)
+    else:
+        classes["runner_v1"], classes["runner_v2"] = runners.get("v1"), runners.get("v2")
+    for point in HOOK_POINTS:
+        cls = classes.get(point.role)
+        if cls is None or (point.needs_requests and capture.requests is None):
+            continue
+        if point.needs_requests and not any(w.endswith(".make_spec_decoding_stats") for w in capture.installed):
+            continue  # request rows are built from the acceptance hook's observations
+        _patch(capture, cls, point.method, _WRAPPERS[point.role, point.method], params=point.params)
 
 
-def _vllm_runners(capture: Capture) -> dict[str, type]:
-    runners: dict[str, type] = {}
+def _import_class(path: str, capture: Capture, optional: bool = False) -> type | None:
+    module, name = path.rsplit(".", 1)
     try:
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-        runners["v1"] = GPUModelRunner
+        return getattr(importlib.import_module(module), name)
     except Exception:
-        capture.missing.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner")
-    try:
-        from vllm.v1.worker.gpu.model_runner import GPUModelRunner as RunnerV2
-
-        runners["v2"] = RunnerV2
-    except Exception:
-        pass  # Model Runner V2 is optional
-    return runners
+        if not optional:
+            capture.missing.append(path)
+        return None
 
 
-def _patch(capture: Capture, cls: type, name: str, wrapper_factory, params: list[str] | None = None) -> None:
+def _patch(capture: Capture, cls: type, name: str, wrapper_factory, params: tuple[str, ...] | None = None) -> None:
     where = f"{cls.__module__}.{cls.__qualname__}.{name}"
     original = cls.__dict__.get(name)
     if original is None or not callable(original):
@@ -554,7 +539,7 @@ def _patch(capture: Capture, cls: type, name: str, wrapper_factory, params: list
         return
     if getattr(original, "__specobs__", False):
         return  # already hooked in this process
-    if params is not None and list(inspect.signature(original).parameters)[: len(params)] != params:
+    if params is not None and tuple(inspect.signature(original).parameters)[: len(params)] != params:
         capture.missing.append(f"{where} (signature changed)")
         return
     wrapper = wrapper_factory(original, where)
@@ -789,6 +774,21 @@ def _wrap_timed(kind: str, step=_sampled_step):
 
 _wrap_execute = _wrap_timed("verify", _executed_step)
 _wrap_propose = _wrap_timed("draft", _scheduled_step)
+
+#: The wrapper of each hook point (role, method); the table itself is in ``hookpoints``.
+_WRAPPERS: dict[tuple[str, str], Callable[[Any, str], Any]] = {
+    ("scheduler", "schedule"): _wrap_schedule,
+    ("scheduler", "update_from_output"): _wrap_update,
+    ("scheduler", "make_spec_decoding_stats"): _wrap_make_stats,
+    ("scheduler", "_free_request"): _wrap_free_request,
+    ("runner_v1", "execute_model"): _wrap_execute,
+    ("runner_v1", "sample_tokens"): _wrap_sample_tokens,
+    ("runner_v1", "_sample"): _wrap_timed("verify"),
+    ("runner_v1", "propose_draft_token_ids"): _wrap_propose,
+    ("runner_v2", "execute_model"): _wrap_execute,
+    ("runner_v2", "sample_tokens"): _wrap_sample_tokens,
+    ("runner_v2", "sample"): _wrap_timed("verify"),
+}
 
 
 def _hook_v2_speculator(runner: Any, capture: Capture) -> None:
