@@ -1430,7 +1430,7 @@ class Pitfall(Result):
 #: order a comparison names them (method, draft model, k and schedule are the configuration's).
 ENVIRONMENT_FIELDS = (
     "platform", "device", "device_arch", "attention_backend", "draft_attention_backend", "graph_mode",
-    "vllm_version", "tensor_parallel_size", "data_parallel_size", "dtype", "kv_cache_dtype",
+    "vllm_version", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "dtype", "kv_cache_dtype",
     "rejection_sample_method", "draft_sample_method", "model_runner", "environment",
 )  # fmt: skip
 
@@ -1474,10 +1474,17 @@ class RunMetadata(Result):
     graph_mode: str | None = None
     model_runner: str | None = None  # v1 | v2 (VLLM_USE_V2_MODEL_RUNNER)
     tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
     data_parallel_size: int | None = None
     dtype: str | None = None
     kv_cache_dtype: str | None = None
     environment: Mapping[str, str] = field(default_factory=dict)
+    #: Where draft and verify were timed: ``engine_core`` (the model runner runs in the engine-core
+    #: process) or ``worker`` (tensor/pipeline parallel: the output rank, tensor-parallel rank 0 of
+    #: the last pipeline stage, handing its timing over with each step's output).
+    timing_source: str | None = None
+    #: What the rows lack because this vLLM release has no such hook point (empty: nothing).
+    missing_hooks: tuple[str, ...] | None = None
     source: str | None = field(default=None, metadata={"json": False}, compare=False)  # the file it came from
 
     def to_row(self) -> dict[str, Any]:

@@ -61,7 +61,8 @@ STALE_Z = 3.0
 CAUSE_ORDER = (
     "draft_model", "attention_backend", "draft_attention_backend", "environment", "kv_cache_dtype", "dtype",
     "num_speculative_tokens", "schedule", "speculative_config", "vllm_version", "model_runner", "graph_mode",
-    "rejection_sample_method", "draft_sample_method", "tensor_parallel_size", "data_parallel_size", "model_path",
+    "rejection_sample_method", "draft_sample_method", "tensor_parallel_size", "pipeline_parallel_size",
+    "data_parallel_size", "model_path",
     "platform", "device", "device_arch",
 )  # fmt: skip
 #: Speculative-config settings already compared as fields of their own.

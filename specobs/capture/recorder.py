@@ -61,6 +61,7 @@ class Recorder:
         self.hook_errors = 0
         self.sink_errors = 0
         self.unresolved_timings = 0
+        self.untimed_steps = 0  # steps that ran and whose timing never reached this process
         self.rows_written = 0
         self._queue: deque[StepRow | dict[str, Any]] = deque()
         self._pending: list[tuple[float, dict[str, Any]]] = []
@@ -101,6 +102,7 @@ class Recorder:
             "hook_errors": self.hook_errors,
             "sink_errors": self.sink_errors,
             "unresolved_timings": self.unresolved_timings,
+            "untimed_steps": self.untimed_steps,
             "rows_written": self.rows_written,
             "queued": len(self._queue),
         }
@@ -170,13 +172,18 @@ def _resolve(row: dict[str, Any], *, force: bool, recorder: Recorder) -> bool:
     """Turn span values into seconds in place; False when a device span is still in flight.
 
     ``row`` is the flush thread's own dict (a ``StepRow``'s ``to_dict()``, or a dict handed to
-    ``record``), so the row objects the engine built are never changed.
+    ``record``), so the row objects the engine built are never changed. A span may say it is
+    ``empty`` (resolved: that part did not run, null without counting) or ``expired`` (its
+    seconds can no longer come: null and counted at once, without waiting for the timeout).
     """
     for key, value in row.items():
         if isinstance(value, list | tuple) and value and hasattr(value[0], "seconds"):
             parts = [span.seconds() for span in value]
             if any(p is None for p in parts):
-                if not force:
+                if all(getattr(span, "empty", False) for span in value):  # known now: that part did not run
+                    row[key] = None
+                    continue
+                if not force and not any(getattr(span, "expired", False) for span in value):
                     return False
                 recorder.unresolved_timings += 1
                 row[key] = None
@@ -188,7 +195,7 @@ def _resolve(row: dict[str, Any], *, force: bool, recorder: Recorder) -> bool:
 class NullRecorder:
     """What hooks talk to when capture is off: the same methods, doing nothing."""
 
-    dropped_events = hook_errors = sink_errors = unresolved_timings = rows_written = 0
+    dropped_events = hook_errors = sink_errors = unresolved_timings = untimed_steps = rows_written = 0
 
     @property
     def counters(self) -> dict[str, int]:

@@ -21,7 +21,8 @@ from specobs.records import RunMetadata, SourceReport
 from specobs.schema import METADATA_KEY, METADATA_VERSION
 
 FORMAT = "run-metadata"
-_INTS = ("engine", "pid", "num_speculative_tokens", "max_num_seqs", "tensor_parallel_size", "data_parallel_size")
+_INTS = ("engine", "pid", "num_speculative_tokens", "max_num_seqs", "tensor_parallel_size", "pipeline_parallel_size",
+         "data_parallel_size")  # fmt: skip
 #: Longest string kept in a field (a label, never a payload).
 MAX_CHARS = 256
 
@@ -62,6 +63,10 @@ def parse(record: Any, source: str | None = None) -> tuple[RunMetadata | None, s
             value = settings(value)
             if value is None:
                 return None, "speculative_config is not an object of settings (numbers, strings, lists)"
+        elif f.name == "missing_hooks":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                return None, "missing_hooks is not a list of strings"
+            value = tuple(v[:MAX_CHARS] for v in value[:32])
         elif f.name == "environment":
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 return None, "environment is not an object of strings"

@@ -369,6 +369,7 @@ _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 _START_FIELDS = {
     "dtype": r"(?<![\w_])dtype=(?:torch\.)?(\w+)",
     "tensor_parallel_size": r"tensor_parallel_size=(\d+)",
+    "pipeline_parallel_size": r"pipeline_parallel_size=(\d+)",
     "data_parallel_size": r"(?<![\w_])data_parallel_size=(\d+)",
     "kv_cache_dtype": r"kv_cache_dtype=(\w+)",
     "enforce_eager": r"enforce_eager=(True|False)",
@@ -432,6 +433,9 @@ def run_metadata(found: FoundLines, source: str) -> list[RunMetadata]:
             vllm_version=start.group(1), platform=got.get("platform"),
             graph_mode="eager" if eager else graphs.lower() if graphs else None,
             tensor_parallel_size=int(got["tensor_parallel_size"]) if "tensor_parallel_size" in got else None,
+            pipeline_parallel_size=(
+                int(got["pipeline_parallel_size"]) if "pipeline_parallel_size" in got else None
+            ),
             data_parallel_size=dp, dtype=got.get("dtype"), kv_cache_dtype=got.get("kv_cache_dtype"),
             source=f"{source}:{line}",
         ))  # fmt: skip

@@ -1134,7 +1134,8 @@ ENVIRONMENT_NAMES = {
     "platform": "platform", "device": "device", "device_arch": "device architecture",
     "attention_backend": "attention backend", "draft_attention_backend": "drafter attention backend",
     "graph_mode": "graph mode", "vllm_version": "vLLM version", "tensor_parallel_size": "tensor parallel size",
-    "data_parallel_size": "data parallel size", "dtype": "dtype", "kv_cache_dtype": "KV-cache dtype",
+    "pipeline_parallel_size": "pipeline parallel size", "data_parallel_size": "data parallel size",
+    "dtype": "dtype", "kv_cache_dtype": "KV-cache dtype",
     "rejection_sample_method": "rejection sampling", "draft_sample_method": "draft sampling",
     "model_runner": "model runner",
 }  # fmt: skip
@@ -1376,7 +1377,7 @@ def tuner_state(decisions: Sequence[TunerDecision]) -> list[str]:
     return out
 
 
-METADATA_HEADERS = ("run · engine", "vLLM", "device", "attention (target / drafter)", "graphs", "TP · DP",
+METADATA_HEADERS = ("run · engine", "vLLM", "device", "attention (target / drafter)", "graphs", "TP · PP · DP",
                     "dtype · KV cache", "speculative", "environment")  # fmt: skip
 
 
@@ -1403,7 +1404,7 @@ def metadata_rows(metadata: Sequence[RunMetadata]) -> list[list[str]]:
         version = text(m.vllm_version) + (f" ({m.model_runner})" if m.model_runner else "")
         rows.append([
             f"{text(m.run_id)} · {text(m.engine)}", version, device or "–", attention, text(m.graph_mode),
-            f"{text(m.tensor_parallel_size)} · {text(m.data_parallel_size)}",
+            f"{text(m.tensor_parallel_size)} · {text(m.pipeline_parallel_size)} · {text(m.data_parallel_size)}",
             f"{text(m.dtype)} · {text(m.kv_cache_dtype)}", spec,
             ", ".join(f"{k}={v}" for k, v in m.environment.items()) or "–",
         ])  # fmt: skip

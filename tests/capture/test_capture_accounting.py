@@ -292,7 +292,10 @@ def engine(monkeypatch):
         num_spec_tokens: int = 4,
         dynamic_sd_lookup: list[int] | None = None,
         runner: str = "v1",
+        warm: bool = True,
     ) -> Engine:
+        """``warm``: run the engine's first step (engine start: no step time) and forget its row and
+        the clock's move, so that a test's steps are steady ones from time 0."""
         sink = MemorySink()
         runner_cls = FakeRunner if runner == "v1" else FakeRunnerV2
         capture = hooks.install(
@@ -303,7 +306,13 @@ def engine(monkeypatch):
             clock=clock,
         )
         assert capture.missing == []
-        return Engine(FakeScheduler(clock, num_spec_tokens, dynamic_sd_lookup), runner_cls(clock), sink)
+        e = Engine(FakeScheduler(clock, num_spec_tokens, dynamic_sd_lookup), runner_cls(clock), sink)
+        if warm:
+            e.step(Req("start", prefill=4))
+            capture.recorder.flush(final=True)
+            sink.rows.clear()
+            clock.now = 0.0
+        return e
 
     yield start
     hooks.uninstall()
@@ -515,7 +524,7 @@ def test_accepted_tokens_cut_by_a_stop_are_counted_past_the_end(engine):
 
 
 def test_run_metadata_is_recorded_once_per_engine_and_labels_every_row(engine):
-    e = engine(num_spec_tokens=2)
+    e = engine(num_spec_tokens=2, warm=False)
     e.scheduler.vllm_config.parallel_config.tensor_parallel_size = 2
     e.scheduler.vllm_config.model_config.enforce_eager = False
     e.scheduler.vllm_config.compilation_config = SimpleNamespace(cudagraph_mode=SimpleNamespace(name="PIECEWISE"))
@@ -535,6 +544,16 @@ def test_run_metadata_is_recorded_once_per_engine_and_labels_every_row(engine):
     assert record["schedule"] == ((1, 4, 2), (5, 8, 1)) and record["method"] == "ngram"
     assert all((r["attention_backend"], r["graph_mode"]) == ("ROCM_AITER_FA", "piecewise") for r in steps)
     assert len(steps) == 2  # the metadata record is no step
+    # The engine's first step is engine start: its counts count, its times are no step time.
+    first, second = steps
+    assert (first["step_seconds"], first["verify_seconds"], first["draft_seconds"], first["timing_clock"]) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert first["num_accepted_tokens"] == 1 and second["verify_seconds"] == pytest.approx(3 * 0.001 + 0.002)
+    assert hooks.current().recorder.untimed_steps == 0  # left out on purpose, not lost
 
 
 class Backend:

@@ -38,10 +38,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specobs.capture.config import CaptureConfig
+from specobs.capture.handoff import HANDOFF_ATTR, Joiner, WorkerTiming, stamp, stamp_of
 from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.timing import clock_for_device, clock_of
-from specobs.capture.vllm.hookpoints import HOOK_POINTS, RUNNER_V1, RUNNER_V2, SCHEDULER
+from specobs.capture.vllm.hookpoints import HOOK_POINTS, RUNNER_V1, RUNNER_V2, SCHEDULER, lost
 from specobs.capture.vllm.speculative import MODEL_FREE
 from specobs.schema import METADATA_LABELS, REQUEST_KEY, request_key
 
@@ -49,6 +50,8 @@ logger = logging.getLogger("specobs")
 
 #: Steps whose timing is kept while waiting for the scheduler to finish them.
 MAX_OPEN_STEPS = 256
+#: The clock of an engine's first step: engine start, not a step time (its timing is left out).
+_FIRST = "first"
 
 
 def event_files_only(config: CaptureConfig, engine: int, health: Any, resource: dict[str, str]) -> list:
@@ -88,12 +91,13 @@ class _Drafts:
     per step by :func:`_per_position` (a step has a handful of distinct pairs).
     """
 
-    __slots__ = ("lengths", "requests", "sampled")
+    __slots__ = ("delivered", "lengths", "requests", "sampled")
 
     def __init__(self) -> None:
         self.lengths: dict[tuple[int, int], int] = {}
         self.requests: list[tuple[str, int, int]] = []
         self.sampled: list[int] | None = None  # tokens sampled per request, before stops trim them
+        self.delivered: dict[int, tuple[float | None, float | None, str | None]] | None = None  # workers' timing
 
 
 def _past_end(before: list[int] | None, sampled: Any, kept: int | None) -> int | None:
@@ -180,6 +184,13 @@ class Capture:
         self._metadata: dict[int, dict[str, Any]] = {}  # per scheduler: its run metadata record
         self._described: set[int] = set()  # schedulers whose metadata was recorded
         self.runner: Any = None  # the model runner of this process, once it has executed a step
+        self.has_scheduler = False  # this process schedules steps (the engine core); else a worker
+        self._last_step = 0  # the step number of the latest step this process scheduled
+        self._timed: set[int] = set()  # schedulers past their first step (engine start: no step time)
+        self.worker = WorkerTiming()  # a worker's timing on its way to the engine core
+        self.joiner = Joiner()  # the engine core's timing from its workers
+        self._early_errors = 0  # failures counted before this process had a recorder (a worker never has one)
+        self._facts_sent = False  # a worker has put its facts on their way to the engine core
 
     @property
     def recorder(self) -> Recorder | NullRecorder:
@@ -189,6 +200,7 @@ class Capture:
 
     def _new_recorder(self, labels: dict[str, Any]) -> Recorder:
         recorder = Recorder([], capacity=self.config.queue_size)
+        recorder.hook_errors += self._early_errors
         # What the engine is and runs (its labels and run-metadata fields): the exporters name and bound them.
         resource = {k: str(v) for k, v in labels.items() if isinstance(v, str | int) and not isinstance(v, bool)}
         try:
@@ -203,6 +215,17 @@ class Capture:
     def use_recorder(self, recorder: Recorder | NullRecorder) -> None:
         self._recorder = recorder
 
+    def error(self, where: str, exc: BaseException) -> None:
+        """Count a failure of specobs' own work. A worker process has no recorder (its rows are the
+        engine core's): it counts here and sends the count with its timing."""
+        if self._recorder is not None or self.has_scheduler:
+            self.recorder.error(where, exc)
+            return
+        self._early_errors += 1
+        self.worker.errors += 1
+        if self._early_errors == 1:
+            logger.warning("specobs: %s failed and was skipped (%s: %s)", where, type(exc).__name__, exc)
+
     # --- step timing, keyed by the SchedulerOutput of the step ---------------------------
     def _step(self, key: int) -> _Step:
         step = self._steps.get(key)
@@ -213,7 +236,39 @@ class Capture:
         return step
 
     def step_scheduled(self, scheduler_output: Any, started: float) -> None:
-        self._step(id(scheduler_output)).started = started
+        self.has_scheduler = True
+        self._last_step += 1
+        key = self._last_step if stamp(scheduler_output, self._last_step) else id(scheduler_output)
+        self._step(key).started = started
+
+    def hand_off(self, runner: Any, output: Any) -> None:
+        """In a worker, at the end of a step's ``sample_tokens``: the step's spans go with its
+        output to the engine core (an async output: with the output it later gives)."""
+        step = runner.__dict__.get("_specobs_step")
+        spans = self._steps.pop(step, None) if step is not None else None
+        self._steps.clear()  # anything older belongs to steps whose output has already left
+        if spans is not None and runner.__dict__.get("_specobs_stamped"):
+            self.worker.finish(step, spans.draft, spans.verify)
+        if not self._facts_sent:  # once: the run metadata's view of this worker
+            self._facts_sent = True
+            from specobs.capture.vllm.metadata import worker_facts
+
+            self.worker.facts = worker_facts(runner, self.missing)
+        payload = self.worker.payload()
+        if payload is None:
+            return
+        if hasattr(output, "sampled_token_ids"):  # a ModelRunnerOutput
+            _attach(output, payload)
+            return
+        get_output = getattr(output, "get_output", None)  # an AsyncModelRunnerOutput: wrap its result
+        if callable(get_output) and hasattr(output, "__dict__"):
+
+            def with_timing() -> Any:
+                result = get_output()  # vLLM's own: its errors are vLLM's
+                _guard("hand-off", _attach, result, payload)
+                return result
+
+            output.get_output = with_timing
 
     def add_span(self, key: int | None, kind: str, span: Any) -> None:
         if key is not None:
@@ -222,6 +277,16 @@ class Capture:
     # --- acceptance, summed while update_from_output runs --------------------------------
     def begin_update(self, model_runner_output: Any = None) -> None:
         drafts = self._local.drafts = _Drafts()
+        attrs = getattr(model_runner_output, "__dict__", None)
+        payload = attrs.get(HANDOFF_ATTR) if attrs else None
+        if payload is not None:  # timing from the worker that ran the step
+            errors = self.joiner.errors
+            drafts.delivered = self.joiner.receive(payload)
+            if self.joiner.errors > errors:  # the worker's own failures, counted with this engine's
+                if self._recorder is not None:
+                    self._recorder.hook_errors += self.joiner.errors - errors
+                else:
+                    self._early_errors += self.joiner.errors - errors
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
         if isinstance(sampled, list):  # the scheduler trims these lists in place at a stop
             try:
@@ -256,7 +321,9 @@ class Capture:
             self._steps.pop(id(scheduler_output), None)
             return  # an idle step: nothing ran
         now = time.perf_counter()
-        step = self._steps.pop(id(scheduler_output), None) or _Step()
+        key = stamp_of(scheduler_output)
+        step = self._steps.pop(id(scheduler_output) if key is None else key, None) or _Step()
+        draft, verify, clock = self._timing(scheduler, key, step, drafts)
         # With dynamic speculation (a batch-size → k table) the step's k is the scheduled one.
         k = getattr(scheduler_output, "num_spec_tokens_to_schedule", None)
         if k is None or getattr(scheduler, "dynamic_sd_lookup", None) is None:
@@ -281,14 +348,16 @@ class Capture:
             num_drafts_accepted_before_pos=tried_pos,
             num_generated_tokens=generated,
             num_accepted_tokens_past_end=_past_end(drafts.sampled, sampled, generated),
-            draft_seconds=step.draft or None,
-            verify_seconds=step.verify or None,
-            step_seconds=(now - step.started) if step.started is not None else None,
-            timing_clock=clock_of(step.draft, step.verify),
+            draft_seconds=draft,
+            verify_seconds=verify,
+            step_seconds=(now - step.started) if step.started is not None and clock != _FIRST else None,
+            timing_clock=clock if clock != _FIRST else None,
         )
         if self._recorder is None:
             self._recorder = self._new_recorder({**self.metadata(scheduler), **labels})
         recorder = self._recorder
+        if verify is None and clock != _FIRST:
+            recorder.untimed_steps += 1
         if id(scheduler) not in self._described:
             self._describe(scheduler, recorder)
         recorder.record(row)
@@ -312,6 +381,26 @@ class Capture:
             )
         if self.config.online_tuner:
             self._tune(scheduler, row, recorder)
+
+    def _timing(self, scheduler: Any, key: int | None, step: _Step, drafts: _Drafts) -> tuple[Any, Any, Any]:
+        """(draft, verify, clock) of a finished step: spans timed in this process, seconds a worker
+        sent with the step's output, or place-holders for seconds a later output will bring.
+
+        An engine's first step is engine start (compilation, a worker's first forward, graph
+        capture): no step time, ``_FIRST`` as the clock."""
+        if id(scheduler) not in self._timed:
+            self._timed.add(id(scheduler))
+            return None, None, _FIRST
+        if step.draft or step.verify:  # the runner runs in this process
+            return step.draft or None, step.verify or None, clock_of(step.draft, step.verify)
+        delivered = drafts.delivered
+        if key is not None and delivered and key in delivered:
+            draft, verify, clock = delivered[key]
+            return draft, verify, clock
+        if key is not None and self.joiner.seen:  # the worker sends timing: this step's is still on its way
+            late_draft, late_verify = self.joiner.wait_for(key)
+            return [late_draft], [late_verify], self.joiner.clock
+        return None, None, None  # no timing reaches this process (counted as untimed)
 
     # --- the online tuner (SPECOBS_ONLINE_TUNER) ---------------------------------------------------
     @property
@@ -369,8 +458,9 @@ class Capture:
             try:
                 runner = self.runner
                 self._metadata[key] = metadata_row(
-                    getattr(scheduler, "vllm_config", None), runner, labels or self.labels(scheduler)
-                )
+                    getattr(scheduler, "vllm_config", None), runner, labels or self.labels(scheduler),
+                    worker=self.joiner.facts, missing=self.missing,
+                )  # fmt: skip
             except Exception as exc:  # rows still count without metadata
                 if self._recorder is not None:
                     self._recorder.error("reading run metadata", exc)
@@ -385,6 +475,10 @@ class Capture:
         record = self.metadata(scheduler)
         if record:
             recorder.record(dict(record))
+
+
+def _attach(output: Any, payload: Any) -> None:
+    output.__dict__[HANDOFF_ATTR] = payload
 
 
 def _sampled(request_id: str, share: float) -> bool:
@@ -483,7 +577,10 @@ def install(
             _patch_all(capture, scheduler, runners)
             _CAPTURE = capture
             if capture.missing:
-                logger.warning("specobs: hook points missing in this vLLM, skipped: %s", ", ".join(capture.missing))
+                logger.warning(
+                    "specobs: hook points missing in this vLLM, skipped: %s. Rows will lack: %s",
+                    ", ".join(capture.missing), "; ".join(lost(capture.missing)) or "nothing they need",
+                )  # fmt: skip
         elif recorder is not None:
             _CAPTURE.use_recorder(recorder)
         return _CAPTURE
@@ -557,7 +654,7 @@ def _guard(where: str, fn, *args) -> Any:
     except Exception as exc:
         capture = _CAPTURE
         if capture is not None:
-            capture.recorder.error(where, exc)
+            capture.error(where, exc)
         return None
 
 
@@ -727,21 +824,31 @@ def _wrap_sample_tokens(original, where):
         if capture is not None:
             _guard(where, _hook_v2_speculator, self, capture)
         try:
-            return original(self, *args, **kwargs)
+            out = original(self, *args, **kwargs)
         finally:
             _CURRENT.step = None
+        if capture is not None and not capture.has_scheduler:  # a worker: the engine core is elsewhere
+            _guard(where, capture.hand_off, self, out)
+        return out
 
     return sample_tokens
 
 
 def _scheduled_step(self, args: tuple, kwargs: dict) -> int:
-    """The step a runner call belongs to: its scheduler output's identity."""
-    return id(args[0] if args else kwargs.get("scheduler_output"))
+    """The step a runner call belongs to: the step number the engine core stamped on its scheduler
+    output (which a worker receives with it), else that object's identity (one process)."""
+    scheduler_output = args[0] if args else kwargs.get("scheduler_output")
+    key = stamp_of(scheduler_output)
+    return id(scheduler_output) if key is None else key
 
 
 def _executed_step(self, args: tuple, kwargs: dict) -> int:
     """As :func:`_scheduled_step`, remembered on the runner for the ``sample_tokens`` that follows."""
-    key = _scheduled_step(self, args, kwargs)
+    scheduler_output = args[0] if args else kwargs.get("scheduler_output")
+    key = stamp_of(scheduler_output)
+    self.__dict__["_specobs_stamped"] = key is not None
+    if key is None:
+        key = id(scheduler_output)
     self.__dict__["_specobs_step"] = key
     capture = _CAPTURE
     if capture is not None and capture.runner is None:  # for the run metadata (attention backends)

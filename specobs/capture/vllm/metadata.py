@@ -18,6 +18,7 @@ import platform as host
 import time
 from typing import Any
 
+from specobs.capture.vllm.hookpoints import lost
 from specobs.capture.vllm.speculative import settings
 from specobs.schema import METADATA_KEY, METADATA_VERSION
 
@@ -109,14 +110,42 @@ def _version() -> str | None:
     return str(vllm.__version__)
 
 
-def engine_metadata(vllm_config: Any, runner: Any, labels: dict[str, Any], pid: int | None = None) -> dict[str, Any]:
+def worker_facts(runner: Any, missing: list[str]) -> dict[str, Any]:
+    """What a worker process knows and the engine core does not: the attention backends its model
+    runner chose, its ranks, and the hook points missing there (sent once with its timing)."""
+    target, draft = attention_backends(runner)
+
+    def ranks() -> tuple[int, int, int]:
+        from vllm.distributed import parallel_state
+
+        pp = parallel_state.get_pp_group()
+        return parallel_state.get_tensor_model_parallel_rank(), pp.rank_in_group, pp.world_size
+
+    tp_rank, pp_rank, pp_size = _read(ranks) or (None, None, None)
+    return {"attention_backend": target, "draft_attention_backend": draft, "missing": list(missing),
+            "tp_rank": tp_rank, "pp_rank": pp_rank, "pp_size": pp_size}  # fmt: skip
+
+
+def engine_metadata(
+    vllm_config: Any,
+    runner: Any,
+    labels: dict[str, Any],
+    pid: int | None = None,
+    *,
+    worker: dict[str, Any] | None = None,
+    missing: list[str] | tuple[str, ...] = (),
+) -> dict[str, Any]:
     """The metadata of the engine with ``vllm_config`` (``runner``: its model runner in this
-    process, or None when it runs elsewhere), with the step labels already read."""
+    process, or None when it runs elsewhere; ``worker``: :func:`worker_facts` as the worker that
+    times the steps sent them; ``missing``: hook points this process lacks), with the step labels
+    already read."""
     spec = getattr(vllm_config, "speculative_config", None)
     model_config = getattr(vllm_config, "model_config", None)
     parallel = getattr(vllm_config, "parallel_config", None)
     target, draft = attention_backends(runner) if runner is not None else (None, None)
-    if target is None:  # no runner here (tensor parallel workers): the configured backend, if any
+    if runner is None and worker is not None:  # tensor/pipeline parallel: as the worker's runner chose them
+        target, draft = _str(worker.get("attention_backend")), _str(worker.get("draft_attention_backend"))
+    if target is None:  # no runner seen (a worker without hooks): the configured backend, if any
         configured = getattr(getattr(vllm_config, "attention_config", None), "backend", None)
         target = None if configured is None else str(getattr(configured, "name", configured))
     schedule = getattr(spec, "num_speculative_tokens_per_batch_size", None) if spec is not None else None
@@ -148,16 +177,20 @@ def engine_metadata(vllm_config: Any, runner: Any, labels: dict[str, Any], pid: 
         graph_mode=_read(graph_mode, vllm_config),
         model_runner=None if v2 is None else ("v2" if v2 else "v1"),
         tensor_parallel_size=_int(getattr(parallel, "tensor_parallel_size", None)),
+        pipeline_parallel_size=_int(getattr(parallel, "pipeline_parallel_size", None)),
         data_parallel_size=_int(getattr(parallel, "data_parallel_size", None)),
         dtype=_str(getattr(model_config, "dtype", None), strip="torch."),
         kv_cache_dtype=_str(getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None)),
         environment=environment(),
+        timing_source="engine_core" if runner is not None else "worker" if worker is not None else None,
+        missing_hooks=lost([*missing, *((worker or {}).get("missing") or [])]),
     )
 
 
-def metadata_row(vllm_config: Any, runner: Any, labels: dict[str, Any]) -> dict[str, Any]:
-    """The record the sinks write beside the event files (``specobs_metadata`` marks it)."""
-    return {METADATA_KEY: METADATA_VERSION, **engine_metadata(vllm_config, runner, labels)}
+def metadata_row(vllm_config: Any, runner: Any, labels: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """The record the sinks write beside the event files (``specobs_metadata`` marks it); ``more``:
+    :func:`engine_metadata`'s keyword arguments."""
+    return {METADATA_KEY: METADATA_VERSION, **engine_metadata(vllm_config, runner, labels, **more)}
 
 
 def _int(value: Any) -> int | None:
@@ -172,4 +205,4 @@ def _str(value: Any, strip: str = "") -> str | None:
 
 
 __all__ = ["ENVIRONMENT", "ENVIRONMENT_PREFIXES", "attention_backends", "engine_metadata", "environment", "graph_mode",
-           "metadata_row"]  # fmt: skip
+           "metadata_row", "worker_facts"]  # fmt: skip
