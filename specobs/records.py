@@ -1392,11 +1392,12 @@ class IntegrityIssue(Result):
     stop, of all accepted (``observed``/``corrected``: the draft acceptance rate with and
     without them); ``host_timed``: GPU steps timed on the host clock, of GPU steps timed;
     ``schedule_disabled``: ``affected`` is the data-parallel size;
-    ``synthetic_rejection``: nothing counted.
+    ``synthetic_rejection``: nothing counted; ``missing_hooks``: the vLLM release lacks hook points
+    specobs uses, and ``lost`` names what the rows then lack.
     """
 
     kind: str  # schedule_ignored | schedule_disabled | synthetic_rejection | short_drafts | accepted_past_end |
-    # host_timed | known_pitfall
+    # host_timed | known_pitfall | missing_hooks
     run_id: str | None = None
     engine: int | None = None
     method: str | None = None
@@ -1406,6 +1407,8 @@ class IntegrityIssue(Result):
     corrected: float | None = None
     max_k: int | None = None
     pitfall: str | None = None  # known_pitfall (and the table's own checks): the pitfall's id
+    lost: tuple[str, ...] = ()  # missing_hooks: what the rows lack
+    vllm_version: str | None = None  # missing_hooks: the release
 
 
 @dataclass(frozen=True)

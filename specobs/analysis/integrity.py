@@ -22,6 +22,9 @@ Each check reads the steps (and the run metadata) once and returns typed facts
   host clock (``timing_clock`` ``host`` or ``mixed``): a span that would have fallen inside a
   graph capture, where HIP refuses events. Those times include launch and queueing, not only
   device work.
+- ``missing_hooks``: the engine's vLLM release lacks hook points the capture uses (the run
+  metadata's ``missing_hooks``, the engine core's and its timing worker's): the numbers named
+  there are absent from its rows, not zero.
 - ``accepted_past_end``: accepted draft tokens that vLLM counted although a stop
   (``max_tokens``, EOS) then cut them off the request: acceptance is inflated at request
   ends, most on short outputs.
@@ -178,6 +181,20 @@ def _pitfalls(metadata: Sequence[RunMetadata], sums: IntegritySums) -> list[Inte
     return out
 
 
+def _missing_hooks(metadata: Sequence[RunMetadata]) -> list[IntegrityIssue]:
+    """Each engine (first metadata per run) whose capture lacked hook points in its vLLM release."""
+    out, seen = [], set()
+    for m in metadata:
+        key = (m.run_id, m.engine)
+        if key in seen or not m.missing_hooks:
+            continue
+        seen.add(key)
+        out.append(IntegrityIssue("missing_hooks", run_id=m.run_id, engine=m.engine, method=m.method,
+                                  affected=len(m.missing_hooks), lost=tuple(m.missing_hooks),
+                                  vllm_version=m.vllm_version))  # fmt: skip
+    return out
+
+
 def _short_drafts(sums: IntegritySums) -> list[IntegrityIssue]:
     rows = sums.short_drafts.filter((pl.col("room") > 0) & (pl.col("drafted") < FILL_BELOW * pl.col("room")))
     return [
@@ -300,7 +317,7 @@ def integrity(
     :class:`IntegritySums`) and their run metadata."""
     sums = windows if isinstance(windows, IntegritySums) else IntegritySums.of(windows, metadata, decisions)
     return [
-        *_pitfalls(metadata, sums), *_schedule_ignored(sums, metadata, _tuned(decisions)),
+        *_missing_hooks(metadata), *_pitfalls(metadata, sums), *_schedule_ignored(sums, metadata, _tuned(decisions)),
         *_short_drafts(sums), *_past_end(sums), *_host_timed(sums),
     ]  # fmt: skip
 

@@ -775,6 +775,12 @@ def integrity_findings(issues: Sequence[IntegrityIssue]) -> list[Finding]:
                 "shorter matches, a schedule or an early stop), so the last positions are rarely tried while "
                 "verification is sized for k."
             )
+        elif i.kind == "missing_hooks":
+            release = f"vLLM {i.vllm_version}" if i.vllm_version else "This vLLM release"
+            text = (
+                f"{release} lacks {i.affected} hook point(s) specobs uses{who}, so these numbers are absent from "
+                f"its rows (unknown, not zero): {'; '.join(i.lost)}. docs/vllm.md lists what each release has."
+            )
         elif i.kind == "host_timed":
             text = (
                 f"{i.affected:,} of {i.checked:,} GPU steps were timed on the host clock (timing_clock host or "

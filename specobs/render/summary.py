@@ -27,7 +27,7 @@ from specobs.render import sentences
 #:   across requests and requests far below their class; 6 where the counts came from. A kind
 #:   not named here (a new one) ranks 7.
 FINDING_RANK = {
-    "synthetic_rejection": 0, "schedule_ignored": 0, "schedule_disabled": 0, "accepted_past_end": 0,
+    "synthetic_rejection": 0, "schedule_ignored": 0, "schedule_disabled": 0, "accepted_past_end": 0, "missing_hooks": 0,
     "printed_values_contradict_counts": 0, "collapse": 0,
     "regression": 1, "fall": 1, "drift": 1, "stale_after_off": 1, "known_pitfall": 1,
     "schedule_tax": 2,

@@ -53,11 +53,13 @@ class FakeTime:
 
 
 class FakeSpan:
+    clock = "host"  # the span protocol's clock name (a host clock: no device here)
+
     def __init__(self, clock: FakeTime) -> None:
-        self.clock, self.begin, self.end = clock, clock.now, None
+        self.time, self.begin, self.end = clock, clock.now, None
 
     def stop(self) -> None:
-        self.end = self.clock.now
+        self.end = self.time.now
 
     def seconds(self) -> float | None:
         return None if self.end is None else self.end - self.begin
@@ -118,7 +120,9 @@ class FakeScheduler:
         self.vllm_config = SimpleNamespace(
             model_config=SimpleNamespace(served_model_name=["tiny-llama"], model="/models/tiny-llama"),
             speculative_config=SimpleNamespace(method="ngram", model="ngram"),
-            parallel_config=SimpleNamespace(data_parallel_rank=1),
+            # As vLLM runs rank 1 of a dense model's data parallel: its own engine, with
+            # data_parallel_rank reset to 0 and the rank kept in data_parallel_index.
+            parallel_config=SimpleNamespace(data_parallel_rank=0, data_parallel_index=1),
         )
         self.plan: list[Req] = []
 
@@ -605,3 +609,158 @@ def test_the_engines_own_errors_pass_through_and_leave_no_half_step(engine):
     assert step["step_seconds"] == pytest.approx(0.001 + 0.003 + 0.002 + 0.0005 + 0.0005)
     assert e.scheduler.clock.now - started == pytest.approx(step["step_seconds"])
     assert hooks.current().recorder.hook_errors == 0
+
+
+# --- tensor/pipeline parallel: the runner in a worker process, the scheduler here ---------------------------------
+#
+# vLLM's MultiprocExecutor pickles each SchedulerOutput to the workers and the output rank's
+# ModelRunnerOutput back. Here a forked process plays the worker: its own hooks (installed there
+# alone, with its own fake clock) time the fake runner; this process runs the fake scheduler with
+# the scheduler hooks only. Everything crosses the process boundary pickled, as in vLLM.
+
+
+class LateSpan(FakeSpan):
+    """A device span: the device reaches its end only once more work has been queued after it, so its
+    seconds are unknown while its step's output leaves and known by the next step's."""
+
+    def seconds(self) -> float | None:
+        return None if self.end is None or self.time.now <= self.end else super().seconds()
+
+
+class LateClock(FakeTime):
+    def start(self) -> FakeSpan:
+        return LateSpan(self)
+
+
+def _worker(conn, mode: str) -> None:
+    """The worker's loop: pickled SchedulerOutput in, ``execute_model`` + ``sample_tokens``, pickled output out."""
+    import pickle
+
+    hooks._CAPTURE = None  # forked from a process with hooks: this one gets its own (the class patches stay)
+    clock = LateClock() if mode == "late" else FakeTime()
+    hooks.time = clock  # this process only
+    if mode != "unhooked":
+        hooks.install(CaptureConfig(run_id="t"), scheduler=FakeScheduler, runners={"v1": FakeRunner}, clock=clock)
+        if mode == "broken":
+            hooks.current().clock = BrokenClock()
+    runner = FakeRunner(clock)
+    runner.attn_groups = [[SimpleNamespace(backend=Backend("ROCM_AITER_FA"), layer_names=["model.layers.0"])]]
+    runner.drafter = SimpleNamespace(draft_attn_groups=[])
+    while (message := conn.recv_bytes()) != b"stop":
+        scheduler_output = pickle.loads(message)
+        assert runner.execute_model(scheduler_output) is None
+        conn.send_bytes(pickle.dumps(runner.sample_tokens(None)))
+    conn.close()
+
+
+class SplitEngine(Engine):
+    """An engine core whose runner is a worker process (tensor parallel size > 1)."""
+
+    def __init__(self, scheduler: FakeScheduler, sink: MemorySink, mode: str) -> None:
+        super().__init__(scheduler, FakeRunner(scheduler.clock), sink)
+        self.start_worker(mode)
+
+    def start_worker(self, mode: str) -> None:
+        import multiprocessing
+
+        self.conn, child = multiprocessing.get_context("fork").Pipe()
+        self.process = multiprocessing.get_context("fork").Process(target=_worker, args=(child, mode), daemon=True)
+        self.process.start()
+
+    def stop_worker(self) -> None:
+        self.conn.send_bytes(b"stop")
+        self.process.join(10)
+
+    def run(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        import pickle
+
+        self.conn.send_bytes(pickle.dumps(scheduler_output))
+        return pickle.loads(self.conn.recv_bytes())
+
+
+@pytest.fixture
+def split_engine(monkeypatch):
+    """``split_engine(mode)``: the worker started first (no thread here to fork), then the scheduler hooks here."""
+    engines: list[SplitEngine] = []
+
+    def start(mode: str = "host", num_spec_tokens: int = 3) -> SplitEngine:
+        clock = FakeTime()
+        sink = MemorySink()
+        e = SplitEngine(FakeScheduler(clock, num_spec_tokens), sink, mode)
+        engines.append(e)
+        monkeypatch.setattr(hooks, "time", clock)
+        monkeypatch.setattr(hooks, "platform_labels", lambda: {"platform": "cpu", "device": "fake-cpu"})
+        hooks.install(CaptureConfig(run_id="t"), Recorder([sink], flush_interval=60.0), scheduler=FakeScheduler,
+                      runners={}, clock=clock)  # fmt: skip
+        return e
+
+    yield start
+    for e in engines:
+        if e.process.is_alive():
+            e.stop_worker()
+    hooks.uninstall()
+
+
+def test_a_workers_timing_reaches_the_engine_cores_row_of_the_same_step(split_engine):
+    e = split_engine("host")
+    e.step(Req("start", prefill=4))  # engine start: its times are no step time
+    e.step(Req("a", drafted=3, accepted=1), Req("b", drafted=3, accepted=3))  # 8 tokens
+    e.step(Req("c", drafted=2, accepted=0), Req("d", prefill=16))  # 19 tokens
+    steps, _ = e.rows()
+    first, one, two = steps
+    assert (first["verify_seconds"], first["step_seconds"], first["timing_clock"]) == (None, None, None)
+    # The worker's own clock, by hand: 1 ms per scheduled token + 2 ms sampling; 0.5 ms per request drafting.
+    assert one["verify_seconds"] == pytest.approx(0.008 + 0.002) and one["draft_seconds"] == pytest.approx(0.001)
+    assert two["verify_seconds"] == pytest.approx(0.019 + 0.002) and two["draft_seconds"] == pytest.approx(0.001)
+    assert one["timing_clock"] == "host" and per_pos(one) == ([2, 1, 1], [2, 2, 2], [2, 2, 1])
+    # The scheduler's clock here moved only by its own work (the worker's time is on another clock).
+    assert one["step_seconds"] == pytest.approx(SCHEDULE + UPDATE)
+    (meta,) = e.sink.metadata
+    assert (meta["timing_source"], meta["attention_backend"], meta["missing_hooks"]) == ("worker", "ROCM_AITER_FA", [])
+    recorder = hooks.current().recorder
+    assert (recorder.untimed_steps, recorder.unresolved_timings, recorder.hook_errors) == (0, 0, 0)
+
+
+def test_timing_still_in_flight_comes_with_a_later_output_and_a_lost_one_is_counted(split_engine):
+    e = split_engine("late")
+    e.step(Req("start", prefill=4))
+    e.step(Req("a", drafted=3, accepted=2))  # its spans are in flight when its output leaves
+    recorder = hooks.current().recorder
+    recorder.flush()
+    assert [r["batch_size"] for r in e.sink.rows] == [1]  # the start row only: step a waits for its seconds
+    e.step(Req("b", drafted=3, accepted=0), Req("c", drafted=3, accepted=3))  # brings a's seconds
+    recorder.flush()
+    _start, a = e.sink.rows
+    assert a["verify_seconds"] == pytest.approx(0.004 + 0.002) and a["draft_seconds"] == pytest.approx(0.0005)
+    assert a["timing_clock"] == "host" and per_pos(a) == ([1, 1, 0], [1, 1, 1], [1, 1, 1])
+    # The worker dies: b/c's seconds never come. Its row is written untimed at the end, counted, not guessed.
+    e.process.kill()
+    e.process.join(10)
+    recorder.flush(final=True)
+    *_, bc = e.sink.rows
+    assert (bc["batch_size"], bc["verify_seconds"], bc["draft_seconds"]) == (2, None, None)
+    assert bc["num_accepted_tokens"] == 3 and recorder.unresolved_timings == 2  # its draft and verify
+    # A restarted worker times the next steps again.
+    e.start_worker("host")
+    e.step(Req("d", drafted=3, accepted=1))
+    recorder.flush(final=True)
+    assert e.sink.rows[-1]["verify_seconds"] == pytest.approx(0.004 + 0.002)
+
+
+def test_a_worker_without_hooks_leaves_rows_untimed_and_counted_and_worker_errors_are_counted_here(split_engine):
+    e = split_engine("unhooked")
+    for name in ("start", "a", "b"):
+        e.step(Req(name, drafted=2, accepted=1))
+    steps, _ = e.rows()
+    assert [r["verify_seconds"] for r in steps] == [None, None, None]
+    assert sum(r["num_accepted_tokens"] for r in steps) == 3  # acceptance is the engine core's own
+    recorder = hooks.current().recorder
+    assert (recorder.untimed_steps, recorder.unresolved_timings) == (2, 0)  # the start step is not counted
+    (meta,) = e.sink.metadata
+    assert meta["timing_source"] is None
+    e.stop_worker()
+    # A worker whose clock fails: its three timed calls per step count as errors here, with the step's row.
+    e.start_worker("broken")
+    e.step(Req("c", drafted=2, accepted=2))
+    e.step(Req("d", drafted=2, accepted=2))
+    assert recorder.hook_errors == 2 * 3

@@ -198,3 +198,26 @@ def test_metadata_rows_go_to_their_own_files_and_no_exporter_counts_them_as_step
         "specobs_steps_total", {"model_name": "m", "engine": "0", "method": "eagle3"}
     )
     assert (drafts, steps) == (4, 2)  # two steps of 2 drafts; the metadata record is no step
+
+
+def test_a_release_without_a_hook_point_says_which_numbers_are_absent(tmp_path):
+    from specobs.capture.vllm.hookpoints import HOOK_POINTS, lost
+
+    (propose,) = [p for p in HOOK_POINTS if p.method == "propose_draft_token_ids"]
+    gone = lost([propose.where, "vllm.v1.core.sched.scheduler.Scheduler.schedule (signature changed)"])
+    assert gone == ["draft_seconds", "step_seconds (no step start)"]
+    meta = metadata(vllm_version="0.35.0", missing_hooks=gone, pipeline_parallel_size=2, timing_source="worker")
+    bad = {**meta, "missing_hooks": "draft_seconds"}  # not a list: the record is skipped, named
+    folder = write(tmp_path / "r", [step(i, 2, 3, 3, 2) for i in range(20)], [meta, bad])
+    ingested = load([str(folder)])
+    (m,) = ingested.metadata
+    assert (m.missing_hooks, m.pipeline_parallel_size, m.timing_source) == (tuple(gone), 2, "worker")
+    assert [s.why for s in ingested.skipped] == ["missing_hooks is not a list of strings"]
+    report = analyze(ingested)
+    (issue,) = [i for i in report.integrity if i.kind == "missing_hooks"]
+    assert (issue.affected, issue.lost, issue.vllm_version) == (2, tuple(gone), "0.35.0")
+    text = " ".join(document(report)["findings"])
+    assert "vLLM 0.35.0 lacks 2 hook point(s)" in text and "draft_seconds; step_seconds (no step start)" in text
+    # Nothing missing (every capture of a complete release): no finding.
+    clean = write(tmp_path / "c", [step(i, 2, 3, 3, 2) for i in range(20)], [metadata(missing_hooks=[])])
+    assert not [i for i in analyze(load([str(clean)])).integrity if i.kind == "missing_hooks"]

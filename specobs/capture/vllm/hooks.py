@@ -247,7 +247,9 @@ class Capture:
         step = runner.__dict__.get("_specobs_step")
         spans = self._steps.pop(step, None) if step is not None else None
         self._steps.clear()  # anything older belongs to steps whose output has already left
-        if spans is not None and runner.__dict__.get("_specobs_stamped"):
+        if not runner.__dict__.get("_specobs_stamped"):
+            return  # not a step the engine core scheduled (a runner's own warm-up): nothing goes anywhere
+        if spans is not None:
             self.worker.finish(step, spans.draft, spans.verify)
         if not self._facts_sent:  # once: the run metadata's view of this worker
             self._facts_sent = True
@@ -504,7 +506,12 @@ def labels_from_config(vllm_config: Any) -> dict[str, Any]:
         free = labels["method"] in MODEL_FREE
         labels["draft_model"] = draft if draft and not free and draft != labels["model"] else None
         parallel = getattr(vllm_config, "parallel_config", None)
-        labels["engine"] = int(getattr(parallel, "data_parallel_rank", 0) or 0)
+        # The data-parallel rank: vLLM runs each rank of a dense model as its own engine with
+        # data_parallel_rank 0 and keeps the rank in data_parallel_index (0.32 and later).
+        rank = getattr(parallel, "data_parallel_index", None)
+        if not isinstance(rank, int):
+            rank = getattr(parallel, "data_parallel_rank", 0)
+        labels["engine"] = int(rank or 0)
     except Exception:  # labels are best effort; rows still count
         pass
     labels.update(platform_labels())
@@ -842,8 +849,11 @@ def _scheduled_step(self, args: tuple, kwargs: dict) -> int:
     return id(scheduler_output) if key is None else key
 
 
-def _executed_step(self, args: tuple, kwargs: dict) -> int:
-    """As :func:`_scheduled_step`, remembered on the runner for the ``sample_tokens`` that follows."""
+def _executed_step(self, args: tuple, kwargs: dict) -> int | None:
+    """As :func:`_scheduled_step`, remembered on the runner for the ``sample_tokens`` that follows.
+    None for Model Runner V2's dummy runs (start-up, an idle data-parallel rank): no step of the engine's."""
+    if kwargs.get("dummy_run"):
+        return None
     scheduler_output = args[0] if args else kwargs.get("scheduler_output")
     key = stamp_of(scheduler_output)
     self.__dict__["_specobs_stamped"] = key is not None
@@ -870,8 +880,10 @@ def _wrap_timed(kind: str, step=_sampled_step):
             span = _start(capture)
             out = original(self, *args, **kwargs)
             _stop(span)
-            if capture is not None and span is not None:
-                _guard(where, capture.add_span, _guard(where, step, self, args, kwargs), kind, span)
+            if capture is not None:
+                key = _guard(where, step, self, args, kwargs)  # remembered even when the clock failed
+                if span is not None:
+                    _guard(where, capture.add_span, key, kind, span)
             return out
 
         return timed
