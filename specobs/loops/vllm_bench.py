@@ -10,6 +10,13 @@ no CPU (the idle CPU seconds are measured and reported). A third, plain engine (
 measures at the start how far two processes doing the same work differ, then stops. specobs
 capture records every step of every engine into ``events/`` under the output folder; vLLM's
 own log goes beside it.
+
+At tensor or pipeline parallel size > 1 the engine process keeps the engine core (and so the
+scheduler whose table is rewritten), while vLLM spawns its model-runner workers as processes of
+their own: each engine runs in a process group of its own, its CPU time counts its workers', and
+an engine stopped is waited for until every process of its group has gone. Data parallel ranks
+are engines of their own (vLLM's offline ``LLM`` refuses data parallel > 1): the engines here are
+one rank.
 """
 
 from __future__ import annotations
@@ -22,13 +29,15 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from specobs.advice.paired import Block, StepAttribution
 from specobs.errors import InputError, SpecobsError
 from specobs.loops.offline import PLAIN, SECOND_PLAIN, SPECULATIVE, Schedule, tune
+from specobs.loops.parallel import ONE_DEVICE, Parallel, VllmBuild, check_speculation, cpu_binding, installed_vllm
+from specobs.loops.server import wait_gone
 from specobs.records import TuneResult
 
 #: Engine arguments specobs sets unless ``--engine-args`` says otherwise.
@@ -38,6 +47,13 @@ MIN_ROUND_S = 1.0
 #: Steps per block when ks are interleaved inside a generation (the first counts for nothing).
 BLOCK_STEPS = 4
 MAX_PROMPTS = 10_000
+#: At tensor or pipeline parallel > 1, vLLM's workers keep spinning on their queue for a while after
+#: the last step (1 s in vLLM 0.32's shared-memory queue) before they sleep: before another engine
+#: works, the last one waits until its workers use at most this share of a core.
+SETTLE_SHARE = 0.1
+#: How often the workers' CPU is read while they settle, and the longest wait.
+SETTLE_POLL_S = 0.1
+SETTLE_MAX_S = 5.0
 
 
 def read_prompts(path: str) -> tuple[list[str], list[str]]:
@@ -87,11 +103,13 @@ def mixed_lengths(largest: int, max_tokens: int) -> list[int]:
 class _Worker:
     """The parent's handle on one engine process."""
 
-    def __init__(self, name: str, spec: dict[str, Any], log_path: Path) -> None:
+    def __init__(
+        self, name: str, spec: dict[str, Any], log_path: Path, environment: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 (held for the process's lifetime)
-        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "SPECOBS_ENABLE": "0"}
+        env = {**os.environ, **(environment or {}), "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "SPECOBS_ENABLE": "0"}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "specobs.loops.vllm_bench"],
             stdin=subprocess.PIPE,
@@ -99,6 +117,7 @@ class _Worker:
             stderr=self._log,
             env=env,
             text=True,
+            start_new_session=True,  # its group holds the parallel workers vLLM spawns: waited for at close
         )
         self.busy_seconds = 0.0
         self.idle_cpu = 0.0
@@ -146,6 +165,8 @@ class _Worker:
         return answer
 
     def close(self) -> None:
+        """Stop the engine and wait until its workers have gone too: a worker still spinning
+        would slow the engine measured next."""
         if self.process.poll() is None:
             try:
                 self._send({"op": "stop"})
@@ -153,6 +174,7 @@ class _Worker:
             except (SpecobsError, subprocess.TimeoutExpired, OSError):
                 self.process.kill()
                 self.process.wait()
+        wait_gone(self.process.pid, 60)
         self._log.close()
 
 
@@ -172,7 +194,11 @@ class VllmBench:
         workload: str | None = None,
         min_round_s: float = MIN_ROUND_S,
         second_plain: bool = True,
+        parallel: Parallel = ONE_DEVICE,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
+        """``parallel``: every engine's tensor and pipeline parallel sizes (one data-parallel
+        rank); ``environment``: added to the engine processes' (a CPU binding, say)."""
         self.largest = max(batch_sizes)
         #: A second plain engine process runs first, to measure how far two processes differ.
         self.second_plain = second_plain
@@ -183,7 +209,7 @@ class VllmBench:
         spec = dict(speculative_config)
         # The dynamic table at the largest k: the worker rewrites it between rounds.
         spec["num_speculative_tokens_per_batch_size"] = [[1, self.largest, self.max_k]]
-        args = {**DEFAULT_ENGINE_ARGS, **engine_args}
+        args = {**DEFAULT_ENGINE_ARGS, **engine_args, **parallel.engine_args(data_parallel=False)}
         args["max_num_seqs"] = max(int(args.get("max_num_seqs", 0)), self.largest)
         common = {
             "model": model, "engine_args": args, "prompts": list(prompts), "max_tokens": max_tokens,
@@ -191,18 +217,22 @@ class VllmBench:
         }  # fmt: skip
         self.workers: dict[str, _Worker] = {}
         self.released: dict[str, tuple[float, float]] = {}  # busy seconds, idle CPU of stopped engines
+        #: Engines with parallel workers settle before another engine works (:data:`SETTLE_SHARE`).
+        self.parallel = parallel.workers > 1
+        self._last: str | None = None
         started = time.monotonic()
+        env = dict(environment or {})
         try:  # one after the other: two engines starting at once slow each other
             self.workers[PLAIN] = _Worker(PLAIN, {**common, "speculative_config": None, "run_id": "tune-plain"},
-                                          out / "engine-plain.log")  # fmt: skip
+                                          out / "engine-plain.log", env)  # fmt: skip
             self.workers[SPECULATIVE] = _Worker(
                 SPECULATIVE, {**common, "speculative_config": spec, "run_id": "tune-speculative"},
-                out / "engine-speculative.log",
+                out / "engine-speculative.log", env,
             )  # fmt: skip
             if second_plain:
                 self.workers[SECOND_PLAIN] = _Worker(
                     SECOND_PLAIN, {**common, "speculative_config": None, "run_id": "tune-plain-b"},
-                    out / "engine-plain-b.log",
+                    out / "engine-plain-b.log", env,
                 )  # fmt: skip
         except BaseException:
             self.close()
@@ -218,6 +248,10 @@ class VllmBench:
         seed: int,
         seconds: float | None = None,
     ) -> list[Block]:
+        last = self.workers.get(self._last) if self._last is not None and self._last != engine else None
+        if self.parallel and last is not None:
+            last.call(op="settle")  # its workers still spin: wait them out before this engine works
+        self._last = engine
         answer = self.workers[engine].call(
             op="stretch",
             schedules=[[list(r) for r in s] for s in schedules],
@@ -275,6 +309,9 @@ ARGUMENT_NAMES = {
     "budget_s": "budget_s",
     "min_round_s": "min_round_s",
     "prompts": "prompts",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "data_parallel_size": "data_parallel_size",
 }
 
 
@@ -288,9 +325,12 @@ def check_tune_arguments(
     min_round_s: float,
     prompts: Sequence[str] | None,
     names: dict[str, str] = ARGUMENT_NAMES,
+    parallel: Parallel = ONE_DEVICE,
+    vllm: VllmBuild | None = None,
 ) -> None:
     """Raise a :class:`SpecobsError` naming the first argument ``run_tune`` cannot run with
-    (``names``: what to call each; the CLI passes its flags). ``prompts`` None: not read yet."""
+    (``names``: what to call each; the CLI passes its flags). ``prompts`` None: not read yet.
+    ``vllm``: the vLLM that will run (pipeline parallel with speculation crashes in some)."""
     spec = speculative_config
     if not isinstance(spec, dict):
         raise SpecobsError(f'{names["speculative_config"]}: expected a JSON object like \'{{"method": "ngram"}}\'')
@@ -316,6 +356,36 @@ def check_tune_arguments(
         raise SpecobsError(f"{names['model']} {model}: no such model folder")
     if prompts is not None and (not prompts or any(not isinstance(t, str) for t in prompts)):
         raise SpecobsError(f"{names['prompts']}: no prompts (a list of strings)")
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        size = getattr(parallel, key)
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise SpecobsError(f"{names[key]} {size}: must be a whole number of 1 or more")
+    check_speculation(parallel, True, vllm, names["pipeline_parallel_size"])
+
+
+def engine_environment(parallel: Parallel, environment: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What the engine processes get on top of this one's environment: ``environment`` and, on a
+    CPU build of vLLM whose automatic binding cannot start the workers, a core list per worker
+    (:func:`specobs.loops.parallel.cpu_binding`; a binding already set is kept)."""
+    extra = dict(environment or {})
+    return cpu_binding(parallel, {**os.environ, **extra}, installed_vllm(), ranks=parallel.workers) | extra
+
+
+def tune_workload(batch_sizes: Sequence[int], max_tokens: int, parallel: Parallel = ONE_DEVICE) -> str:
+    """The verification workload in words, with the shape it ran at when not one device."""
+    largest = max(batch_sizes)
+    text = (
+        f"{largest} requests of {max_tokens // largest or 1}-{max_tokens} tokens, "
+        "staggered (the batch shrinks from the largest size to 1)"
+    )
+    if parallel.workers > 1:
+        text += f", on engines of {Parallel(parallel.tensor_parallel_size, parallel.pipeline_parallel_size).text()}"
+    if parallel.data_parallel_size > 1:
+        text += (
+            f", one data-parallel rank of {parallel.data_parallel_size} (vLLM drops a batch-size schedule at data "
+            "parallel > 1: one k for every batch size)"
+        )
+    return text
 
 
 def run_tune(
@@ -331,12 +401,22 @@ def run_tune(
     seed: int = 0,
     on_progress: Callable[[str, int], None] | None = None,
     min_round_s: float = MIN_ROUND_S,
+    parallel: Parallel = ONE_DEVICE,
+    environment: Mapping[str, str] | None = None,
 ) -> TuneResult:
-    """``specobs tune``: start the two engines, race, choose, verify, stop the engines."""
+    """``specobs tune``: start the two engines, race, choose, verify, stop the engines.
+
+    ``parallel``: the deployment's shape. The engines run at its tensor and pipeline parallel
+    sizes; with data parallel > 1 they are one rank and the answer is one k for every batch size
+    (vLLM drops a batch-size schedule there). ``environment``: added to the engines' (see
+    :func:`engine_environment`)."""
     check_tune_arguments(
         model=model, speculative_config=speculative_config, batch_sizes=batch_sizes, max_tokens=max_tokens,
-        budget_s=budget_s, min_round_s=min_round_s, prompts=prompts,
+        budget_s=budget_s, min_round_s=min_round_s, prompts=prompts, parallel=parallel, vllm=installed_vllm(),
     )  # fmt: skip
+    for key in engine_args:
+        if key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            raise SpecobsError(f"engine_args {key}: pass the size as parallel (one place says what ran)")
     method = speculative_config.get("method")
     with VllmBench(
         model=model,
@@ -348,6 +428,8 @@ def run_tune(
         out=out,
         workload="tune",
         min_round_s=min_round_s,
+        parallel=parallel,
+        environment=engine_environment(parallel, environment),
     ) as bench:
         if on_progress is not None:
             on_progress("started", 0)
@@ -359,14 +441,41 @@ def run_tune(
             max_k=bench.max_k,
             budget_s=budget_s,
             seed=seed,
-            workload=f"{max(batch_sizes)} requests of {max_tokens // max(batch_sizes) or 1}-{max_tokens} tokens, "
-            "staggered (the batch shrinks from the largest size to 1)",
+            workload=tune_workload(batch_sizes, max_tokens, parallel),
             on_progress=on_progress,
             started_s=bench.start_seconds,
+            static_only=parallel.data_parallel_size > 1,
         )
 
 
 # --- the worker process ---------------------------------------------------------------------------
+
+
+def _descendants_cpu() -> float:  # pragma: no cover - runs in the worker process
+    """CPU seconds of this process's live descendants (vLLM's parallel workers), from Linux
+    ``/proc`` (0 where it cannot be read)."""
+    parents: dict[int, list[tuple[int, float]]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parent, cpu = int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(parent, []).append((int(stat.parent.name), cpu))
+    total = 0.0
+    todo = [os.getpid()]
+    while todo:
+        for child, cpu in parents.get(todo.pop(), ()):
+            total += cpu
+            todo.append(child)
+    return total
+
+
+def _cpu_seconds() -> float:  # pragma: no cover - runs in the worker process
+    """CPU seconds of this engine: its process and its parallel workers (an idle worker that
+    spins is CPU the other engine loses)."""
+    return time.process_time() + _descendants_cpu()
 
 
 def _serve() -> None:  # pragma: no cover - runs in the worker process (tests drive it for real)
@@ -382,7 +491,7 @@ def _serve() -> None:  # pragma: no cover - runs in the worker process (tests dr
     except Exception as exc:
         reply(error=f"{type(exc).__name__}: {exc}")
         return
-    reply(ready=True, cpu=time.process_time())
+    reply(ready=True, cpu=_cpu_seconds())
     for line in sys.stdin:
         command = json.loads(line)
         if command["op"] == "stop":
@@ -409,6 +518,8 @@ class _Engine:  # pragma: no cover - runs in the worker process
         self.largest: int = spec["largest"]
         self.min_round_s: float = spec["min_round_s"]
         self.vllm = vllm
+        args = spec["engine_args"]
+        self.parallel = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1)) > 1
         self.llm = vllm.LLM(model=spec["model"], speculative_config=spec["speculative_config"], **spec["engine_args"])
         self.scheduler = self.llm.llm_engine.engine_core.engine_core.scheduler
         self.max_num_seqs = self.scheduler.scheduler_config.max_num_seqs
@@ -417,6 +528,7 @@ class _Engine:  # pragma: no cover - runs in the worker process
         # Warm-up, not captured: first steps pay one-off costs (compilation, the ngram JIT).
         for batch in (1, self.largest):
             self._generate(batch, 0, [self.max_tokens] * batch)
+        self._settle()
         config = CaptureConfig(run_id=spec["run_id"], workload=spec.get("workload"))
         self.capture = instrument_engine(self.llm, sink=JsonlSink(spec["events"], spec["run_id"]), config=config)
 
@@ -509,11 +621,14 @@ class _Engine:  # pragma: no cover - runs in the worker process
         block[2] += 1
 
     def run(self, command: dict[str, Any]) -> dict[str, Any]:
-        before = time.process_time()
+        before = _cpu_seconds()
         op = command["op"]
         if op == "flush":
             self.capture.recorder.flush()
-            return {"flushed": True, "cpu_before": before, "cpu_after": time.process_time()}
+            return {"flushed": True, "cpu_before": before, "cpu_after": _cpu_seconds()}
+        if op == "settle":
+            self._settle()
+            return {"settled": True, "cpu_before": before, "cpu_after": _cpu_seconds()}
         if op != "stretch":
             raise ValueError(f"unknown command {op!r}")
         begun = time.perf_counter()
@@ -529,7 +644,22 @@ class _Engine:  # pragma: no cover - runs in the worker process
         if not blocks:
             raise ValueError("no step counted")
         seconds = time.perf_counter() - begun
-        return {"blocks": blocks, "seconds": seconds, "cpu_before": before, "cpu_after": time.process_time()}
+        return {"blocks": blocks, "seconds": seconds, "cpu_before": before, "cpu_after": _cpu_seconds()}
+
+    def _settle(self) -> None:
+        """Return once the parallel workers have stopped spinning (:data:`SETTLE_SHARE`), so the
+        engine that works next has the cores to itself; their CPU until then counts as this
+        engine's work, not as idle."""
+        if not self.parallel:
+            return
+        deadline = time.perf_counter() + SETTLE_MAX_S
+        last = _descendants_cpu()
+        while time.perf_counter() < deadline:
+            time.sleep(SETTLE_POLL_S)
+            now = _descendants_cpu()
+            if now - last <= SETTLE_SHARE * SETTLE_POLL_S:
+                return
+            last = now
 
 
 if __name__ == "__main__":  # pragma: no cover
