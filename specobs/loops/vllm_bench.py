@@ -248,9 +248,8 @@ class VllmBench:
         seed: int,
         seconds: float | None = None,
     ) -> list[Block]:
-        last = self.workers.get(self._last) if self._last is not None and self._last != engine else None
-        if self.parallel and last is not None:
-            last.call(op="settle")  # its workers still spin: wait them out before this engine works
+        if self._last != engine:
+            self._settle()  # the last engine's workers still spin: wait them out before this one works
         self._last = engine
         answer = self.workers[engine].call(
             op="stretch",
@@ -261,6 +260,14 @@ class VllmBench:
             seconds=seconds,
         )
         return [Block(*row) for row in answer["blocks"]]
+
+    def _settle(self) -> None:
+        """Wait until the engine that worked last has its parallel workers quiet (nothing to wait
+        for on one device). What they burn until then is that engine's work, not idle CPU."""
+        last = self.workers.get(self._last) if self._last is not None else None
+        if self.parallel and last is not None:
+            last.call(op="settle")
+        self._last = None
 
     def release(self, engine: str) -> None:
         """Stop one engine for good (the second plain process, once it has measured the bias)."""
@@ -273,6 +280,7 @@ class VllmBench:
         """Every step captured so far, as windows (every engine still running flushed first)."""
         from specobs.ingest import load
 
+        self._settle()  # reading the steps takes a moment: no spinning counted as idle meanwhile
         for worker in self.workers.values():
             worker.call(op="flush")
         if not any(self.events.iterdir()):
