@@ -883,6 +883,58 @@ def tune_example() -> str:
     return tune_to_markdown(TuneResult.from_dict(json_outputs()["tune"]))
 
 
+# --- vLLM releases ----------------------------------------------------------------------------------
+
+#: The release checks' results (specobs.capture.vllm.releases), rewritten by
+#: ``python -m tests.support.releases`` and compared exactly by the tests that re-check each release.
+RELEASES = DOCS / "vllm-releases.json"
+
+
+def _names(findings: Iterable[Any]) -> str:
+    return ", ".join(f.name.rsplit(".", 1)[-1] if f.kind.value != "metric" else f.name for f in findings)
+
+
+def _counted(findings: tuple[Any, ...], what: str) -> str:
+    """``all 11 hook points`` or ``10 of 11 hook points (missing: x; changed: y (sig))``."""
+    from specobs.capture.vllm.releases import Status
+
+    wanted = [f for f in findings if not f.optional]
+    present = [f for f in wanted if f.status is Status.PRESENT]
+    if len(present) == len(wanted):
+        return f"all {len(wanted)} {what}"
+    parts = [f"{s.value}: " + ", ".join(f"{f.name}" + (f" {f.detail}" if s is Status.CHANGED and f.detail else "")
+                                        for f in wanted if f.status is s)
+             for s in (Status.MISSING, Status.CHANGED) if any(f.status is s for f in wanted)]  # fmt: skip
+    return f"{len(present)} of {len(wanted)} {what} ({'; '.join(parts)})"
+
+
+def releases_table() -> str:
+    from specobs.capture.vllm.releases import Kind, ReleaseCheck, Status
+
+    rows = []
+    for entry in json.loads(RELEASES.read_text(encoding="utf-8"))["releases"]:
+        result = ReleaseCheck.from_dict(entry["check"])
+        how = {"run": "run in CI", "source": "source only"}[entry["how"]]
+        hooks = result.of(Kind.HOOK_POINT) + result.of(Kind.CALL)
+        code_names = f"{_counted(hooks, 'hook points and calls')}; {_counted(result.of(Kind.ATTRIBUTE), 'attributes')}"
+        methods = result.of(Kind.METHOD)
+        gone = [f for f in methods if f.status is not Status.PRESENT]
+        config = [
+            _counted(result.of(Kind.FIELD), "fields"),
+            f"methods: all {len(methods)} known" if not gone else
+            f"methods: {len(methods) - len(gone)} of {len(methods)} known ({_names(gone)} not in this release)",
+            "rejection_sample_method: " + ", ".join(result.rejection_sample_methods),
+        ]  # fmt: skip
+        if result.unknown_methods:
+            config.append("methods new to specobs: " + ", ".join(result.unknown_methods))
+        rows.append((
+            f"{result.distribution} {result.version}", f"{how}: {entry['note']}", code_names,
+            "; ".join(result.absent) or "nothing", "; ".join(config), _counted(result.of(Kind.METRIC), "series"),
+        ))  # fmt: skip
+    return table(("release", "checked", "hook points and attributes", "rows lack", "config names", "/metrics names"),
+                 rows)  # fmt: skip
+
+
 # --- the tables and where they go -----------------------------------------------------------------
 
 
@@ -890,6 +942,7 @@ def _tables() -> dict[str, tuple[str, Callable[[], str]]]:
     """Table name → (the doc it belongs in, how to build it)."""
     out: dict[str, tuple[str, Callable[[], str]]] = {
         "env": ("vllm.md", env_table),
+        "vllm-releases": ("vllm.md", releases_table),
         "cli-commands": ("cli.md", cli_commands_table),
         "cli-global": ("cli.md", cli_global_table),
         "exit-codes": ("cli.md", exit_codes_table),

@@ -34,14 +34,11 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
+from specobs.ingest import vllm_metrics
 
 FORMAT = "prometheus-api"
-VLLM = {
-    "num_drafts": "vllm:spec_decode_num_drafts_total",
-    "num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
-    "per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-}
+#: vLLM's counters (:data:`specobs.ingest.vllm_metrics.SPEC_DECODE`).
+VLLM = vllm_metrics.SPEC_DECODE
 SPECOBS = {
     "num_drafts": "specobs_drafts_total",
     "num_draft_tokens": "specobs_draft_tokens_total",

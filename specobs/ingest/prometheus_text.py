@@ -31,22 +31,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specobs.errors import Notice, Skipped
 from specobs.ingest import columns as C
+from specobs.ingest import vllm_metrics
 from specobs.ingest.registry import Reader, line_reader
 from specobs.ingest.scan import FoundLines
 
 FORMAT = "prometheus-text"
-#: Serving series read beside the speculative ones: sample name → column (counters are
-#: differenced like the speculative counters; ``running`` is a gauge, read at each scrape).
-_SERVING = {
-    "vllm:generation_tokens_total": "generated",
-    "vllm:inter_token_latency_seconds_sum": "itl_sum",
-    "vllm:inter_token_latency_seconds_count": "itl_count",
-    "vllm:num_requests_running": "running",
-}
+#: Serving series read beside the speculative ones (sample name → column; the names live in
+#: :mod:`specobs.ingest.vllm_metrics`).
+_SERVING = vllm_metrics.SERVING
 _SERVING_COUNTERS = ("generated", "itl_sum", "itl_count")
 NEEDLES = (b"vllm:spec_decode", *(name.encode() for name in _SERVING))
 
-_PREFIX = "vllm:spec_decode_"
+_PREFIX = vllm_metrics.SPEC_DECODE_PREFIX
 #: Sample name (without ``_total``) → windows column.
 _COUNTERS = {
     "num_drafts": "num_drafts",

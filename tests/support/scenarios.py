@@ -12,9 +12,10 @@ from support.paths import SUPPORT
 SCENARIOS = SUPPORT / "vllm_scenarios.py"
 
 
-def run_scenario(*args: str, env: dict | None = None) -> dict:
+def run_scenario(*args: str, env: dict | None = None, python: str | os.PathLike[str] | None = None) -> dict:
+    """The scenario's JSON result; ``python``: another interpreter (a venv of another vLLM release)."""
     result = subprocess.run(
-        [sys.executable, str(SCENARIOS), *args],
+        [str(python or sys.executable), str(SCENARIOS), *args],
         capture_output=True,
         text=True,
         timeout=600,

@@ -25,7 +25,7 @@ import importlib.util
 import io
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,15 @@ PROMPT_LOOKUP = frozenset({"ngram", "ngram_gpu"})
 #: ``tensor_parallel_size``, refuses them).
 NOT_SETTINGS = frozenset({"target_model_config", "target_parallel_config", "draft_model_config",
                           "draft_parallel_config", "draft_load_config", "tensor_parallel_size"})  # fmt: skip
+#: ``SpeculativeConfig`` fields specobs reads or prints by name (every other setting is carried
+#: over as vLLM declares it): the labels (method, draft model), the run metadata (k, the
+#: batch-size schedule, the sample methods) and the config a recommendation prints (k or a
+#: schedule, ngram's lookup bounds). A release without one is a finding of the release checks.
+FIELDS_READ = ("method", "model", "num_speculative_tokens", "num_speculative_tokens_per_batch_size",
+               "prompt_lookup_min", "prompt_lookup_max", "rejection_sample_method", "draft_sample_method")  # fmt: skip
+#: ``rejection_sample_method`` values specobs acts on: ``synthetic`` accepts drafts at configured
+#: rates (a known pitfall: acceptance then measures the config, not the drafter).
+REJECTION_SAMPLE_METHODS = ("synthetic",)
 #: Deepest nesting kept in a setting's value (settings are numbers, names and small lists).
 MAX_DEPTH = 3
 
@@ -164,6 +173,43 @@ def _version(package: Path) -> str | None:
         return None
 
 
+#: Where vLLM declares ``SpeculativeConfig`` (the module, by its dotted name).
+CONFIG_MODULE = "vllm.config.speculative"
+
+#: A vLLM source tree seen as one function: a module's dotted name (``vllm.config.speculative``)
+#: → its source text, None when the tree has no such module. The installed package and a
+#: release's wheel (:mod:`specobs.capture.vllm.releases`) are read the same way.
+ModuleText = Callable[[str], str | None]
+
+
+def package_text(package: Path) -> ModuleText:
+    """The source of the vLLM package in folder ``package`` (``…/site-packages/vllm``)."""
+
+    def text(module: str) -> str | None:
+        path = package.joinpath(*module.split(".")[1:])
+        for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+            try:
+                return candidate.read_text(encoding="utf-8")
+            except (OSError, ValueError):
+                continue
+        return None
+
+    return text
+
+
+def declared(text: ModuleText, class_name: str = "SpeculativeConfig") -> dict[str, Declared] | None:
+    """The fields ``class_name`` declares in ``vllm.config.speculative`` of the source ``text``;
+    None when that module is missing or does not parse."""
+    source = text(CONFIG_MODULE)
+    if source is None:
+        return None
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    return _Reader(tree, text, {}).fields(class_name)
+
+
 @functools.cache
 def installed() -> Installed | None:
     """The installed vLLM's ``SpeculativeConfig`` fields; None without vLLM, or when its source
@@ -171,13 +217,7 @@ def installed() -> Installed | None:
     package = vllm_package()
     if package is None:
         return None
-    source = package / "config" / "speculative.py"
-    try:
-        tree = ast.parse(source.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return None
-    reader = _Reader(package, tree)
-    found = reader.fields("SpeculativeConfig")
+    found = declared(package_text(package))
     return None if not found else Installed(_version(package), found)
 
 
@@ -185,9 +225,10 @@ class _Reader:
     """Field types of a class from a module's syntax tree: ``int | None``, ``Literal`` aliases
     (followed into the vLLM module they are imported from), ``list[...]``, pydantic bounds."""
 
-    def __init__(self, package: Path, tree: ast.Module) -> None:
-        self.package = package
+    def __init__(self, tree: ast.Module, text: ModuleText, modules: dict[str, _Reader | None]) -> None:
         self.tree = tree
+        self.text = text
+        self.modules = modules  # readers of the modules followed so far, shared by one lookup
         self.aliases: dict[str, ast.expr] = {}
         self.imports: dict[str, tuple[str, str]] = {}  # local name -> (module, name)
         for node in tree.body:
@@ -280,20 +321,16 @@ class _Reader:
         module, original = self.imports.get(name, ("", ""))
         if not module.startswith("vllm.") or original != name:
             return None
-        path = self.package.joinpath(*module.split(".")[1:])
-        for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-            reader = _module_reader(str(self.package), str(candidate))
-            if reader is not None and name in reader.aliases:
-                return reader
-        return None
+        reader = self.module(module)
+        return reader if reader is not None and name in reader.aliases else None
 
-
-@functools.cache
-def _module_reader(package: str, path: str) -> _Reader | None:
-    try:
-        return _Reader(Path(package), ast.parse(Path(path).read_text(encoding="utf-8")))
-    except (OSError, SyntaxError, ValueError):
-        return None
+    def module(self, module: str) -> _Reader | None:
+        if module not in self.modules:
+            self.modules[module] = None  # an import cycle ends here
+            source = self.text(module)
+            with contextlib.suppress(SyntaxError, ValueError):
+                self.modules[module] = None if source is None else _Reader(ast.parse(source), self.text, self.modules)
+        return self.modules[module]
 
 
 def _bounds(value: ast.expr | None) -> tuple[tuple[str, float], ...]:
@@ -432,5 +469,6 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-__all__ = ["MODEL_FREE", "PROMPT_LOOKUP", "Built", "Declared", "Installed", "build", "check_fields", "installed",
-           "model_folder", "settings"]  # fmt: skip
+__all__ = ["CONFIG_MODULE", "FIELDS_READ", "MODEL_FREE", "PROMPT_LOOKUP", "REJECTION_SAMPLE_METHODS", "Built",
+           "Declared", "Installed", "ModuleText", "build", "check_fields", "declared", "installed", "model_folder",
+           "package_text", "settings"]  # fmt: skip
