@@ -320,6 +320,21 @@ def test_a_wheel_reads_as_its_folder_and_names_its_distribution(tmp_path):
     assert from_wheel.findings == from_folder.findings and from_wheel.methods == from_folder.methods
 
 
+def test_an_installed_folder_is_named_by_the_dist_info_beside_it(tmp_path):
+    package = write_tree(tmp_path)
+    info = tmp_path / "vllm_fake-0.99.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.4\nName: vllm-fake\nVersion: 0.99.0\n\nName: not-a-header\n")
+    (info / "RECORD").write_text("vllm_fake-0.99.0.dist-info/METADATA,,\nvllm/__init__.py,,\n")  # no top_level.txt
+    other = tmp_path / "other-1.0.dist-info"
+    other.mkdir()
+    (other / "METADATA").write_text("Name: other\nVersion: 1.0\n")
+    (other / "top_level.txt").write_text("other\n")
+    assert (check(tmp_path).distribution, check(package).distribution) == ("vllm-fake", "vllm-fake")
+    with pytest.raises(FileNotFoundError):
+        check(tmp_path / "missing.whl")
+
+
 def test_the_result_round_trips_through_its_json(tmp_path):
     result = check(write_tree(tmp_path, {"v1/worker/gpu/model_runner.py": None}))
     assert ReleaseCheck.from_dict(result.to_dict()) == result

@@ -160,6 +160,8 @@ class Tree:
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such wheel or folder")
         self.zip: zipfile.ZipFile | None = None
         self.folder: Path | None = None
         if path.is_file():
@@ -239,10 +241,11 @@ def _zip_text(archive: zipfile.ZipFile, name: str | None) -> str:
 
 def _installed_metadata(package: Path) -> str:
     """The METADATA of the distribution that installed ``package`` (a ``*.dist-info`` beside it
-    whose ``top_level.txt`` names ``vllm``), or ""."""
+    whose ``top_level.txt`` names ``vllm``, or whose RECORD lists ``vllm/__init__.py``), or ""."""
     for info in sorted(package.parent.glob("*.dist-info")):
         try:
-            if "vllm" in (info / "top_level.txt").read_text().split():
+            top = (info / "top_level.txt").read_text().split() if (info / "top_level.txt").is_file() else []
+            if "vllm" in top or (not top and "\nvllm/__init__.py," in "\n" + (info / "RECORD").read_text()):
                 return (info / "METADATA").read_text(encoding="utf-8")
         except OSError:
             continue
