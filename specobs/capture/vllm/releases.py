@@ -1,6 +1,6 @@
 """A vLLM release checked from its source, never imported: does it still have what specobs uses?
 
-specobs relies on vLLM by name in four ways, each kept in one table elsewhere and only read
+specobs relies on vLLM by name in three ways, each kept in one table elsewhere and only read
 here: the methods the capture patches and the attributes it reads (:mod:`.hookpoints`, and
 :data:`ATTRIBUTES` below), the ``SpeculativeConfig`` names it reads and prints
 (:data:`~specobs.capture.vllm.speculative.FIELDS_READ`, the method names of
@@ -50,7 +50,8 @@ REQUEST = "vllm.v1.request.Request"
 SCHEDULER_STATS = "vllm.v1.metrics.stats.SchedulerStats"
 SPEC_DECODING_STATS = "vllm.v1.spec_decode.metrics.SpecDecodingStats"
 
-#: Attributes the hooks and the stat logger read on vLLM's objects (owner class, attribute, what rows lack without it).
+#: Attributes the hooks and the stat logger read on vLLM's objects: (owner class, attribute, what
+#: rows lack without it).
 ATTRIBUTES: tuple[tuple[str, str, str], ...] = (
     (SCHEDULER, "num_spec_tokens", "num_spec_tokens (the configured k)"),
     (SCHEDULER, "dynamic_sd_lookup", "num_spec_tokens under a batch-size schedule (the configured k is written)"),
