@@ -156,9 +156,12 @@ class _Worker:
         return f"{what}{last}; see {self.log_path}"
 
     def call(self, **command: Any) -> dict[str, Any]:
+        """Send one command and wait for its answer. CPU the engine used since its last answer
+        is idle CPU, except before ``settle``: that comes right after its own work, and is its
+        workers still spinning from it, with no other engine working meanwhile."""
         self._send(command)
         answer = self._receive(f"the {self.name} engine failed during '{command['op']}'")
-        if self._last_cpu is not None and "cpu_before" in answer:
+        if self._last_cpu is not None and "cpu_before" in answer and command["op"] != "settle":
             self.idle_cpu += max(answer["cpu_before"] - self._last_cpu, 0.0)
         self._last_cpu = answer.get("cpu_after", self._last_cpu)
         self.busy_seconds += answer.get("seconds", 0.0)
@@ -238,6 +241,9 @@ class VllmBench:
             self.close()
             raise
         self.start_seconds = time.monotonic() - started
+        for worker in self.workers.values():  # idle CPU counts from here: starting the others is not measuring
+            worker.call(op="flush")
+            worker.idle_cpu = 0.0
 
     def stretch(
         self,
@@ -271,6 +277,7 @@ class VllmBench:
 
     def release(self, engine: str) -> None:
         """Stop one engine for good (the second plain process, once it has measured the bias)."""
+        self._settle()
         worker = self.workers.pop(engine, None)
         if worker is not None:
             self.released[engine] = (worker.busy_seconds, worker.idle_cpu)
