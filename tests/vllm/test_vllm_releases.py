@@ -60,12 +60,21 @@ def test_the_installed_release_is_as_checked():
     assert check(package).to_dict() == committed[requirement]["check"], RECHECK
 
 
-@pytest.mark.parametrize("requirement", OLDER)
-def test_an_older_release_captures_exactly_in_a_venv_of_its_own(requirement, models):
-    python = _venv(requirement)
+@pytest.fixture(scope="module", params=OLDER)
+def older(request) -> tuple[str, Path]:
+    """(requirement, the python of its venv)."""
+    return request.param, _venv(request.param)
+
+
+def test_an_older_release_in_its_venv_is_as_checked(older):
+    requirement, python = older
     package = data.package_of(python)
     assert package.is_relative_to(python.parent.parent)  # the venv's own vLLM, not this one's
     assert check(package).to_dict() == data.checked()[requirement]["check"], RECHECK
+
+
+def test_an_older_release_captures_exactly_in_its_venv(older, models):
+    _, python = older
     for method, label in (("ngram", "ngram"), ("draft", "draft_model")):
         r = run_scenario("capture", method, str(models), python=python)
         assert r["on"] == r["off"]  # the capture changes nothing the engine generates
