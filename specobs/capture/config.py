@@ -149,6 +149,14 @@ SPECOBS_ONLINE_TUNER_CHUNK_STEPS = EnvironmentVariable(
     aliases=("SPECOBS_TUNE_CHUNK_STEPS",),
 )
 
+SPECOBS_FRONT_END = EnvironmentVariable(
+    "SPECOBS_FRONT_END",
+    None,
+    "set by specobs in vLLM's front-end process for the engine cores it starts, not by users: JSON of what "
+    "an engine core no longer sees (the data parallel size, which vLLM resets to 1 in each rank of a dense "
+    "model, and a batch-size schedule vLLM dropped at data parallel > 1)",
+)
+
 #: The capture variables, in the order docs/vllm.md lists them.
 VARIABLES: tuple[EnvironmentVariable, ...] = (
     SPECOBS_ENABLE,
@@ -169,6 +177,7 @@ VARIABLES: tuple[EnvironmentVariable, ...] = (
     SPECOBS_ONLINE_TUNER,
     SPECOBS_ONLINE_TUNER_SHARE,
     SPECOBS_ONLINE_TUNER_CHUNK_STEPS,
+    SPECOBS_FRONT_END,
 )
 _FORMATS = ("jsonl", "parquet")
 _MB = 1024 * 1024

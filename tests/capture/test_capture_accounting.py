@@ -250,6 +250,20 @@ class FakeRunnerV2:
         return output
 
 
+class FakeVllmConfig:
+    """``vllm.config.vllm.VllmConfig`` as the front end builds it: ``__post_init__`` drops a
+    batch-size schedule at data parallel > 1 (``_maybe_disable_dynamic_sd_for_data_parallel``)."""
+
+    def __init__(self, data_parallel_size: int, schedule: list[tuple[int, int, int]] | None) -> None:
+        self.parallel_config = SimpleNamespace(data_parallel_size=data_parallel_size)
+        self.speculative_config = SimpleNamespace(num_speculative_tokens_per_batch_size=schedule)
+        self._maybe_disable_dynamic_sd_for_data_parallel()
+
+    def _maybe_disable_dynamic_sd_for_data_parallel(self) -> None:
+        if self.speculative_config.num_speculative_tokens_per_batch_size and self.parallel_config.data_parallel_size > 1:
+            self.speculative_config.num_speculative_tokens_per_batch_size = None
+
+
 class Engine:
     """One engine core: the scheduler and the runner called in vLLM's order."""
 
@@ -307,6 +321,7 @@ def engine(monkeypatch):
             Recorder([sink], flush_interval=60.0),
             scheduler=FakeScheduler,
             runners={runner: runner_cls},
+            vllm_config=FakeVllmConfig,
             clock=clock,
         )
         assert capture.missing == []
@@ -764,3 +779,31 @@ def test_a_worker_without_hooks_leaves_rows_untimed_and_counted_and_worker_error
     e.step(Req("c", drafted=2, accepted=2))
     e.step(Req("d", drafted=2, accepted=2))
     assert recorder.hook_errors == 2 * 3
+
+
+def test_a_schedule_vllm_drops_at_data_parallel_reaches_the_engine_cores_metadata(engine, monkeypatch):
+    """The front end notes the data parallel size and the schedule before vLLM drops it; each
+    rank's engine core (a dense model's: reconfigured to data parallel size 1, rank 0) reads
+    them back, so the known pitfall fires on captured metadata, not only on logs."""
+    from specobs.analysis.pitfalls import matching
+    from specobs.capture.config import SPECOBS_FRONT_END
+    from specobs.records import RunMetadata
+
+    monkeypatch.delenv(SPECOBS_FRONT_END.name, raising=False)
+    e = engine(num_spec_tokens=3, warm=False)
+    front = FakeVllmConfig(2, [(1, 4, 3), (5, 8, 1)])  # what `vllm serve --data-parallel-size 2` builds
+    assert front.speculative_config.num_speculative_tokens_per_batch_size is None  # vLLM dropped it
+    # The engine core of rank 1, as vLLM reconfigures a dense model's rank.
+    e.scheduler.vllm_config.parallel_config = SimpleNamespace(data_parallel_size=1, data_parallel_rank=0,
+                                                              data_parallel_index=1)  # fmt: skip
+    e.scheduler.vllm_config.speculative_config.num_speculative_tokens = 3
+    e.scheduler.vllm_config.speculative_config.num_speculative_tokens_per_batch_size = None
+    for _ in range(3):
+        e.step(Req("a", drafted=3, accepted=2))
+    steps, _ = e.rows()
+    (record,) = e.sink.metadata
+    assert (record["engine"], record["data_parallel_size"]) == (1, 2)
+    assert record["schedule_configured"] == ((1, 4, 3), (5, 8, 1)) and record["schedule"] is None
+    assert {r["engine"] for r in steps} == {1}
+    meta = RunMetadata(**{k: v for k, v in record.items() if k != "specobs_metadata"})
+    assert [p.id for p in matching(meta, None)] == ["schedule_disabled"]

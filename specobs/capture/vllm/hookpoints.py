@@ -4,7 +4,8 @@ which numbers are absent without it.
 One table serves three readers: the hooks (:mod:`specobs.capture.vllm.hooks` patches exactly
 these), the start-up warning and the run metadata of a release that lacks one (``missing`` names
 the numbers lost, not only the method), and the release checks that read a vLLM release's
-source without installing it (tests/vllm/test_releases.py, docs/vllm.md's release table).
+source without installing it (specobs/capture/vllm/releases.py; tests/project/test_release_checks.py,
+tests/vllm/test_vllm_releases.py; docs/vllm.md's release table).
 
 Read against vLLM 0.32 (installed) and 0.33 (source from its wheel)::
 
@@ -22,6 +23,8 @@ SCHEDULER = "vllm.v1.core.sched.scheduler.Scheduler"
 RUNNER_V1 = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
 #: Model Runner V2 (``VLLM_USE_V2_MODEL_RUNNER``); optional: a release may not have it.
 RUNNER_V2 = "vllm.v1.worker.gpu.model_runner.GPUModelRunner"
+#: The engine's whole config, built in the front-end process (the API server, an ``LLM``).
+VLLM_CONFIG = "vllm.config.vllm.VllmConfig"
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,8 @@ class HookPoint:
     method: str
     """The method wrapped on that class."""
     role: str
-    """``scheduler``, ``runner_v1`` or ``runner_v2``: which process and object it lives in."""
+    """``scheduler``, ``runner_v1``, ``runner_v2`` or ``config`` (the front end's config): which
+    process and object it lives in."""
     without: str
     """What the rows lack when a release does not have it (said at start-up and in the report)."""
     params: tuple[str, ...] | None = None
@@ -76,6 +80,8 @@ HOOK_POINTS: tuple[HookPoint, ...] = (
     HookPoint(RUNNER_V2, "sample_tokens", "runner_v2",
               "draft_seconds and the step's timing hand-off under Model Runner V2"),
     HookPoint(RUNNER_V2, "sample", "runner_v2", "verify_seconds under Model Runner V2 (rejection sampling)"),
+    HookPoint(VLLM_CONFIG, "_maybe_disable_dynamic_sd_for_data_parallel", "config",
+              "data_parallel_size and a dropped schedule in the run metadata at data parallel > 1"),
 )
 
 #: Model Runner V2 keeps its proposer on the runner instance: ``self.speculator.propose(...)`` in
@@ -101,5 +107,5 @@ def lost(missing: list[str]) -> list[str]:
     return out
 
 
-__all__ = ["HOOK_POINTS", "OPTIONAL_ROLES", "RUNNER_V1", "RUNNER_V2", "SCHEDULER", "V2_SPECULATOR_CALL",
+__all__ = ["HOOK_POINTS", "OPTIONAL_ROLES", "RUNNER_V1", "RUNNER_V2", "SCHEDULER", "V2_SPECULATOR_CALL", "VLLM_CONFIG",
            "HookPoint", "lost"]  # fmt: skip

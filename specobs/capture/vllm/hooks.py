@@ -27,7 +27,9 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import json
 import logging
+import os
 import platform
 import threading
 import time
@@ -37,12 +39,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specobs.capture.config import CaptureConfig
+from specobs.capture.config import SPECOBS_FRONT_END, CaptureConfig
 from specobs.capture.handoff import HANDOFF_ATTR, Joiner, WorkerTiming, stamp, stamp_of
 from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.timing import clock_for_device, clock_of
-from specobs.capture.vllm.hookpoints import HOOK_POINTS, RUNNER_V1, RUNNER_V2, SCHEDULER, lost
+from specobs.capture.vllm.hookpoints import HOOK_POINTS, RUNNER_V1, RUNNER_V2, SCHEDULER, VLLM_CONFIG, lost
 from specobs.capture.vllm.speculative import MODEL_FREE
 from specobs.schema import METADATA_LABELS, REQUEST_KEY, request_key
 
@@ -567,13 +569,14 @@ def install(
     *,
     scheduler: type | None = None,
     runners: dict[str, type] | None = None,
+    vllm_config: type | None = None,
     clock: Any = None,
     wiring: Wiring | None = None,
 ) -> Capture:
     """Install the hooks in this process (idempotent) and return the capture state.
 
-    ``scheduler`` and ``runners`` (``{"v1": cls, "v2": cls}``, Model Runner V1 and V2) are the
-    classes to patch, vLLM's by default; ``clock`` makes the spans (default: the device's);
+    ``scheduler``, ``runners`` (``{"v1": cls, "v2": cls}``, Model Runner V1 and V2) and
+    ``vllm_config`` are the classes to patch, vLLM's by default; ``clock`` makes the spans (default: the device's);
     ``wiring`` plugs in the exporters and the online tuner (:func:`specobs.vllm.wiring`).
     Tests pass fakes shaped like vLLM's (tests/test_capture_accounting.py).
     """
@@ -581,7 +584,7 @@ def install(
     with _LOCK:
         if _CAPTURE is None:
             capture = Capture(config or CaptureConfig.from_env(), recorder, clock, wiring)
-            _patch_all(capture, scheduler, runners)
+            _patch_all(capture, scheduler, runners, vllm_config)
             _CAPTURE = capture
             if capture.missing:
                 logger.warning(
@@ -606,9 +609,14 @@ def uninstall() -> None:
         capture._recorder.close()
 
 
-def _patch_all(capture: Capture, scheduler: type | None = None, runners: dict[str, type] | None = None) -> None:
+def _patch_all(
+    capture: Capture,
+    scheduler: type | None = None,
+    runners: dict[str, type] | None = None,
+    vllm_config: type | None = None,
+) -> None:
     """Patch every hook point of :data:`~specobs.capture.vllm.hookpoints.HOOK_POINTS` that this vLLM has."""
-    classes: dict[str, type | None] = {"scheduler": scheduler}
+    classes: dict[str, type | None] = {"scheduler": scheduler, "config": vllm_config}
     if scheduler is None:
         classes["scheduler"] = _import_class(SCHEDULER, capture)
     if runners is None:
@@ -616,6 +624,8 @@ def _patch_all(capture: Capture, scheduler: type | None = None, runners: dict[st
         classes["runner_v2"] = _import_class(RUNNER_V2, capture, optional=True)
     else:
         classes["runner_v1"], classes["runner_v2"] = runners.get("v1"), runners.get("v2")
+    if vllm_config is None and runners is None:  # vLLM's own classes (tests pass fakes, or none)
+        classes["config"] = _import_class(VLLM_CONFIG, capture)
     for point in HOOK_POINTS:
         cls = classes.get(point.role)
         if cls is None or (point.needs_requests and capture.requests is None):
@@ -675,6 +685,37 @@ def _wrap_schedule(original, where):
         return out
 
     return schedule
+
+
+def _wrap_dp_schedule(original, where):
+    """``VllmConfig._maybe_disable_dynamic_sd_for_data_parallel``, in the front end: before vLLM
+    drops a batch-size schedule at data parallel > 1, note it and the data parallel size for the
+    engine cores this process will start (they inherit its environment)."""
+
+    def _maybe_disable_dynamic_sd_for_data_parallel(self, *args, **kwargs):
+        _guard(where, _note_front_end, self)
+        return original(self, *args, **kwargs)
+
+    return _maybe_disable_dynamic_sd_for_data_parallel
+
+
+_noted_here = False  # this process wrote the note (a front end); else one inherited is the front end's
+
+
+def _note_front_end(vllm_config: Any) -> None:
+    """The note, unless this process inherited one: an engine core rebuilds its config after vLLM
+    has reset a dense model's data parallel size to 1 and dropped the schedule."""
+    global _noted_here
+    if SPECOBS_FRONT_END.raw() is not None and not _noted_here:
+        return
+    _noted_here = True
+    size = getattr(getattr(vllm_config, "parallel_config", None), "data_parallel_size", None)
+    spec = getattr(vllm_config, "speculative_config", None)
+    schedule = getattr(spec, "num_speculative_tokens_per_batch_size", None) if spec is not None else None
+    os.environ[SPECOBS_FRONT_END.name] = json.dumps({
+        "data_parallel_size": size if isinstance(size, int) else None,
+        "schedule_configured": [[int(x) for x in r] for r in schedule] if schedule else None,
+    })  # fmt: skip
 
 
 def _wrap_make_stats(original, where):
@@ -907,6 +948,7 @@ _WRAPPERS: dict[tuple[str, str], Callable[[Any, str], Any]] = {
     ("runner_v2", "execute_model"): _wrap_execute,
     ("runner_v2", "sample_tokens"): _wrap_sample_tokens,
     ("runner_v2", "sample"): _wrap_timed("verify"),
+    ("config", "_maybe_disable_dynamic_sd_for_data_parallel"): _wrap_dp_schedule,
 }
 
 

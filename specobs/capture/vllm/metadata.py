@@ -13,11 +13,13 @@ ingest side builds from it), so that the engine process never imports the analys
 
 from __future__ import annotations
 
+import json
 import os
 import platform as host
 import time
 from typing import Any
 
+from specobs.capture.config import SPECOBS_FRONT_END
 from specobs.capture.vllm.hookpoints import lost
 from specobs.capture.vllm.speculative import settings
 from specobs.schema import METADATA_KEY, METADATA_VERSION
@@ -150,6 +152,7 @@ def engine_metadata(
         target = None if configured is None else str(getattr(configured, "name", configured))
     schedule = getattr(spec, "num_speculative_tokens_per_batch_size", None) if spec is not None else None
     v2 = _read(lambda: bool(vllm_config.use_v2_model_runner))
+    front = front_end()
     return dict(
         ts=time.time(),
         run_id=labels.get("run_id"),
@@ -163,8 +166,8 @@ def engine_metadata(
         # Every setting the engine's SpeculativeConfig holds (what a recommendation's config carries over).
         speculative_config=_read(settings, spec) if spec is not None else None,
         schedule=_read(lambda: tuple((int(a), int(b), int(k)) for a, b, k in schedule)) if schedule else None,
-        # Only what the engine still holds: vLLM has dropped a schedule it refuses (data parallel > 1).
-        schedule_configured=None,
+        # What the front end was given, where vLLM dropped it (data parallel > 1): the engine holds none.
+        schedule_configured=_schedule(front.get("schedule_configured")) if not schedule else None,
         max_num_seqs=_int(getattr(getattr(vllm_config, "scheduler_config", None), "max_num_seqs", None)),
         rejection_sample_method=_str(getattr(spec, "rejection_sample_method", None)) if spec is not None else None,
         draft_sample_method=_str(getattr(spec, "draft_sample_method", None)) if spec is not None else None,
@@ -178,13 +181,32 @@ def engine_metadata(
         model_runner=None if v2 is None else ("v2" if v2 else "v1"),
         tensor_parallel_size=_int(getattr(parallel, "tensor_parallel_size", None)),
         pipeline_parallel_size=_int(getattr(parallel, "pipeline_parallel_size", None)),
-        data_parallel_size=_int(getattr(parallel, "data_parallel_size", None)),
+        data_parallel_size=max(_int(getattr(parallel, "data_parallel_size", None)) or 1,
+                               _int(front.get("data_parallel_size")) or 1) if parallel is not None else None,
         dtype=_str(getattr(model_config, "dtype", None), strip="torch."),
         kv_cache_dtype=_str(getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None)),
         environment=environment(),
         timing_source="engine_core" if runner is not None else "worker" if worker is not None else None,
         missing_hooks=lost([*missing, *((worker or {}).get("missing") or [])]),
     )
+
+
+def front_end(environ: Any = None) -> dict[str, Any]:
+    """What the front end noted for this engine core (:data:`SPECOBS_FRONT_END`): {} when unset or unreadable."""
+    raw = SPECOBS_FRONT_END.raw(environ)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _schedule(value: Any) -> tuple[tuple[int, int, int], ...] | None:
+    """A ``[[low, high, k], ...]`` list as the metadata's tuples; None when it is not one."""
+    if not isinstance(value, list) or not value:
+        return None
+    rows = [r for r in value if isinstance(r, list) and len(r) == 3 and all(type(x) is int for x in r)]
+    return tuple((a, b, k) for a, b, k in rows) if len(rows) == len(value) else None
 
 
 def metadata_row(vllm_config: Any, runner: Any, labels: dict[str, Any], **more: Any) -> dict[str, Any]:
