@@ -605,7 +605,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "buckets[].batch_size_min": "lowest batch size",
         "buckets[].batch_size_max": "highest batch size",
         "buckets[].num_speculative_tokens": "the k chosen there (0: off)",
-        "buckets[].basis": "`measured`, `measured either side`, `model`, `nearest measured` or `plain engine`",
+        "buckets[].basis": "`measured`, `measured either side`, `model`, `nearest measured`, `plain engine` or "
+        "`best static k` (data parallel > 1: one k everywhere)",
         "buckets[].measured_batch_size": "the measured batch size the choice comes from, or null",
         "buckets[].tokens_per_second": "tokens/s measured there for the chosen k, or null",
         "buckets[].decided": "the race established the leader's advantage, or a tie within ±2%, at 95% over its "
@@ -632,7 +633,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "verification.cycles": "cycles of blocks behind the gain over the best static k",
         "verification.half_width_target": "the relative half-width both gains' intervals were run to (0.05)",
         "verification.target_met": "both gains' 95% intervals within the target",
-        "verification.workload": "the workload, in words",
+        "verification.workload": "the workload, in words, with the shape the engines ran at when not one device "
+        "(`on engines of tensor parallel 2`, `one data-parallel rank of 4`)",
         "verification.schedule_tokens_per_second": "tokens/s of the chosen configuration",
         "verification.best_static_num_speculative_tokens": "the single k with the best predicted workload time",
         "verification.best_static_tokens_per_second": "its tokens/s",
