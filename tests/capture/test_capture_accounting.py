@@ -224,8 +224,21 @@ class FakeSpeculator:
         return [[7] for _ in input_batch]
 
 
+class AsyncOutput:
+    """Model Runner V2's ``AsyncOutput``: ``get_output()`` fills the ``ModelRunnerOutput`` made
+    before drafting and returns that same object (vllm/v1/worker/gpu/async_utils.py)."""
+
+    def __init__(self, output: ModelRunnerOutput) -> None:
+        self.model_runner_output = output
+
+    def get_output(self) -> ModelRunnerOutput:
+        return self.model_runner_output
+
+
 class FakeRunnerV2:
-    """Model Runner V2 (``vllm.v1.worker.gpu.model_runner.GPUModelRunner``): ``sample`` and ``speculator.propose``."""
+    """Model Runner V2 (``vllm.v1.worker.gpu.model_runner.GPUModelRunner``): ``sample``, the output
+    wrapped in an ``AsyncOutput``, then ``speculator.propose``, then the async output returned
+    (always, even without async scheduling), as vLLM 0.32 and 0.33 run it."""
 
     def __init__(self, clock: FakeTime) -> None:
         self.clock = clock
@@ -241,13 +254,13 @@ class FakeRunnerV2:
         self.clock.advance(SAMPLE)
         return _sampled(input_batch)
 
-    def sample_tokens(self, grammar_output) -> ModelRunnerOutput | None:
+    def sample_tokens(self, grammar_output) -> AsyncOutput | None:
         if self.execute_model_state is None:
             return None
         plan, self.execute_model_state = self.execute_model_state.plan, None
-        output = self.sample(None, plan, grammar_output)
+        async_output = AsyncOutput(self.sample(None, plan, grammar_output))
         self.speculator.propose(plan, None, None, None, None, None)
-        return output
+        return async_output
 
 
 class FakeVllmConfig:
@@ -278,6 +291,8 @@ class Engine:
         """``execute_model`` then ``sample_tokens`` (EngineCore.step and step_with_batch_queue alike)."""
         assert self.runner.execute_model(scheduler_output) is None
         output = self.runner.sample_tokens(None)
+        if isinstance(output, AsyncOutput):  # the engine core's AsyncOutputFuture.result()
+            output = output.get_output()
         assert output is not None
         return output
 
@@ -654,17 +669,22 @@ def _worker(conn, mode: str) -> None:
     hooks._CAPTURE = None  # forked from a process with hooks: this one gets its own (the class patches stay)
     clock = LateClock() if mode == "late" else FakeTime()
     hooks.time = clock  # this process only
+    runner_cls = FakeRunnerV2 if mode == "v2" else FakeRunner
     if mode != "unhooked":
-        hooks.install(CaptureConfig(run_id="t"), scheduler=FakeScheduler, runners={"v1": FakeRunner}, clock=clock)
+        runners = {"v2" if mode == "v2" else "v1": runner_cls}
+        hooks.install(CaptureConfig(run_id="t"), scheduler=FakeScheduler, runners=runners, clock=clock)
         if mode == "broken":
             hooks.current().clock = BrokenClock()
-    runner = FakeRunner(clock)
+    runner = runner_cls(clock)
     runner.attn_groups = [[SimpleNamespace(backend=Backend("ROCM_AITER_FA"), layer_names=["model.layers.0"])]]
     runner.drafter = SimpleNamespace(draft_attn_groups=[])
     while (message := conn.recv_bytes()) != b"stop":
         scheduler_output = pickle.loads(message)
         assert runner.execute_model(scheduler_output) is None
-        conn.send_bytes(pickle.dumps(runner.sample_tokens(None)))
+        output = runner.sample_tokens(None)
+        if isinstance(output, AsyncOutput):  # vLLM's WorkerProc.enqueue_output: get_output(), then pickle
+            output = output.get_output()
+        conn.send_bytes(pickle.dumps(output))
     conn.close()
 
 
@@ -807,3 +827,16 @@ def test_a_schedule_vllm_drops_at_data_parallel_reaches_the_engine_cores_metadat
     assert {r["engine"] for r in steps} == {1}
     meta = RunMetadata(**{k: v for k, v in record.items() if k != "specobs_metadata"})
     assert [p.id for p in matching(meta, None)] == ["schedule_disabled"]
+
+
+def test_model_runner_v2_in_a_worker_hands_its_timing_over_through_the_async_output(split_engine):
+    """Model Runner V2 (the default on GPUs) returns an AsyncOutput from sample_tokens; the worker
+    process calls its get_output() before pickling. The timing rides on the output it gives."""
+    e = split_engine("v2")
+    e.step(Req("start", prefill=4))
+    e.step(Req("a", drafted=3, accepted=1), Req("b", drafted=3, accepted=3))  # 8 tokens
+    _, one = e.rows()[0]
+    assert one["verify_seconds"] == pytest.approx(0.008 + 0.002)  # execute_model + sample
+    assert one["draft_seconds"] == pytest.approx(0.001)  # speculator.propose, 2 requests
+    assert per_pos(one) == ([2, 1, 1], [2, 2, 2], [2, 2, 1])
+    assert hooks.current().recorder.untimed_steps == 0
