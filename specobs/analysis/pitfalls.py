@@ -8,7 +8,8 @@ metadata; ``analysis.integrity`` words every match as a config-integrity issue, 
 
 Condition language (``Pitfall.when``): field → a tuple of allowed values (``None`` in it
 allows an unknown value), or ``"set"`` / ``">1"``; ``environment.NAME`` reads one environment
-variable; ``a|b`` is met when either field is.
+variable and ``speculative_config.NAME`` one setting of the speculative config; ``a|b`` is met
+when either field is.
 """
 
 from __future__ import annotations
@@ -104,6 +105,19 @@ PITFALLS: tuple[Pitfall, ...] = (
         ),
     ),
     Pitfall(
+        id="adaptive_verification_counts",
+        title="Adaptive verification: drafts left unverified count as rejected",
+        when={"speculative_config.enable_adaptive_verification": (True,)},
+        source="https://github.com/vllm-project/vllm/pull/47808",
+        advice=(
+            "With enable_adaptive_verification (Model Runner V2, full CUDA graphs) the target verifies only a "
+            "per-step budget of each request's drafts, yet vLLM's scheduler counts every drafted token (vLLM 0.32 "
+            "and 0.33: Scheduler.update_from_output), so drafts never verified count as rejected: acceptance and "
+            "per-position rates here are of drafted tokens, lower than the target's acceptance of what it verified. "
+            "Compare configurations by tokens per step and step time, not by acceptance rate."
+        ),
+    ),
+    Pitfall(
         id="mtp_zero_acceptance",
         title="MTP drafting but accepting nothing",
         when={"method": MTP},
@@ -129,6 +143,8 @@ BY_ID = {p.id: p for p in PITFALLS}
 def _value(metadata: RunMetadata, name: str) -> Any:
     if name.startswith("environment."):
         return metadata.environment.get(name.removeprefix("environment."))
+    if name.startswith("speculative_config."):
+        return (metadata.speculative_config or {}).get(name.removeprefix("speculative_config."))
     return getattr(metadata, name)
 
 
@@ -165,7 +181,7 @@ def matching(
 def field_names(pitfall: Pitfall) -> set[str]:
     """The run-metadata fields a pitfall's condition reads (``environment`` for its variables)."""
     names = {n for key in pitfall.when for n in key.split("|")}
-    return {"environment" if n.startswith("environment.") else n for n in names}
+    return {n.split(".", 1)[0] for n in names}
 
 
 def as_table(pitfalls: Sequence[Pitfall] = PITFALLS) -> list[Mapping[str, Any]]:
