@@ -61,7 +61,7 @@ class Recorder:
         self.hook_errors = 0
         self.sink_errors = 0
         self.unresolved_timings = 0
-        self.untimed_steps = 0  # steps that ran and whose timing never reached this process
+        self.untimed_steps = 0  # steps that ran and were written without their verify time (never arrived)
         self.rows_written = 0
         self._queue: deque[StepRow | dict[str, Any]] = deque()
         self._pending: list[tuple[float, dict[str, Any]]] = []
@@ -186,6 +186,8 @@ def _resolve(row: dict[str, Any], *, force: bool, recorder: Recorder) -> bool:
                 if not force and not any(getattr(span, "expired", False) for span in value):
                     return False
                 recorder.unresolved_timings += 1
+                if key == "verify_seconds":  # the step itself goes untimed
+                    recorder.untimed_steps += 1
                 row[key] = None
             else:
                 row[key] = float(sum(parts))

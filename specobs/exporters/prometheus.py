@@ -24,7 +24,8 @@ Names and labels are a contract (docs/exporters.md, rules in exporters/prometheu
 - histogram ``specobs_request_acceptance_length`` (fixed buckets
   :data:`~specobs.exporters.mapping.REQUEST_ACCEPTANCE_BOUNDS`): each finished request's acceptance
   length, when request capture (``SPECOBS_REQUESTS``) hands ``requests`` rows over;
-- ``specobs_dropped_events_total``, ``specobs_hook_errors_total`` (read from the recorder at scrape);
+- ``specobs_dropped_events_total``, ``specobs_hook_errors_total``, ``specobs_untimed_steps_total``
+  (read from the recorder at scrape);
 - ``specobs_label_overflow_total{label}`` and ``specobs_dropped_values_total{reason}``: what the
   mapping folded into ``other`` or left out.
 
@@ -224,7 +225,8 @@ class _Tuning(Collector):
 
 
 class _Health(Collector):
-    """``specobs_dropped_events_total`` and ``specobs_hook_errors_total``, read at scrape time."""
+    """``specobs_dropped_events_total``, ``specobs_hook_errors_total`` and
+    ``specobs_untimed_steps_total``, read at scrape time."""
 
     def __init__(self, counters: Callable[[], dict[str, int]]) -> None:
         self._counters = counters
@@ -239,6 +241,11 @@ class _Health(Collector):
             "specobs_hook_errors", "Failures inside specobs hooks (counted, never raised into vLLM).",
             value=values.get("hook_errors", 0),
         )  # fmt: skip
+        yield CounterMetricFamily(
+            "specobs_untimed_steps",
+            "Engine steps that ran but whose draft/verify timing never reached the engine core (left untimed).",
+            value=values.get("untimed_steps", 0),
+        )
 
 
 class PrometheusMetrics:

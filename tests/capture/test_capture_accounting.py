@@ -775,6 +775,7 @@ def test_timing_still_in_flight_comes_with_a_later_output_and_a_lost_one_is_coun
     *_, bc = e.sink.rows
     assert (bc["batch_size"], bc["verify_seconds"], bc["draft_seconds"]) == (2, None, None)
     assert bc["num_accepted_tokens"] == 3 and recorder.unresolved_timings == 2  # its draft and verify
+    assert recorder.untimed_steps == 1  # one step went untimed
     # A restarted worker times the next steps again.
     e.start_worker("host")
     e.step(Req("d", drafted=3, accepted=1))

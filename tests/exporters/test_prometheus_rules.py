@@ -64,7 +64,7 @@ def _exporter_families() -> tuple[set[str], set[str]]:
 SPECOBS_METRICS, SPECOBS_HISTOGRAMS = _exporter_families()
 # Metrics without an engine label (tuning gauges), and without model_name either (health).
 NO_ENGINE = {"specobs_predicted_speedup", "specobs_recommended_num_speculative_tokens"}
-HEALTH = {"specobs_dropped_events_total", "specobs_hook_errors_total"}
+HEALTH = {"specobs_dropped_events_total", "specobs_hook_errors_total", "specobs_untimed_steps_total"}
 # Labels an expression may aggregate by: all bounded.
 BOUNDED_LABELS = {
     "model_name", "engine", "method", "position", "batch_size_bucket", "le",

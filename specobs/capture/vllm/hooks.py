@@ -15,11 +15,15 @@ Where the numbers come from (vLLM V1; read against vLLM 0.32, see docs/vllm.md):
   ``execute_model``, ``sample`` and ``speculator.propose`` instead. The CPU runner inherits
   the GPU runner's methods.
 
-Runner and scheduler meet in the engine-core process (vLLM runs the model in that process
-for a single GPU, in both in-process and multiprocess mode), keyed by the identity of the
-``SchedulerOutput`` of the step, so acceptance and timing of one step land in one row even
-when async scheduling overlaps steps. A hook point that this vLLM version lacks is skipped
-with one warning; every hook runs vLLM's own code unchanged and only guards its own work.
+Runner and scheduler meet per step, keyed by the step number the ``schedule`` hook stamps on
+the step's ``SchedulerOutput`` (its identity when it cannot be stamped), so acceptance and timing
+of one step land in one row even when async scheduling overlaps steps. In one process (one GPU
+per engine) they meet directly; where the model runs in worker processes (tensor or pipeline
+parallel), the worker that returns the step's output times it and hands the seconds over with
+that output (:mod:`specobs.capture.handoff`). An engine's first step is engine start: no step
+time. The hook points are a table (:mod:`specobs.capture.vllm.hookpoints`); one that this vLLM
+version lacks is skipped with one warning naming what the rows then lack; every hook runs
+vLLM's own code unchanged and only guards its own work.
 """
 
 from __future__ import annotations
