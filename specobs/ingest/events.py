@@ -37,7 +37,7 @@ from typing import Any
 import polars as pl
 
 from specobs import schema
-from specobs.errors import InputError, Skipped
+from specobs.errors import InputError, Notice, Skipped
 from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.source import Source, read_whole
 from specobs.records import SourceReport
@@ -143,10 +143,26 @@ def _scan_parquet(src: Source) -> pl.LazyFrame:
     return schema.conform(frame, schema.STEPS)
 
 
+#: Why an unfinished last line is left out (a notice, not a skipped record).
+WRITE_CUT = (
+    "the last line ends without a newline and is not a whole record: a write cut short (the process "
+    "stopped mid-write); left out"
+)
+
+
 def read_jsonl(src: Source) -> tuple[pl.LazyFrame, list[Skipped]]:
-    """Steps from a JSON Lines event file; malformed lines are skipped and reported."""
+    """Steps from a JSON Lines event file; malformed lines are skipped and reported.
+
+    The capture ends every write with a newline, but a process killed mid-write (SIGKILL, a
+    crash) can leave part of its last line on disk: a last line without a newline that does not
+    parse is that unfinished write, left out with a notice, not a bad record."""
     data, cut = read_whole(src)
     said: list[Skipped] = [cut] if cut is not None else []
+    if data and not data.endswith(b"\n"):
+        tail = data.rfind(b"\n") + 1
+        if _record(data[tail:].strip())[1]:
+            said.append(Notice(src.name, data.count(b"\n", 0, tail) + 1, WRITE_CUT))
+            data = data[:tail]
     try:
         frame = pl.read_ndjson(io.BytesIO(data), schema=schema.STEPS, ignore_errors=False)
         if not frame.select(_invalid(_list_shape(frame)).any()).item():

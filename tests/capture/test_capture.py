@@ -304,7 +304,10 @@ def test_sigkill_leaves_only_complete_records(tmp_path, kind):
     result = load([str(tmp_path)])
     frame = result.windows.collect()
     assert frame.height > 1000
-    assert result.skipped == []  # no torn line, no half-written part
+    assert result.skipped == []  # no bad record, no half-written part
+    # A kill inside a write can leave part of the last line (the kernel stops a large write between
+    # pages): at most that one unfinished line, left out with a notice, never counted.
+    assert len(result.notices) <= 1 and all("write cut short" in n.why for n in result.notices)
     assert (frame["num_accepted_tokens"] == 3).all()
     assert all(not name.endswith(".tmp") for name in os.listdir(tmp_path) if not name.startswith("."))
 

@@ -127,3 +127,24 @@ def test_the_report_names_a_bad_parquet_row(tmp_path):
     assert data["skipped_lines"]["examples"] == [{"source": str(path), "line": 4, "why": "batch_size is negative (-4)"}]
     assert data["sources"][0]["skipped"] == 1
     assert data["summary"]["num_drafts"] == good_drafts
+
+
+def test_an_unfinished_last_line_is_a_notice_and_a_bad_line_before_it_is_still_skipped(tmp_path):
+    """A process killed mid-write leaves part of its last line: left out with a notice, not
+    counted as a bad record; a bad line elsewhere is still skipped and named."""
+    from specobs.ingest import load
+    from specobs.ingest.events import WRITE_CUT
+
+    def good(ts: float) -> str:
+        return f'{{"ts":{ts},"run_id":"r","num_drafts":2,"num_draft_tokens":6,"num_accepted_tokens":3}}'
+
+    path = tmp_path / "specobs-r-p1-0001.jsonl"
+    path.write_text(good(1) + "\n" + '{"ts": "x"' + "\n" + good(2) + "\n" + good(3)[:40])  # no newline at the end
+    result = load([str(path)])
+    assert result.windows.collect()["num_drafts"].sum() == 4  # the two whole records
+    assert [(s.line, s.why) for s in result.skipped] == [(2, "not valid JSON (Expecting ',' delimiter)")]
+    assert [(n.line, n.why) for n in result.notices] == [(4, WRITE_CUT)]
+    # A whole last record without its newline is a record, not a cut.
+    path.write_text(good(1) + "\n" + good(2))
+    result = load([str(path)])
+    assert result.windows.collect().height == 2 and result.notices == [] and result.skipped == []
