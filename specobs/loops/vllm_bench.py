@@ -416,15 +416,16 @@ def run_tune(
     seed: int = 0,
     on_progress: Callable[[str, int], None] | None = None,
     min_round_s: float = MIN_ROUND_S,
-    parallel: Parallel = ONE_DEVICE,
+    parallel: Parallel | None = None,
     environment: Mapping[str, str] | None = None,
 ) -> TuneResult:
     """``specobs tune``: start the two engines, race, choose, verify, stop the engines.
 
-    ``parallel``: the deployment's shape. The engines run at its tensor and pipeline parallel
-    sizes; with data parallel > 1 they are one rank and the answer is one k for every batch size
-    (vLLM drops a batch-size schedule there). ``environment``: added to the engines' (see
-    :func:`engine_environment`)."""
+    ``parallel``: the deployment's shape (None: one device). The engines run at its tensor and
+    pipeline parallel sizes; with data parallel > 1 they are one rank and the answer is one k for
+    every batch size (vLLM drops a batch-size schedule there). ``environment``: added to the
+    engines' (see :func:`engine_environment`)."""
+    parallel = parallel or ONE_DEVICE
     check_tune_arguments(
         model=model, speculative_config=speculative_config, batch_sizes=batch_sizes, max_tokens=max_tokens,
         budget_s=budget_s, min_round_s=min_round_s, prompts=prompts, parallel=parallel, vllm=installed_vllm(),
