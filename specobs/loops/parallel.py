@@ -265,11 +265,12 @@ def cpu_binding(
     workers ("Not enough allowed NUMA nodes to bind threads"): a one-node machine cannot start
     tensor or pipeline parallel without a binding. ``ranks`` is how many workers the variable
     lists (an engine's tensor × pipeline workers; a server with data parallel > 1 lists every
-    rank's, and vLLM hands each rank its slice). The allowed cores are split into ``ranks``
-    consecutive equal groups; like vLLM's own binding, as many cores as workers are kept free for
-    the engine core and the front end when there are at least twice as many cores as workers.
-    A binding the user set, data parallel alone, or a GPU build: nothing to do."""
-    if vllm is None or not vllm.cpu or parallel.workers == 1 or CPU_BIND in environment:
+    rank's, and vLLM hands each rank its slice: data parallel 2 on one node needs it too). The
+    allowed cores are split into ``ranks`` consecutive equal groups; like vLLM's own binding, as
+    many cores as workers are kept free for the engine core and the front end when there are at
+    least twice as many cores as workers. A binding the user set, one worker, or a GPU build:
+    nothing to do."""
+    if vllm is None or not vllm.cpu or ranks == 1 or CPU_BIND in environment:
         return {}
     cpus = allowed_cpus() if cpus is None else sorted(cpus)
     if (numa_nodes(cpus) if nodes is None else nodes) >= ranks:

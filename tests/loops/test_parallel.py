@@ -155,7 +155,7 @@ def test_the_installed_vllm_is_read_from_its_package_metadata(monkeypatch):
         (Parallel(2, 1, 2), 4, range(8), 1, "0|1|2|3"),  # a server's every data-parallel rank
         (Parallel(2), 2, [2, 3, 6, 7, 10, 11], 1, "2-3|6-7"),  # the cores this process may use
         (Parallel(2), 2, range(16), 2, None),  # a NUMA node per worker: vLLM's own binding works
-        (Parallel(1, 1, 4), 4, range(2), 1, None),  # data parallel alone: passed through as it is
+        (Parallel(1, 1, 2), 2, [0, 1], 1, "0|1"),  # a server's two data-parallel ranks: a worker each
     ],
 )
 def test_a_cpu_build_gets_a_core_list_per_worker_where_its_own_binding_cannot_start(shape, ranks, cpus, nodes, bind):
