@@ -40,7 +40,7 @@ def register() -> None:
     install the hooks when ``SPECOBS_ENABLE`` is set (idempotent). Only the engine-core process
     (where the scheduler and the model run) produces rows; its recorder starts on the first row."""
     config = CaptureConfig.from_env()
-    if not config.enabled or not config.hooks:
+    if not config.enabled or not config.hooks or (config.workers_only and not _worker_process()):
         return
     # Engine-core processes start from this one: let them share its run id.
     os.environ.setdefault(SPECOBS_RUN_ID.name, config.run_id)
@@ -52,12 +52,21 @@ def register() -> None:
         logger.warning("specobs: capture not started (%s: %s)", type(exc).__name__, exc)
 
 
+def _worker_process() -> bool:
+    """Whether this is one of vLLM's worker processes (``MultiprocExecutor`` names them ``VllmWorker-<rank>``)."""
+    import multiprocessing
+
+    return multiprocessing.current_process().name.startswith("VllmWorker")
+
+
 def instrument(llm: Any = None, sink: Sink | None = None, *, config: CaptureConfig | None = None) -> hooks.Capture:
     """Install the hooks in this process and send rows to ``sink`` (default: event files per env).
 
     The hooks live in the process that runs the engine core. An offline ``LLM`` runs it in
     this process when ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; otherwise set ``SPECOBS_ENABLE=1``
-    before creating the ``LLM`` so the plugin installs them in the engine-core process.
+    before creating the ``LLM`` so the plugin installs them in the engine-core process. At tensor
+    or pipeline parallel the model runs in worker processes: set ``SPECOBS_ENABLE=workers``
+    before creating the ``LLM`` so that they time the steps and hand the seconds over.
     Returns the capture state (``.recorder.flush()``, ``.recorder.counters``).
     """
     from specobs.capture.vllm.instrument import instrument_engine

@@ -69,8 +69,14 @@ class EnvironmentVariable:
 
 
 SPECOBS_ENABLE = EnvironmentVariable(
-    "SPECOBS_ENABLE", "0", "`1` (or `true`, `yes`, `on`) turns capture on in every vLLM process"
+    "SPECOBS_ENABLE",
+    "0",
+    "`1` (or `true`, `yes`, `on`) turns capture on in every vLLM process; `workers`: only in vLLM's worker "
+    "processes (tensor/pipeline parallel), for a process that installs the capture itself with "
+    "`specobs.vllm.instrument()` on an in-process engine core",
 )
+#: ``SPECOBS_ENABLE``'s value that installs the hooks in vLLM's worker processes only.
+WORKERS_ONLY = "workers"
 SPECOBS_DIR = EnvironmentVariable(
     "SPECOBS_DIR",
     "specobs-events",
@@ -206,6 +212,7 @@ def _default(variable: EnvironmentVariable) -> float:
 @dataclass(frozen=True)
 class CaptureConfig:
     enabled: bool = False
+    workers_only: bool = False  # SPECOBS_ENABLE=workers: hooks in vLLM's worker processes only
     directory: str = str(SPECOBS_DIR.default)
     format: str = str(SPECOBS_FORMAT.default)
     run_id: str = field(default_factory=default_run_id)
@@ -229,8 +236,10 @@ class CaptureConfig:
         """The settings the environment (``os.environ`` unless given) asks for."""
         env = os.environ if environ is None else environ
         fmt = (SPECOBS_FORMAT.text(env) or "").strip().lower()
+        workers_only = (SPECOBS_ENABLE.raw(env) or "").strip().lower() == WORKERS_ONLY
         return cls(
-            enabled=SPECOBS_ENABLE.flag(env),
+            enabled=workers_only or SPECOBS_ENABLE.flag(env),
+            workers_only=workers_only,
             directory=SPECOBS_DIR.text(env) or cls.directory,
             format=fmt if fmt in _FORMATS else cls.format,
             # The front-end and engine-core processes start apart; a run id set by the user

@@ -109,7 +109,9 @@ class _Worker:
         self.name = name
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 (held for the process's lifetime)
-        env = {**os.environ, **(environment or {}), "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "SPECOBS_ENABLE": "0"}
+        # The engine installs its own capture (after its warm-up); its workers, at tensor or pipeline
+        # parallel, need the hooks from their start to hand the steps' timing over.
+        env = {**os.environ, **(environment or {}), "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "SPECOBS_ENABLE": "workers"}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "specobs.loops.vllm_bench"],
             stdin=subprocess.PIPE,

@@ -613,3 +613,27 @@ def test_the_online_tuner_reads_its_earlier_variable_names_too():
     both = CaptureConfig.from_env({"SPECOBS_TUNE": "apply", "SPECOBS_ONLINE_TUNER": "observe"})
     assert both.online_tuner == "observe"
     assert CaptureConfig.from_env({}).online_tuner is None
+
+
+def test_workers_only_installs_the_hooks_in_vllms_worker_processes_alone(monkeypatch):
+    """SPECOBS_ENABLE=workers (what specobs tune starts its engines with): the plugin installs the hooks
+    in a process vLLM named ``VllmWorker-<rank>`` and nowhere else."""
+    import multiprocessing
+
+    import specobs.vllm
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.vllm import hooks
+
+    config = CaptureConfig.from_env({"SPECOBS_ENABLE": "workers"})
+    assert (config.enabled, config.workers_only) == (True, True)
+    assert CaptureConfig.from_env({"SPECOBS_ENABLE": "1"}).workers_only is False
+    assert CaptureConfig.from_env({"SPECOBS_ENABLE": "worker"}).enabled is False  # not a value: the default
+    monkeypatch.setenv("SPECOBS_ENABLE", "workers")
+    monkeypatch.delenv("SPECOBS_RUN_ID", raising=False)  # register() sets it for the processes it starts
+    installed: list[bool] = []
+    monkeypatch.setattr(hooks, "install", lambda *a, **k: installed.append(True))
+    specobs.vllm.register()  # this test process: not a worker
+    assert installed == []
+    monkeypatch.setattr(multiprocessing.current_process(), "name", "VllmWorker-1")
+    specobs.vllm.register()
+    assert installed == [True]
