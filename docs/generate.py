@@ -667,6 +667,11 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "seconds.verification": "the verification",
         "seconds.total": "all of it",
         "decided": "every measured batch size's race ended with a decision",
+        "parallel": "the shape every engine ran at: `tensor_parallel_size`, `pipeline_parallel_size`, "
+        "`data_parallel_size` (1 each on one device)",
+        "parallel.tensor_parallel_size": "tensor parallel size of every engine",
+        "parallel.pipeline_parallel_size": "pipeline parallel size of every engine",
+        "parallel.data_parallel_size": "data parallel size of the deployment (the engines ran one rank)",
     },
     "compare": {
         "verdict": "the sentence: configuration first, then throughput, then acceptance",

@@ -1335,6 +1335,9 @@ class TuneResult(Result):
     noise: TuneNoise
     seconds: dict[str, float]  # engine start, race, fit, verification, total
     decided: bool  # every measured batch size's race ended with a decision
+    #: The shape every engine ran at: tensor, pipeline and data parallel sizes (None: a result
+    #: from before the loops took a shape, or from a bench that is not vLLM).
+    parallel: Mapping[str, int] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TuneResult:
@@ -1350,6 +1353,7 @@ class TuneResult(Result):
             noise=TuneNoise(**data["noise"]),
             seconds=dict(data["seconds"]),
             decided=bool(data["decided"]),
+            parallel={str(k): int(v) for k, v in data["parallel"].items()} if data.get("parallel") else None,
         )
 
 

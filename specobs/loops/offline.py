@@ -34,6 +34,7 @@ numbers say (:mod:`specobs.advice.paired` says how two candidates are compared):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -59,6 +60,7 @@ from specobs.advice.paired import (
 )
 from specobs.advice.recommend import recommend
 from specobs.analysis.intervals import Z95
+from specobs.loops.parallel import ONE_DEVICE, Parallel
 from specobs.records import TuneBucket, TuneMeasurement, TuneNoise, TuneResult, TuneVerification
 
 PLAIN = "plain"
@@ -689,10 +691,11 @@ def tune(
     clock: Callable[[], float] = time.monotonic,
     started_s: float = 0.0,
     static_only: bool = False,
+    parallel: Parallel = ONE_DEVICE,
 ) -> TuneResult:
     """Race, choose, verify (module docstring); ``started_s`` is the engines' start-up time.
     ``static_only``: the answer is one k for every batch size (data parallel > 1), still
-    verified against plain decoding."""
+    verified against plain decoding. ``parallel``: the shape the bench's engines ran at (recorded)."""
     rng = random.Random(seed)
     begin = clock()
     largest = max(batch_sizes)
@@ -773,4 +776,5 @@ def tune(
             "total": started_s + done - begin,
         },
         decided=all(state.decided.get(b, False) for b in batch_sizes),
+        parallel=dataclasses.asdict(parallel),
     )

@@ -463,6 +463,7 @@ def run_tune(
             on_progress=on_progress,
             started_s=bench.start_seconds,
             static_only=parallel.data_parallel_size > 1,
+            parallel=parallel,
         )
 
 
