@@ -230,6 +230,7 @@ class AsyncOutput:
 
     def __init__(self, output: ModelRunnerOutput) -> None:
         self.model_runner_output = output
+        self.sampled_token_ids = output.sampled_token_ids  # vLLM's has its own copy too: not what travels
 
     def get_output(self) -> ModelRunnerOutput:
         return self.model_runner_output

@@ -123,3 +123,36 @@ def test_a_row_waits_for_late_seconds_and_an_expired_wait_is_written_untimed_at_
     assert (two["draft_seconds"], two["verify_seconds"]) == (None, None)
     assert (recorder.unresolved_timings, recorder.untimed_steps) == (2, 1)
     recorder.close()
+
+
+def test_an_async_output_carries_the_timing_on_what_it_gives_and_no_output_keeps_it_for_the_next():
+    """Model Runner V2's AsyncOutput has a sampled_token_ids of its own, but what travels to the
+    engine core is what its get_output() gives: the seconds go there. A sample_tokens that returns
+    nothing (no step to sample) keeps them for the next output, without an error."""
+    from types import SimpleNamespace
+
+    from specobs.capture.config import CaptureConfig
+    from specobs.capture.handoff import HANDOFF_ATTR
+    from specobs.capture.timing import HostClock
+    from specobs.capture.vllm.hooks import Capture
+
+    capture = Capture(CaptureConfig(run_id="t"), clock=HostClock())
+    capture._facts_sent = True
+    runner = SimpleNamespace()
+
+    def step(n: int) -> None:
+        runner.__dict__.update(_specobs_step=n, _specobs_stamped=True)
+        span = capture.clock.start()
+        span.stop()
+        capture.add_span(n, "verify", span)
+
+    step(1)
+    capture.hand_off(runner, None)  # nothing to carry it
+    inner = Output()
+    outer = SimpleNamespace(sampled_token_ids=[[1]], get_output=lambda: inner)
+    step(2)
+    capture.hand_off(runner, outer)
+    assert HANDOFF_ATTR not in vars(outer)  # the async wrapper does not travel
+    assert outer.get_output() is inner
+    entries, errors, _ = vars(inner)[HANDOFF_ATTR]
+    assert [e[0] for e in entries] == [1, 2] and errors == 0 and capture.worker.errors == 0

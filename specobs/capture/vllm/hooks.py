@@ -257,6 +257,8 @@ class Capture:
             return  # not a step the engine core scheduled (a runner's own warm-up): nothing goes anywhere
         if spans is not None:
             self.worker.finish(step, spans.draft, spans.verify)
+        if getattr(output, "__dict__", None) is None:
+            return  # nothing to carry it (no output): the seconds wait for the next output
         if not self._facts_sent:  # once: the run metadata's view of this worker
             self._facts_sent = True
             from specobs.capture.vllm.metadata import worker_facts
@@ -265,18 +267,20 @@ class Capture:
         payload = self.worker.payload()
         if payload is None:
             return
-        if hasattr(output, "sampled_token_ids"):  # a ModelRunnerOutput
+        get_output = getattr(output, "get_output", None)
+        if not callable(get_output):  # a ModelRunnerOutput: it travels as it is
             _attach(output, payload)
             return
-        get_output = getattr(output, "get_output", None)  # an AsyncModelRunnerOutput: wrap its result
-        if callable(get_output) and hasattr(output, "__dict__"):
+        # An AsyncModelRunnerOutput (Model Runner V2's AsyncOutput, V1's with async scheduling): the
+        # object that travels is what get_output() gives (the async one even has its own
+        # sampled_token_ids), so the timing goes on that.
 
-            def with_timing() -> Any:
-                result = get_output()  # vLLM's own: its errors are vLLM's
-                _guard("hand-off", _attach, result, payload)
-                return result
+        def with_timing() -> Any:
+            result = get_output()  # vLLM's own: its errors are vLLM's
+            _guard("hand-off", _attach, result, payload)
+            return result
 
-            output.get_output = with_timing
+        output.get_output = with_timing
 
     def add_span(self, key: int | None, kind: str, span: Any) -> None:
         if key is not None:
