@@ -50,7 +50,7 @@ def serve_recording(tmp_path_factory):
 
 
 #: Test tiers (docs/testing.md): heavy or tool-bound tests that a ``-m`` selection must name.
-TIERS = ("vllm", "browser", "prometheus", "slow")
+TIERS = ("vllm", "parallel", "browser", "prometheus", "slow")
 
 
 def pytest_collection_modifyitems(config, items):

