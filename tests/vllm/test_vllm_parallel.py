@@ -24,6 +24,7 @@ import polars as pl
 import pytest
 from support.helpers import run_cli
 from support.paths import SUPPORT
+from support.steady import measured_speedup
 
 from specobs.ingest import load
 
@@ -98,13 +99,8 @@ def test_outputs_are_identical_with_the_capture_on_and_off(engines):
     assert engines["ngram"]["outputs"] == engines["plain"]["outputs"] == engines["draft"]["outputs"]
 
 
-def _tokens_per_second(events: Path, batch_size: int) -> float:
-    """By hand: generated tokens over step seconds at one batch size, the engine's first step and
-    steps over 4× the median step left out (specobs's steady-state rule, written out again)."""
-    steps = load([str(events)]).windows.collect().sort("start_ts").slice(1)
-    steps = steps.filter(pl.col("batch_size") == batch_size)
-    steady = steps.filter(pl.col("step_seconds") <= 4 * steps["step_seconds"].median())
-    return steady["num_generated_tokens"].sum() / steady["step_seconds"].sum()
+def _steps_of(events: Path) -> pl.DataFrame:
+    return load([str(events)]).windows.collect()
 
 
 def test_recommend_on_a_tensor_parallel_capture_rests_on_measured_speedups(engines):
@@ -115,8 +111,8 @@ def test_recommend_on_a_tensor_parallel_capture_rests_on_measured_speedups(engin
     ran = {p["batch_size_min"]: p for p in data["predicted"] if p["method"] == "ngram" and p["num_speculative_tokens"] == 3}
     for batch in (1, 4):  # the batch sizes both engines ran: measured, and as measured by hand
         assert ran[batch]["basis"] == "measured", ran[batch]
-        by_hand = _tokens_per_second(ngram, batch) / _tokens_per_second(plain, batch)
-        assert ran[batch]["measured_speedup"] == pytest.approx(by_hand, rel=0.03)
+        by_hand = measured_speedup(_steps_of(ngram), _steps_of(plain), batch)
+        assert ran[batch]["measured_speedup"] == pytest.approx(by_hand, rel=1e-9)
     assert not any("no draft" in a for a in data["assumptions"]), data["assumptions"]
     assert data["recommended"]["baseline"] == "plain engine"
 

@@ -707,20 +707,19 @@ def _wrap_dp_schedule(original, where):
     return _maybe_disable_dynamic_sd_for_data_parallel
 
 
-_noted_here = False  # this process wrote the note (a front end); else one inherited is the front end's
-
-
 def _note_front_end(vllm_config: Any) -> None:
-    """The note, unless this process inherited one: an engine core rebuilds its config after vLLM
-    has reset a dense model's data parallel size to 1 and dropped the schedule."""
-    global _noted_here
-    if SPECOBS_FRONT_END.raw() is not None and not _noted_here:
+    """The note, signed with this process's pid, unless this process is an engine core whose front
+    end (its parent) wrote one: an engine core rebuilds its config after vLLM has reset a dense
+    model's data parallel size to 1 and dropped the schedule, which must not overwrite it."""
+    from specobs.capture.vllm.metadata import front_end
+
+    if front_end().get("pid") == os.getppid():
         return
-    _noted_here = True
     size = getattr(getattr(vllm_config, "parallel_config", None), "data_parallel_size", None)
     spec = getattr(vllm_config, "speculative_config", None)
     schedule = getattr(spec, "num_speculative_tokens_per_batch_size", None) if spec is not None else None
     os.environ[SPECOBS_FRONT_END.name] = json.dumps({
+        "pid": os.getpid(),
         "data_parallel_size": size if isinstance(size, int) else None,
         "schedule_configured": [[int(x) for x in r] for r in schedule] if schedule else None,
     })  # fmt: skip

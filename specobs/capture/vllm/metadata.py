@@ -152,7 +152,7 @@ def engine_metadata(
         target = None if configured is None else str(getattr(configured, "name", configured))
     schedule = getattr(spec, "num_speculative_tokens_per_batch_size", None) if spec is not None else None
     v2 = _read(lambda: bool(vllm_config.use_v2_model_runner))
-    front = front_end()
+    front = front_end(own=True)
     return dict(
         ts=time.time(),
         run_id=labels.get("run_id"),
@@ -191,14 +191,21 @@ def engine_metadata(
     )
 
 
-def front_end(environ: Any = None) -> dict[str, Any]:
-    """What the front end noted for this engine core (:data:`SPECOBS_FRONT_END`): {} when unset or unreadable."""
+def front_end(environ: Any = None, *, own: bool = False) -> dict[str, Any]:
+    """What the front end noted (:data:`SPECOBS_FRONT_END`): {} when unset or unreadable. ``own``:
+    only a note written by this process or its parent (the front end that started this engine
+    core); one inherited from further up (a shell, a parent that ran another vLLM) is not this
+    engine's."""
     raw = SPECOBS_FRONT_END.raw(environ)
     try:
         value = json.loads(raw) if raw else {}
     except ValueError:
         return {}
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict):
+        return {}
+    if own and value.get("pid") not in (os.getpid(), os.getppid()):
+        return {}
+    return value
 
 
 def _schedule(value: Any) -> tuple[tuple[int, int, int], ...] | None:
