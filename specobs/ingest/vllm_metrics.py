@@ -35,14 +35,6 @@ SERVING = {
     "vllm:num_requests_running": "running",
 }
 
-#: The V0 engine's names (gone from vLLM with V0): still read from old scrapes, never looked up
-#: in a release. Its ``_total`` counters held lifetime sums, so only the rate gauge is kept.
-V0 = (
-    "vllm:spec_decode_draft_acceptance_rate",
-    "vllm:spec_decode_efficiency",
-    "vllm:spec_decode_num_emitted_tokens_total",
-)
-
 #: Every V1 sample name specobs reads from ``/metrics``: what a release must still register.
 READ = (*SPEC_DECODE.values(), *SERVING)
 
@@ -59,4 +51,4 @@ def family(sample: str) -> tuple[str, str]:
     return sample, "gauge"
 
 
-__all__ = ["READ", "SERVING", "SPEC_DECODE", "SPEC_DECODE_PREFIX", "SUFFIX_KINDS", "V0", "family"]
+__all__ = ["READ", "SERVING", "SPEC_DECODE", "SPEC_DECODE_PREFIX", "SUFFIX_KINDS", "family"]

@@ -34,7 +34,6 @@ numbers say (:mod:`specobs.advice.paired` says how two candidates are compared):
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
@@ -776,5 +775,5 @@ def tune(
             "total": started_s + done - begin,
         },
         decided=all(state.decided.get(b, False) for b in batch_sizes),
-        parallel=dataclasses.asdict(parallel),
+        parallel=parallel.to_dict(),
     )
