@@ -110,10 +110,13 @@ def test_tune_at_tensor_parallel_2(models, tmp_path):
     drafting = spec.sort("start_ts").slice(1).filter(pl.col("num_drafts") > 0)
     assert drafting.height > 0 and drafting["verify_seconds"].null_count() == 0
     assert drafting["draft_seconds"].null_count() == 0 and data["noise"]["k0_tax"] is not None
-    # The idle engine's workers settled before the other engine worked: little CPU while waiting.
+    # The idle engine's workers settled before the other engine worked. Unsettled, each switch
+    # leaves two workers spinning a whole second (vLLM's queue) while the other engine works:
+    # 1-2 CPU seconds a switch, over a dozen switches more than all the busy time together.
+    # Settled, what is left is noise of the shared machine (0.3x busy here, 0.65x once in CI).
     noise = data["noise"]
     busy = sum(noise["busy_seconds"].values())
-    assert sum(noise["idle_cpu_seconds"].values()) < 0.5 * busy, noise
+    assert sum(noise["idle_cpu_seconds"].values()) < busy, noise
     assert data["verification"]["rounds"] >= 3 and data["noise"]["engine_bias_basis"].startswith("two plain")
     print(f"tune at tensor parallel 2 took {took:.0f} s (engine start {data['seconds']['engine_start']:.0f} s)")
 
