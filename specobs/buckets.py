@@ -7,6 +7,8 @@ labels, the recommendation and ``specobs tune`` choose a k per bucket (vLLM's
 ``num_speculative_tokens_per_batch_size`` table takes the bounds, the last one ending at the
 engine's largest batch), and the exporters publish them as the ``batch_size_bucket`` label
 (bounded: up to :data:`LARGEST`, then ``2048+``; ``unknown`` without a batch size).
+
+Context lengths are bucketed the same way (:func:`context_expr`: tokens in context, ``512-1023``).
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ def expr(batch_size: pl.Expr) -> pl.Expr:
     return pl.lit(2, pl.Int64).pow(exponent).replace_strict(_LABELS, return_dtype=pl.String)
 
 
+def context_expr(length: pl.Expr) -> pl.Expr:
+    """The context-length bucket of a mean context length in tokens: the same power-of-two ranges
+    (``256-511``, ``512-1023``, …) of tokens in context; null stays null (unknown, never 0)."""
+    return expr(length.floor().cast(pl.Int64))
+
+
 def spans(largest: int, *, capped: bool = True) -> list[tuple[int, int]]:
     """The buckets from 1 up to ``largest``, contiguous: ``capped`` ends the last at ``largest``
     (vLLM's table for an engine of that many sequences), else at its own ``high``."""
@@ -98,6 +106,7 @@ __all__ = [
     "UNKNOWN",
     "bounded_label",
     "bounds_of",
+    "context_expr",
     "expr",
     "label",
     "label_of",

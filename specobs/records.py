@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
+from specobs.dimensions import ENVIRONMENT, ENVIRONMENT_EXTRA, fields_of
 from specobs.errors import Notice, Skipped
 from specobs.schema import METADATA_KEY, METADATA_LABELS, METADATA_VERSION
 
@@ -617,6 +618,9 @@ class Report(Result):
     #: True when the input holds finished requests alone: ``summary`` and ``groups`` are then
     #: summed from the requests' own counts (one window per request; ``analysis.requests.as_windows``).
     summary_from_requests: bool = False
+    #: ``by`` names no group knows a value of: the inputs do not record them (a log has no context
+    #: length; a run without metadata no attention backend).
+    unrecorded: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -651,6 +655,7 @@ class Report(Result):
             "breaks": [rounded(b.to_dict()) for b in self.breaks],
             "serving": rounded(self.serving.to_dict()) if self.serving is not None else None,
             "load_advice": [rounded(a.to_dict()) for a in self.load_advice],
+            "unrecorded_dimensions": list(self.unrecorded),
         }
 
 
@@ -1435,11 +1440,7 @@ class Pitfall(Result):
 
 #: Run-metadata fields that make two engines' numbers incomparable when they differ, in the
 #: order a comparison names them (method, draft model, k and schedule are the configuration's).
-ENVIRONMENT_FIELDS = (
-    "platform", "device", "device_arch", "attention_backend", "draft_attention_backend", "graph_mode",
-    "vllm_version", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "dtype", "kv_cache_dtype",
-    "rejection_sample_method", "draft_sample_method", "model_runner", "environment",
-)  # fmt: skip
+ENVIRONMENT_FIELDS = (*fields_of(ENVIRONMENT), *ENVIRONMENT_EXTRA)
 
 
 @dataclass(frozen=True)

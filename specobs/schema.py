@@ -16,6 +16,8 @@ from typing import TypeVar
 
 import polars as pl
 
+from specobs import dimensions
+
 #: An eager or a lazy frame: :func:`conform` returns the kind it was given.
 Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 
@@ -35,13 +37,25 @@ LABELS: dict[str, pl.DataType] = {
     "graph_mode": pl.String(),
     "workload": pl.String(),
 }
-#: The run-metadata fields every row carries as labels (``RunMetadata.labels()``).
-METADATA_LABELS = ("vllm_version", "attention_backend", "graph_mode")
+#: The run-metadata fields every row carries as labels (``RunMetadata.labels()``): the row labels
+#: that make runs incomparable and are not part of a target's identity.
+METADATA_LABELS = tuple(
+    d.column
+    for d in dimensions.having(dimensions.ENVIRONMENT)
+    if d.source == dimensions.ROW and dimensions.TARGET not in d.roles
+)
 #: What a method's fit is keyed on: one method (and draft model) on one target model, platform
 #: and device (recommendations compare methods on one target only).
-TARGET_LABELS = ("model", "method", "draft_model", "platform", "device")
+TARGET_LABELS = dimensions.columns(dimensions.TARGET)
 #: What two runs must share for their numbers to compare (``specobs compare`` names it first).
-ENVIRONMENT_LABELS = ("platform", "device", *METADATA_LABELS)
+ENVIRONMENT_LABELS = dimensions.columns(dimensions.ENVIRONMENT, dimensions.ROW)
+#: The run-metadata fields rows do not carry, joined to the rows of their run and engine when a
+#: report groups by them (``analysis.runs``); ``schedule`` as text (``1-8:3,9-16:1``).
+RUN_DIMENSIONS: dict[str, pl.DataType] = {
+    d.column: pl.Int64() if d.column.endswith("_parallel_size") else pl.String()
+    for d in dimensions.DIMENSIONS
+    if d.source == dimensions.METADATA
+}
 
 #: Speculative-decoding counters, summable over steps and windows.
 COUNTERS: dict[str, pl.DataType] = {
@@ -70,6 +84,15 @@ TIMINGS: dict[str, pl.DataType] = {
     "step_seconds": pl.Float64(),
 }
 
+#: How long the contexts of a step's requests were, in tokens (prompt plus output so far, after
+#: the step): acceptance moves with context length. Null when the source does not say (logs,
+#: scrapes, captures before this column), never 0; a window of several steps keeps the mean of
+#: its steps weighted by batch size, and the largest.
+CONTEXT: dict[str, pl.DataType] = {
+    "context_length": pl.Float64(),  # mean over the step's requests: what a step's context bucket is of
+    "context_length_max": pl.Int64(),
+}
+
 #: One row per engine step (or per request per step when ``request_id`` is set).
 STEPS: dict[str, pl.DataType] = {
     "ts": pl.Float64(),
@@ -78,6 +101,7 @@ STEPS: dict[str, pl.DataType] = {
     "batch_size": pl.Int64(),
     # Tokens the target model processed in the step: prompt chunks, decode tokens and drafts.
     "num_scheduled_tokens": pl.Int64(),
+    **CONTEXT,
     "num_spec_tokens": pl.Int64(),
     **COUNTERS,
     **TIMINGS,
@@ -95,6 +119,7 @@ WINDOWS: dict[str, pl.DataType] = {
     **LABELS,
     "batch_size": pl.Int64(),
     "num_scheduled_tokens": pl.Int64(),
+    **CONTEXT,
     "num_spec_tokens": pl.Int64(),
     **COUNTERS,
     # Timings are sums over ``num_timed_steps`` steps (mean = sum / num_timed_steps).

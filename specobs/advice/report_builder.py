@@ -32,6 +32,7 @@ from specobs.analysis.cost import (
 )
 from specobs.analysis.integrity import IntegritySums, integrity
 from specobs.analysis.requests import as_windows, request_acceptance
+from specobs.analysis.runs import FILLED, with_run_dimensions
 from specobs.analysis.serving import capture_sums, serving
 from specobs.analysis.sums import TimeGrid, with_time_bucket
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
@@ -45,6 +46,14 @@ def _labelled(windows: pl.LazyFrame, method: str | None) -> pl.LazyFrame:
     """Labels as categoricals, and ``method`` named where speculative rows carry none."""
     windows = categorical_labels(windows)
     return with_method(windows.lazy(), method) if method is not None else windows
+
+
+def _grouped_rows(windows: pl.LazyFrame, columns: Sequence[str], ingested: Ingested) -> pl.LazyFrame:
+    """Rows with the derived grouping columns, and the run metadata joined when ``columns`` name it."""
+    grouped = acceptance.with_group_columns(windows)
+    if any(c in FILLED for c in columns):
+        grouped = with_run_dimensions(grouped, ingested.metadata)
+    return grouped
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,8 @@ class ReportSums:
         # Read and trimmed once: every sum below takes this frame (steady_state is idempotent);
         # left lazy, each of them would read the inputs and rank their steps again.
         frame = steady_state(windows).collect()
-        grouped = acceptance.with_group_columns(frame.lazy())
         columns = series_columns(keys)
+        grouped = _grouped_rows(frame.lazy(), columns, ingested)
         own = TimeSpan.of(frame)
         whole = own if span is None else span
         few = None
@@ -92,7 +101,7 @@ class ReportSums:
             few = time_sums(grouped, columns, own)
         by_time = [grid.bucket()] if grid is not None else []
         return cls(
-            cells=step_cells(frame, by_time),
+            cells=with_run_dimensions(step_cells(frame, by_time).lazy(), ingested.metadata).collect(),
             recommendation_cells=recommendation_cells(frame) if with_recommendation else None,
             over_time=time_sums(grouped, columns, whole),
             span=own,
@@ -191,7 +200,7 @@ def report_sums(
         columns = series_columns(keys)
         again = []
         for part in ingested.parts():  # read again: nothing is recorded twice
-            again.append(time_sums(acceptance.with_group_columns(_labelled(part, method)), columns, sums.span))
+            again.append(time_sums(_grouped_rows(_labelled(part, method), columns, ingested), columns, sums.span))
             del part
         sums = replace(sums, over_time=pl.concat(again, how="diagonal_relaxed"))
     return sums
@@ -256,6 +265,11 @@ def report_from_sums(
         serving=under_load,
         load_advice=advise(under_load, ingested.bench, ingested.metadata) if under_load is not None else (),
         summary_from_requests=from_requests,
+        unrecorded=tuple(
+            name
+            for name, column in zip(by, keys, strict=True)
+            if groups.height and column in groups.columns and groups.get_column(column).null_count() == groups.height
+        ),
     )
 
 

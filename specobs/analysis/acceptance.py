@@ -33,7 +33,7 @@ from typing import Any
 import polars as pl
 from polars.lazyframe.group_by import LazyGroupBy
 
-from specobs import buckets
+from specobs import buckets, dimensions
 from specobs.analysis.intervals import Z95, wilson
 from specobs.errors import SpecobsError
 from specobs.records import PositionBound, Summary, Truncation
@@ -41,22 +41,8 @@ from specobs.records import PositionBound, Summary, Truncation
 #: Default grouping: every source, engine, model and method separately.
 DEFAULT_BY = ("source", "engine", "model", "method")
 
-#: ``--by`` names → the column (or derived column) they group on.
-GROUP_KEYS = {
-    "source": "source",
-    "engine": "engine",
-    "model": "model",
-    "method": "method",
-    "draft_model": "draft_model",
-    "workload": "workload",
-    "platform": "platform",
-    "device": "device",
-    "run": "run_id",
-    "k": "num_spec_tokens",
-    "batch": "batch_bucket",
-    "batch_size": "batch_size",
-    "hour": "hour",
-}
+#: ``--by`` names → the column (or derived column) they group on: every grouping dimension.
+GROUP_KEYS = {d.name: d.column for d in dimensions.having(dimensions.GROUP)}
 
 #: Minimum drafts reaching a position before its conditional rate is used for the diagnosis.
 MIN_SUPPORT = 30
@@ -71,11 +57,22 @@ MATERIAL_IID_GAP = 0.05
 def with_group_columns(windows: pl.LazyFrame) -> pl.LazyFrame:
     """Add the derived grouping columns ``batch_bucket`` and ``hour`` (to rows, or to
     :func:`cells`, which hold the hour's number)."""
-    hour = pl.col(HOUR_NUMBER) if HOUR_NUMBER in windows.collect_schema().names() else hour_number()
-    return windows.with_columns(
+    names = windows.collect_schema().names()
+    hour = pl.col(HOUR_NUMBER) if HOUR_NUMBER in names else hour_number()
+    return with_context_bucket(windows).with_columns(
         batch_bucket=buckets.expr(pl.col("batch_size")),
         hour=(hour * 3600 * 1_000_000).cast(pl.Datetime("us", "UTC")).dt.strftime("%Y-%m-%d %H:00"),
     )
+
+
+def with_context_bucket(windows: pl.LazyFrame) -> pl.LazyFrame:
+    """``context_bucket`` from ``context_length`` (kept where cells already hold it; null where
+    the rows do not know their context)."""
+    names = windows.collect_schema().names()
+    if CONTEXT_BUCKET in names:
+        return windows
+    length = pl.col("context_length") if "context_length" in names else pl.lit(None, pl.Float64)
+    return windows.with_columns(buckets.context_expr(length).alias(CONTEXT_BUCKET))
 
 
 def hour_number() -> pl.Expr:
@@ -143,10 +140,8 @@ def aggregate(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str]) -> pl.D
 #: What :func:`cells` are keyed by: every column a summary can be grouped on, as the rows hold
 #: it (``batch_bucket`` and ``hour`` are derived from ``batch_size`` and :data:`HOUR_NUMBER`).
 HOUR_NUMBER = "_hour"
-CELL_KEYS = (
-    "source", "run_id", "engine", "model", "method", "draft_model", "workload", "platform", "device",
-    "num_spec_tokens", "batch_size", HOUR_NUMBER,
-)  # fmt: skip
+CONTEXT_BUCKET = dimensions.by_name("context").column
+CELL_KEYS = (*dimensions.columns(dimensions.CELL), HOUR_NUMBER)
 
 
 def is_cells(frame: pl.LazyFrame | pl.DataFrame) -> bool:
@@ -174,7 +169,9 @@ def cells(
     and only summed here; sums of floats may differ from the rows' in the last bits. ``keys``
     split the cells further (a time bucket: ``specobs.analysis.sums``); the roll-ups ignore them.
     """
-    lazy = windows.lazy().with_columns(hour_number().alias(HOUR_NUMBER))
+    lazy = with_context_bucket(windows.lazy()).with_columns(hour_number().alias(HOUR_NUMBER))
+    names = lazy.collect_schema().names()
+    lazy = lazy.with_columns([pl.lit(None, pl.String).alias(c) for c in CELL_KEYS if c not in names])
 
     def build(positions: int) -> pl.DataFrame:
         terms = [t for t in _term_list(positions) if t.name not in CELL_KEYS]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from specobs import dimensions
 from specobs.analysis.timeseries import TimeSpan
 
 #: The column every bucketed sum carries: its time bucket's number on the grid (null: no end time).
@@ -24,10 +25,7 @@ TIME_BUCKET = "_time_bucket"
 MAX_BUCKETS = 500
 #: Label columns a series over time is kept per, so that any grouping and filter can be served
 #: from it (``timeseries.series_from_sums`` sums away the ones a report does not group by).
-SERIES_KEYS = (
-    "source", "run_id", "engine", "model", "method", "draft_model", "workload", "platform", "device",
-    "num_spec_tokens", "batch_size", "batch_bucket",
-)  # fmt: skip
+SERIES_KEYS = (*dimensions.columns(dimensions.CELL), "batch_bucket")
 
 
 @dataclass(frozen=True)

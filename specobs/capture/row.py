@@ -70,6 +70,10 @@ class StepRow:
     """Requests scheduled in the step."""
     num_scheduled_tokens: int | None = None
     """Tokens the target model processed in the step: prompt chunks, decode tokens and drafts."""
+    context_length: float | None = None
+    """Mean tokens in context (prompt plus output so far) of the step's requests, after the step."""
+    context_length_max: int | None = None
+    """The longest context of the step's requests, in tokens."""
     num_spec_tokens: int | None = None
     """k of the step (the scheduled one under a batch-size → k schedule)."""
     num_drafts: int | None = None

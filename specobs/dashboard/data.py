@@ -21,10 +21,12 @@ from pathlib import Path
 
 import polars as pl
 
-from specobs import schema
+from specobs import dimensions, schema
 from specobs.advice.model import cells as model_cells
 from specobs.advice.report_builder import ReportSums, report_sums
+from specobs.analysis.acceptance import CONTEXT_BUCKET, with_context_bucket
 from specobs.analysis.cost import with_draining
+from specobs.analysis.runs import FILLED, with_run_dimensions
 from specobs.analysis.sums import SERIES_KEYS, TIME_BUCKET, TimeGrid, label_values, with_time_bucket, within
 from specobs.errors import Skipped, SpecobsError
 from specobs.ingest import PART_ROWS, Ingested, add_prometheus, counted_sources, first_pass, load
@@ -37,7 +39,7 @@ BUNDLED_SWEEP = Path(__file__).resolve().parents[2] / "examples" / "data" / "vll
 #: How ``specobs dashboard`` hands its arguments to the Streamlit script (JSON).
 ARGS_ENV = "SPECOBS_DASHBOARD_ARGS"
 #: Filterable label columns, in the order the sidebar shows them.
-FILTER_COLUMNS = ("model", "method", "engine", "workload", "platform")
+FILTER_COLUMNS = dimensions.columns(dimensions.FILTER)
 #: A value of a filter column: ``engine`` is an integer, the others are strings.
 LabelValue = str | int
 
@@ -261,7 +263,12 @@ def compare_rows(loaded: Loaded, filters: Filters, column: str, value: object) -
     between runs), and reads only the columns and row groups it needs."""
     if loaded.rows is None or not any(loaded.rows.glob("*.parquet")):
         return schema.empty(schema.WINDOWS).lazy().with_columns(unsteady=pl.lit(None, pl.String))
-    rows = pl.scan_parquet(loaded.rows / "*.parquet").filter(pl.col(column) == value)
+    rows = pl.scan_parquet(loaded.rows / "*.parquet")
+    if column in FILLED:  # one value per engine: from the run metadata
+        rows = with_run_dimensions(rows, loaded.metadata)
+    elif column == CONTEXT_BUCKET:
+        rows = with_context_bucket(rows)
+    rows = rows.filter(pl.col(column) == value)
     buckets = filters.buckets(loaded.grid)
     if loaded.grid is not None and buckets is not None:
         rows = rows.with_columns(loaded.grid.bucket())

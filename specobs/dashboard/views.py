@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from specobs import buckets
+from specobs import buckets, dimensions
 from specobs.advice.validate import measured_throughput
 from specobs.analysis.acceptance import GROUP_KEYS
 from specobs.analysis.sums import coarser, drafted_values
@@ -40,18 +40,7 @@ CURVES = (
 #: Shown for rows without a method: a plain-decoding engine (k = 0).
 PLAIN = "plain engine"
 #: Group dimensions that :func:`compare_choices` offers, by ``--by`` name.
-COMPARE_DIMENSIONS = (
-    "run",
-    "method",
-    "draft_model",
-    "model",
-    "platform",
-    "device",
-    "workload",
-    "engine",
-    "k",
-    "source",
-)
+COMPARE_DIMENSIONS = tuple(d.name for d in dimensions.having(dimensions.COMPARE))
 
 
 def group_label(row: Mapping[str, Any], columns: Sequence[str]) -> str:

@@ -37,20 +37,23 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from specobs import buckets, schema
+from specobs import buckets, dimensions, schema
 from specobs.analysis.acceptance import drafts_per_position
 from specobs.analysis.cost import cost_ratio, draft_positions, draft_share
 
-LABELS = ("model_name", "engine", "method")
+#: The labels of every step series: the engine's identity (``dimensions.SERIES``).
+LABELS = tuple(d.prometheus for d in dimensions.having(dimensions.SERIES) if d.prometheus)
 MAX_POSITIONS = 16
 #: ``specobs_speculative_config_info`` series per (model, engine, method): the k values seen
 #: last (a schedule or a tuner switches between a few; each new one replaces the oldest).
 MAX_K_SERIES = 4
 #: Run-metadata fields (:class:`specobs.records.RunMetadata`) that ``specobs_engine_info`` publishes
 #: as labels, beside the identity labels and ``num_speculative_tokens``.
-INFO_FIELDS = ("vllm_version", "platform", "device_arch", "attention_backend", "graph_mode", "model_runner")
+INFO_FIELDS = dimensions.fields_of(dimensions.INFO)
+#: Info fields that are counts (parallel sizes): an integer is their value, a text is not.
+INTEGER_INFO = frozenset(n for n in INFO_FIELDS if n in schema.RUN_DIMENSIONS and schema.RUN_DIMENSIONS[n].is_integer())
 #: Distinct values each input-derived label may take before the rest are folded into ``other``.
-LABEL_BUDGET = {"model_name": 32, "engine": 16, "num_speculative_tokens": 16, **dict.fromkeys(INFO_FIELDS, 32)}
+LABEL_BUDGET = {d.prometheus: d.budget for d in dimensions.DIMENSIONS if d.prometheus and d.budget}
 #: ``method`` takes vLLM's method names, ``none`` (no method in the input) and ``other``.
 METHODS = frozenset((*schema.KNOWN_METHODS, "none"))
 MAX_LABEL_LENGTH = 100
@@ -62,7 +65,7 @@ PUBLISHED_CACHE = 4096
 NON_FINITE, NEGATIVE, WRONG_TYPE, INCONSISTENT = "non_finite", "negative", "wrong_type", "inconsistent"
 DROP_REASONS = (NON_FINITE, NEGATIVE, WRONG_TYPE, INCONSISTENT)
 #: Labels whose folds are counted from the start (``num_speculative_tokens`` from its first fold).
-CAPPED_LABELS = ("model_name", "engine", "method")
+CAPPED_LABELS = LABELS
 
 COUNTER, TIMING, GAUGE, HISTOGRAM = "counter", "timing", "gauge", "histogram"
 #: Upper bounds (``le``) of ``specobs_request_acceptance_length``'s buckets, in tokens per verify
@@ -389,7 +392,9 @@ class StepMapper:
         fields = []
         for name in INFO_FIELDS:
             value = get(name)
-            if value is not None and not isinstance(value, str):
+            if type(value) is int and value >= 0 and name in INTEGER_INFO:  # a parallel size
+                value = str(value)
+            elif value is not None and not isinstance(value, str):
                 self.drop(WRONG_TYPE)
                 value = None
             fields.append("" if value is None else cap(name, value))

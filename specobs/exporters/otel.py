@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from specobs import schema
+from specobs import dimensions, schema
 from specobs.capture.config import EnvironmentVariable
 from specobs.capture.sinks import is_step, side_kind
 from specobs.exporters.mapping import (
@@ -79,19 +79,7 @@ SERVICE_NAME = "specobs"
 #: Run-metadata field (:class:`specobs.records.RunMetadata`, or a label of the capture) → the
 #: resource attribute that carries it: the engine's identity and configuration, so a backend can
 #: group and filter every series of one engine by what it ran.
-RESOURCE_ATTRIBUTES = {
-    "model": "specobs.model",
-    "platform": "specobs.platform",
-    "device": "specobs.device",
-    "device_arch": "specobs.device.arch",
-    "vllm_version": "vllm.version",
-    "engine": "vllm.engine.index",
-    "attention_backend": "vllm.attention.backend",
-    "graph_mode": "vllm.graph_mode",
-    "model_runner": "vllm.model_runner",
-    "method": "vllm.speculative.method",
-    "num_speculative_tokens": "vllm.speculative.num_speculative_tokens",
-}
+RESOURCE_ATTRIBUTES = {d.field: d.otel for d in dimensions.having(dimensions.RESOURCE) if d.field and d.otel}
 
 
 def resource_attributes(metadata: dict[str, Any]) -> dict[str, str]:

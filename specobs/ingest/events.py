@@ -17,7 +17,8 @@ than reached (m_i > n_i) or than the position before was accepted (m_i > a_{i-1}
 or tried by more drafts than the step made, m_0 other than n_0, or n or m rising with i.
 
 Every record, JSON Lines or Parquet, is counted only when every field parses and the
-invariants hold: counts (and timings) are non-negative, numbers finite (Python's json reads
+invariants hold: counts, timings and context lengths are non-negative (``context_length_max``
+an integer, as every count), numbers finite (Python's json reads
 NaN and Infinity), ``num_accepted_tokens`` at most ``num_draft_tokens``, and
 ``num_accepted_tokens_per_pos`` no longer than k (``num_spec_tokens``) unless
 ``num_drafts_per_pos`` says drafts reached those positions. Otherwise the record is skipped
@@ -53,6 +54,8 @@ _INT_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.Int64()}
 _FLOAT_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.Float64()}
 _STRING_COLUMNS = {n for n, t in schema.STEPS.items() if t == pl.String()}
 _LIST_COLUMNS = ("num_accepted_tokens_per_pos", "num_drafts_per_pos", "num_drafts_accepted_before_pos")
+#: Float columns that cannot be negative: timings, and the context lengths (a mean of token counts).
+_NON_NEGATIVE_FLOATS = tuple(n for n in (*schema.TIMINGS, *schema.CONTEXT) if n in _FLOAT_COLUMNS)
 _MAX_INT = 2**63 - 1
 
 #: Why a record is skipped, as a small fixed set (``specobs_skipped_records_total{reason}``).
@@ -233,7 +236,7 @@ def _short(value: Any) -> str:
 def check_record(record: dict[str, Any]) -> tuple[str, str] | None:
     """``(reason, why)`` when a typed steps row breaks an invariant, else None.
 
-    Counts and timings are non-negative, numbers finite, ``num_accepted_tokens`` at most
+    Counts, timings and context lengths are non-negative, numbers finite, ``num_accepted_tokens`` at most
     ``num_draft_tokens``, the accepted per-position list no longer than k unless
     ``num_drafts_per_pos`` covers it, and the per-position counts agree with each other.
     """
@@ -249,7 +252,7 @@ def check_record(record: dict[str, Any]) -> tuple[str, str] | None:
             continue
         if not math.isfinite(value):
             return NON_FINITE, f"{name} is not a finite number ({value})"
-        if name in schema.TIMINGS and value < 0:
+        if name in _NON_NEGATIVE_FLOATS and value < 0:
             return NEGATIVE, f"{name} is negative ({value})"
     for name in _LIST_COLUMNS:
         values = record.get(name)
@@ -365,7 +368,7 @@ def _invalid(shape: ListShape = ALL_LISTS) -> pl.Expr:
         bad = bad | (pl.col(name) < 0)
     for name in _FLOAT_COLUMNS:
         bad = bad | ~pl.col(name).is_finite()
-    for name in schema.TIMINGS:
+    for name in _NON_NEGATIVE_FLOATS:
         bad = bad | (pl.col(name) < 0)
     for name in shape[1]:
         bad = bad | pl.col(name).list.eval(pl.element().is_null().any()).list.first()

@@ -61,6 +61,12 @@ def _empty_groups_line(report: Report) -> str | None:
     return f"Not shown: {len(empty):,} group(s) without drafts ({windows:,} windows): {names}"
 
 
+def _unrecorded_line(report: Report) -> str | None:
+    if not report.unrecorded:
+        return None
+    return f"Not recorded in these inputs: {', '.join(report.unrecorded)} (unknown in every group, shown as –)."
+
+
 def _label_value(column: str, value: object) -> str:
     """A group label in a sentence: a source by its file name (the Inputs table has the path)."""
     return shorten_path(_num(value, "{}"), 1) if column == "source" else _num(value, "{}")
@@ -328,6 +334,8 @@ def _acceptance_to_rich(report: Report, console: Console) -> None:
     print_table(console, _summary_cols(report, rows), rows, "Acceptance")
     if empty := _empty_groups_line(report):
         console.print(Text(empty, style="dim"))
+    if unrecorded := _unrecorded_line(report):
+        console.print(Text(unrecorded, style="dim"))
     if any(row.num_drafts_derived for _, row in _summary_rows(report)):
         console.print(Text("* derived from printed rates (vLLM does not print the number of drafts)", style="dim"))
 
@@ -466,6 +474,8 @@ def to_markdown(report: Report, *, brief: bool = False) -> str:
         parts += ["", *md_table(_summary_headers(report), rows)]
         if empty := _empty_groups_line(report):
             parts += ["", empty]
+        if unrecorded := _unrecorded_line(report):
+            parts += ["", unrecorded]
         for title, row, findings in _sections(report):
             parts += ["", f"### {title}"]
             positions = _position_rows(row)

@@ -23,7 +23,9 @@ from specobs.records import RunMetadata
 INFO_LABELS = {
     "model_name": "tiny", "engine": "0", "method": "eagle", "num_speculative_tokens": "3",
     "vllm_version": "0.32.0", "platform": "rocm", "device_arch": "gfx942", "attention_backend": "ROCM_AITER_FA",
-    "graph_mode": "full_and_piecewise", "model_runner": "v1",
+    "draft_attention_backend": "ROCM_AITER_FA", "graph_mode": "full_and_piecewise", "model_runner": "v1",
+    # fields the record lacks: empty, never a guess
+    "tensor_parallel_size": "", "pipeline_parallel_size": "", "data_parallel_size": "", "dtype": "", "kv_cache_dtype": "",
 }  # fmt: skip
 
 
@@ -55,6 +57,8 @@ def test_a_missing_field_is_an_empty_label_never_a_guess():
     assert info_series(registry) == [{
         "model_name": "tiny", "engine": "1", "method": "none", "num_speculative_tokens": "", "vllm_version": "0.32.0",
         "platform": "", "device_arch": "", "attention_backend": "", "graph_mode": "", "model_runner": "",
+        "draft_attention_backend": "", "tensor_parallel_size": "", "pipeline_parallel_size": "",
+        "data_parallel_size": "", "dtype": "", "kv_cache_dtype": "",
     }]  # fmt: skip
     # k = 0 is known (no speculation), not missing
     metrics.observe_metadata({"model": "tiny", "engine": 1, "num_speculative_tokens": 0})
@@ -219,7 +223,8 @@ def test_the_bundled_metadata_files_publish_one_info_series_per_engine(tmp_path)
     assert info_series(registry) == [{
         "model_name": "tiny-llama", "engine": "0", "method": "ngram", "num_speculative_tokens": "6",
         "vllm_version": "0.32.0", "platform": "cpu", "device_arch": "", "attention_backend": "", "graph_mode": "eager",
-        "model_runner": "",
+        "model_runner": "", "draft_attention_backend": "", "tensor_parallel_size": "1", "pipeline_parallel_size": "",
+        "data_parallel_size": "1", "dtype": "float32", "kv_cache_dtype": "auto",
     }]  # fmt: skip
     sidecar.stop()
 
@@ -321,9 +326,13 @@ def test_otel_resource_attributes_and_engine_series_arrive_at_a_real_receiver(mo
         "specobs.device": "AMD Instinct MI300X", "specobs.device.arch": "gfx942", "vllm.version": "0.32.0",
         "vllm.engine.index": "0", "vllm.attention.backend": "ROCM_AITER_FA",
         "vllm.model_runner": "v1", "vllm.speculative.method": "eagle",
-        "vllm.speculative.num_speculative_tokens": "3",
+        "vllm.speculative.num_speculative_tokens": "3", "vllm.speculative.attention.backend": "ROCM_AITER_FA",
     }  # fmt: skip
-    assert set(RESOURCE_ATTRIBUTES.values()) - set(resource) == {"vllm.graph_mode"}
+    # what the record lacks is left out
+    assert set(RESOURCE_ATTRIBUTES.values()) - set(resource) == {
+        "vllm.graph_mode", "vllm.parallel.tensor_size", "vllm.parallel.pipeline_size", "vllm.parallel.data_size",
+        "vllm.dtype", "vllm.kv_cache.dtype",
+    }  # fmt: skip
     (point,) = received["specobs.engine_info"].gauge.data_points
     assert {a.key: a.value.string_value for a in point.attributes} == INFO_LABELS and point.as_int == 1
     (hist,) = received["specobs.request.acceptance_length"].histogram.data_points

