@@ -593,6 +593,89 @@ class LoadRecommendation(Result):
 
 
 @dataclass(frozen=True)
+class ContextRow(Result):
+    """Acceptance, cost and measured speed of one target at one k in one context-length bucket
+    (``analysis.context``). ``tokens_per_second``: generated tokens per second of step time, the
+    geometric mean over ``stretches`` (runs of consecutive timed steps of this k and bucket in one
+    engine); ``speedup`` its ratio to the ``baseline``'s in the same bucket, with Welch's 95%
+    interval over the stretches (None where not timed or no baseline)."""
+
+    labels: Mapping[str, Any]  # the target (schema.TARGET_LABELS)
+    k: int | None
+    context_bucket: str
+    summary: Summary
+    draft_ms: float | None = None  # mean per timed step
+    verify_ms: float | None = None
+    step_ms: float | None = None
+    tokens_per_second: float | None = None
+    stretches: int = 0
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    baseline: str | None = None  # "k=0" (the same engine with drafting off) or "plain engine"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"labels": dict(self.labels), "k": self.k, "context_bucket": self.context_bucket}
+        out.update(self.summary.to_dict())
+        out.update({f.name: jsonable(getattr(self, f.name)) for f in fields(self)[4:]})
+        return out
+
+
+@dataclass(frozen=True)
+class ContextTrend(Result):
+    """Acceptance of one target at one k from its shortest to its longest context bucket (each
+    with at least ``analysis.context.MIN_DRAFTS`` drafts): ``beyond_noise`` when the two
+    acceptance-length intervals do not overlap."""
+
+    labels: Mapping[str, Any]
+    k: int | None
+    short_bucket: str
+    long_bucket: str
+    short_length: float
+    short_interval: tuple[float | None, float | None]
+    long_length: float
+    long_interval: tuple[float | None, float | None]
+    short_rate: float | None
+    long_rate: float | None
+    beyond_noise: bool
+
+
+@dataclass(frozen=True)
+class ContextBest(Result):
+    """The fastest measured k of one target in one context bucket, against the runner-up:
+    ``ratio`` (low, high) its tokens per second over the runner-up's, Welch 95% over stretches;
+    ``clear`` when the whole interval is above 1."""
+
+    labels: Mapping[str, Any]
+    context_bucket: str
+    k: int | None
+    runner_up: int | None
+    ratio: float | None
+    low: float | None
+    high: float | None
+    clear: bool
+
+
+@dataclass(frozen=True)
+class ContextAnalysis(Result):
+    """What context length does to acceptance, cost and the best k (``analysis.context``).
+
+    ``best_k_differs``: two context buckets of one target whose best k differ, each beating the
+    other's k beyond noise in its own bucket. ``vllm_option``: the speculative-config field that
+    would apply a per-context k, where the user's vLLM declares one (None: no release up to 0.33
+    has one, so no config is printed for it)."""
+
+    rows: tuple[ContextRow, ...]
+    trends: tuple[ContextTrend, ...] = ()
+    best: tuple[ContextBest, ...] = ()
+    best_k_differs: bool = False
+    vllm_option: str | None = None
+    #: Steps with a context length, of all steps (the rest: logs, scrapes, older captures).
+    steps_with_context: int = 0
+    steps: int = 0
+
+
+@dataclass(frozen=True)
 class Report(Result):
     """Everything ``specobs report`` shows, computed once (``specobs.advice.report_builder.analyze``)."""
 
@@ -621,6 +704,8 @@ class Report(Result):
     #: ``by`` names no group knows a value of: the inputs do not record them (a log has no context
     #: length; a run without metadata no attention backend).
     unrecorded: tuple[str, ...] = ()
+    #: Acceptance, cost and the best k by context length (None: no row knows its context).
+    context: ContextAnalysis | None = None
 
     @property
     def empty(self) -> bool:
@@ -656,6 +741,7 @@ class Report(Result):
             "serving": rounded(self.serving.to_dict()) if self.serving is not None else None,
             "load_advice": [rounded(a.to_dict()) for a in self.load_advice],
             "unrecorded_dimensions": list(self.unrecorded),
+            "context": rounded(self.context.to_dict()) if self.context is not None else None,
         }
 
 
@@ -1527,6 +1613,10 @@ __all__ = [
     "ConfigCheck",
     "Configuration",
     "ConfigurationComparison",
+    "ContextAnalysis",
+    "ContextBest",
+    "ContextRow",
+    "ContextTrend",
     "Crossover",
     "Difference",
     "Finding",

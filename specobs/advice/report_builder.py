@@ -20,8 +20,10 @@ import polars as pl
 
 from specobs.advice.load import advise
 from specobs.advice.recommend import recommend, recommendation_cells, with_method
+from specobs.advice.speculative import per_context_option
 from specobs.analysis import acceptance
 from specobs.analysis.breaks import across_restart, find_breaks, not_named_by, resume_sums
+from specobs.analysis.context import context_analysis, stretch_sums
 from specobs.analysis.cost import (
     schedule_tax_from,
     schedule_tax_sums,
@@ -38,7 +40,7 @@ from specobs.analysis.sums import TimeGrid, with_time_bucket
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.ingest import Ingested, counted_sources, first_pass
 from specobs.ingest.source import open_source
-from specobs.records import BatchTiming, GroupSummary, Report, Slo, Summary
+from specobs.records import BatchTiming, ContextAnalysis, GroupSummary, Report, Slo, Summary
 from specobs.schema import categorical_labels
 
 
@@ -71,6 +73,7 @@ class ReportSums:
     integrity: IntegritySums
     resumes: pl.DataFrame  # analysis.breaks.resume_sums: acceptance around each K=0 stretch
     captured: pl.DataFrame  # analysis.serving.capture_sums: the steps during each serving result
+    stretches: pl.DataFrame  # analysis.context.stretch_sums: timed steps per engine, k and context bucket
 
     @classmethod
     def of(
@@ -112,6 +115,7 @@ class ReportSums:
             integrity=IntegritySums.of(frame, ingested.metadata, ingested.decisions),
             resumes=resume_sums(frame) if grid is None else with_time_bucket(resume_sums(frame), grid, "ts"),
             captured=capture_sums(frame, ingested.bench),
+            stretches=stretch_sums(frame),
         )
 
     @classmethod
@@ -149,6 +153,7 @@ class ReportSums:
             integrity=IntegritySums.merge([p.integrity for p in parts]),
             resumes=pl.concat([p.resumes for p in parts], how="diagonal_relaxed"),
             captured=pl.concat([p.captured for p in parts], how="diagonal_relaxed"),
+            stretches=pl.concat([p.stretches for p in parts], how="diagonal_relaxed"),
         )
 
 
@@ -265,12 +270,21 @@ def report_from_sums(
         serving=under_load,
         load_advice=advise(under_load, ingested.bench, ingested.metadata) if under_load is not None else (),
         summary_from_requests=from_requests,
+        context=_with_option(context_analysis(cells, sums.stretches), check_config),
         unrecorded=tuple(
             name
             for name, column in zip(by, keys, strict=True)
             if groups.height and column in groups.columns and groups.get_column(column).null_count() == groups.height
         ),
     )
+
+
+def _with_option(analysis: ContextAnalysis | None, check_config: bool) -> ContextAnalysis | None:
+    """The analysis with the vLLM option that would apply a per-context k, where the installed
+    vLLM declares one (none up to 0.33: then no config is printed for it)."""
+    if analysis is None or not check_config:
+        return analysis
+    return replace(analysis, vllm_option=per_context_option())
 
 
 def recommendation_input(ingested: Ingested, *, method: str | None = None) -> pl.LazyFrame | pl.DataFrame:

@@ -141,6 +141,18 @@ def config_for(
     return Config(config, tuple(missing), {k: v for k, v in ran.differing.items() if k in missing})
 
 
+#: The speculative-config field a per-context k would take: proposed in vLLM PR #54801
+#: (``num_speculative_tokens_per_seq_len``); no release up to 0.33 declares it.
+PER_CONTEXT_OPTION = "num_speculative_tokens_per_seq_len"
+
+
+def per_context_option() -> str | None:
+    """:data:`PER_CONTEXT_OPTION` when the installed vLLM declares it, else None (no per-context
+    k can be configured: a context table is advice, never a printed config)."""
+    installed = vllm_speculative.installed()
+    return PER_CONTEXT_OPTION if installed is not None and PER_CONTEXT_OPTION in installed.fields else None
+
+
 def check(config: Config, ran: Ran) -> ConfigCheck | None:
     """``config`` against the installed vLLM: its fields, and, when it is complete and the model
     folders it names are on this machine, the whole config built by vLLM. None without vLLM."""

@@ -522,7 +522,18 @@ def _finish(agg: pl.DataFrame, positions: pl.DataFrame, keys: list[str]) -> pl.D
         else pl.DataFrame()
     )
     out = pl.concat([agg, diag], how="horizontal") if n_groups else agg
-    return out.drop("_group").sort(keys, nulls_last=True) if keys else out.drop("_group")
+    return out.drop("_group").sort([sort_key(k) for k in keys], nulls_last=True) if keys else out.drop("_group")
+
+
+#: Columns holding bucket labels (``2-3``, ``512-1023``): ordered by their lowest value, not as text.
+BUCKET_COLUMNS = ("batch_bucket", CONTEXT_BUCKET)
+
+
+def sort_key(column: str) -> pl.Expr:
+    """How groups are ordered by ``column``: a bucket by its lowest value, anything else as itself."""
+    if column in BUCKET_COLUMNS:
+        return pl.col(column).cast(pl.String).str.extract(r"^(\d+)").cast(pl.Int64)
+    return pl.col(column)
 
 
 def _length_interval_and_diagnosis(row: dict) -> dict:

@@ -224,6 +224,7 @@ def selected(loaded: Loaded, filters: Filters) -> ReportSums:
         tax=within(sums.tax, filters.values, buckets),
         over_time=cut(sums.over_time),
         resumes=within(sums.resumes, filters.values, buckets),
+        stretches=within(sums.stretches, filters.values),
     )
 
 

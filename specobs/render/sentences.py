@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from specobs.analysis.acceptance import MATERIAL_IID_GAP, WASTED_THRESHOLD
 from specobs.analysis.cost import COARSE_OUTLIER_FACTOR, OUTLIER_FACTOR
@@ -25,6 +26,7 @@ from specobs.records import (
     Cause,
     Change,
     Comparison,
+    ContextAnalysis,
     Crossover,
     Difference,
     Finding,
@@ -1628,3 +1630,89 @@ def no_recommendation(report: Report) -> str:
 def speculative_config_line(config: str) -> str:
     """The flag as vLLM takes it, ready to paste."""
     return f"--speculative-config '{config}'"
+
+
+# --- context length ----------------------------------------------------------------------------
+
+CONTEXT_HEADERS = ("target", "k", "context", "drafts", "acceptance length [95%]", "accept rate", "draft ms",
+                   "verify ms", "step ms", "tokens/s", "speedup [95%]")  # fmt: skip
+
+
+def _value(value: float | int | None, spec: str) -> str:
+    return "–" if value is None else spec.format(value)
+
+
+def _context_target(labels: Mapping[str, Any]) -> str:
+    method = labels.get("method")
+    return "plain engine" if method is None else str(method)
+
+
+def _interval(value: float | None, low: float | None, high: float | None, spec: str = "{:.2f}") -> str:
+    if value is None:
+        return "–"
+    text = spec.format(value)
+    return f"{text} [{spec.format(low)}–{spec.format(high)}]" if low is not None and high is not None else text
+
+
+def context_rows(analysis: ContextAnalysis) -> list[list[str]]:
+    """One row per target, k and context bucket; the best k of a bucket marked ``*``."""
+    best = {(str(b.labels.get("method")), b.context_bucket, b.k) for b in analysis.best}
+    rows = []
+    for r in analysis.rows:
+        s = r.summary
+        mark = " *" if (str(r.labels.get("method")), r.context_bucket, r.k) in best else ""
+        speed = "–"
+        if r.speedup is not None:
+            speed = f"{ratio_text(r.speedup, r.speedup_low, r.speedup_high)} vs {r.baseline}"
+        rows.append([
+            _context_target(r.labels), f"{r.k}{mark}", r.context_bucket, _value(s.num_drafts, "{:,}"),
+            _interval(s.mean_acceptance_length, s.mean_acceptance_length_low, s.mean_acceptance_length_high),
+            _value(s.draft_acceptance_rate, "{:.1%}"), _value(r.draft_ms, "{:.2f}"), _value(r.verify_ms, "{:.2f}"),
+            _value(r.step_ms, "{:.2f}"), _value(r.tokens_per_second, "{:,.0f}"), speed,
+        ])  # fmt: skip
+    return rows
+
+
+def context_findings(analysis: ContextAnalysis) -> list[str]:
+    """What context length does, in words: the acceptance trend per target and k, the best k
+    per bucket and whether it moves beyond noise, what vLLM can apply, and what is left out."""
+    out = []
+    for t in analysis.trends:
+        way = "rises" if t.long_length > t.short_length else "falls"
+        noise = "beyond noise" if t.beyond_noise else "within noise (the intervals overlap)"
+        rates = ""
+        if t.short_rate is not None and t.long_rate is not None:
+            rates = f" ({t.short_rate:.0%} → {t.long_rate:.0%} of drafted tokens accepted)"
+        out.append(
+            f"Acceptance {way} with context ({_context_target(t.labels)}, k={t.k}): "
+            f"{_interval(t.short_length, *t.short_interval)} tokens per verification at {t.short_bucket} tokens "
+            f"of context against {_interval(t.long_length, *t.long_interval)} at {t.long_bucket}{rates}, {noise}."
+        )
+    if analysis.best:
+        per = "; ".join(
+            f"{b.context_bucket}: k={b.k}"
+            + (f" ({ratio_text(b.ratio, b.low, b.high)} over k={b.runner_up}"
+               + (", beyond noise)" if b.clear else ", within noise)"))
+            for b in analysis.best
+        )  # fmt: skip
+        if analysis.best_k_differs:
+            lead = "The best k changes with context beyond noise"
+        else:
+            lead = "The best k does not change with context beyond noise"
+        out.append(
+            f"{lead} (tokens per second of step time, measured per stretch of steps in one engine): {per}."
+        )
+        if analysis.vllm_option is None:
+            out.append(
+                "vLLM has no per-context k (none up to 0.33; `num_speculative_tokens_per_seq_len` is proposed in "
+                "vllm#54801): this table is advice, and no config is printed for it."
+            )
+        else:
+            out.append(f"The installed vLLM declares `{analysis.vllm_option}`: a per-context k can be configured.")
+    missing = analysis.steps - analysis.steps_with_context
+    if missing > 0:
+        out.append(
+            f"{missing:,} of {analysis.steps:,} steps carry no context length (logs, scrapes and older captures "
+            "do not have it): they are left out of this table."
+        )
+    return out

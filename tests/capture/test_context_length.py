@@ -5,7 +5,7 @@ entry points of a fake scheduler shaped like vLLM 0.32's.
 scheduled request it reports the drafts (``make_spec_decoding_stats``), appends the sampled tokens
 to the request (``Request.num_tokens`` is a property over its token list, as in
 ``vllm/v1/request.py``) and frees a request that reached its ``max_tokens``, deleting it from
-``scheduler.requests`` before the hook builds the row. Every count below is written out by hand.
+``scheduler.requests``: the hook reads the contexts before that, as the drafts saw them. Every count below is written out by hand.
 """
 
 from __future__ import annotations
@@ -139,24 +139,24 @@ def context(row: dict) -> tuple[float | None, int | None]:
     return row["context_length"], row["context_length_max"]
 
 
-def test_mean_and_longest_context_after_the_step(engine):
+def test_mean_and_longest_context_the_drafts_were_conditioned_on(engine):
     scheduler, step, capture = engine()
     scheduler.requests = {"A": Request("A", 10), "B": Request("B", 30), "C": Request("C", 101)}
     (row,) = step(A=(3, 3), B=(3, 0), C=(0, 0))
-    # After the step: A 10 + 4 sampled, B 30 + 1, C 101 + 1 (no draft: one token).
-    assert context(row) == (pytest.approx((14 + 31 + 102) / 3), 102)
+    # Before the step's tokens are appended: A 10, B 30, C 101 (A then samples 4 tokens).
+    assert context(row) == (pytest.approx((10 + 30 + 101) / 3), 101)
     assert row["batch_size"] == 3 and row["num_accepted_tokens"] == 3
-    (row,) = step(A=(3, 1))  # a step of one request: its own context
-    assert context(row) == (16.0, 16)
+    (row,) = step(A=(3, 1))  # a step of one request: its own context, 10 + 4
+    assert context(row) == (14.0, 14)
     assert capture.recorder.hook_errors == 0
 
 
-def test_a_request_finished_and_freed_in_the_step_is_left_out(engine):
+def test_a_request_that_finishes_in_the_step_still_counts(engine):
     scheduler, step, capture = engine()
     scheduler.requests = {"A": Request("A", 20, max_tokens=2), "B": Request("B", 50)}
     (row,) = step(A=(3, 2), B=(3, 0))  # A samples 3 tokens, reaches max_tokens and is freed
     assert "A" not in scheduler.requests
-    assert context(row) == (51.0, 51)  # B alone
+    assert context(row) == (35.0, 50)  # read before it was freed: A 20 and B 50
     assert row["num_drafts"] == 2  # A's draft is still counted
     scheduler.requests = {}
     (row,) = step(B=(3, 3))  # every request gone: unknown, never 0
@@ -168,11 +168,11 @@ def test_a_request_without_the_attribute_or_a_scheduler_without_requests_keeps_t
     scheduler, step, capture = engine()
     scheduler.requests = {"A": Request("A", 40), "B": SimpleNamespace(num_computed_tokens=7), "C": None}
     (row,) = step(A=(3, 3), B=(3, 0), C=(3, 1))
-    assert context(row) == (44.0, 44)  # B has no num_tokens and C no request: both skipped
+    assert context(row) == (40.0, 40)  # B has no num_tokens and C no request: both skipped
     assert row["num_drafts"] == 3 and row["num_accepted_tokens"] == 4
     scheduler.requests = {"A": Request("A", 40), "B": SimpleNamespace(num_tokens="many")}
     (row,) = step(A=(1, 0), B=(1, 0))
-    assert context(row) == (41.0, 41)  # not an int: skipped
+    assert context(row) == (40.0, 40)  # not an int: skipped
     scheduler.requests = {"A": Broken()}
     (row,) = step(A=(3, 3))
     assert context(row) == (None, None) and row["num_drafts"] == 1  # a raising attribute: the row stays
@@ -188,8 +188,8 @@ def test_per_request_rows_carry_their_own_context(engine):
     rows = step(A=(3, 3), B=(3, 1), C=(3, 0))
     (row,) = [r for r in rows if r["request_id"] is None]
     own = {r["request_id"]: context(r) for r in rows if r["request_id"] is not None}
-    assert context(row) == (pytest.approx((14 + 302) / 2), 302)
-    assert own == {"A": (14.0, 14), "B": (302.0, 302), "C": (None, None)}
+    assert context(row) == (pytest.approx((10 + 300) / 2), 300)
+    assert own == {"A": (10.0, 10), "B": (300.0, 300), "C": (None, None)}
     assert capture.recorder.hook_errors == 0
 
 
@@ -207,5 +207,5 @@ def test_context_columns_round_trip_through_event_files(engine, tmp_path):
     capture.recorder.flush(final=True)
     sink.close()
     windows = load([str(tmp_path)]).windows.collect().sort("end_ts")
-    assert windows["context_length"].to_list() == [22.5, None]
-    assert windows["context_length_max"].to_list() == [31, None]
+    assert windows["context_length"].to_list() == [20.0, None]
+    assert windows["context_length_max"].to_list() == [30, None]

@@ -3,8 +3,8 @@ of short prompts (24 tokens) and then a batch of long ones (640 tokens), capture
 (tests/support/vllm_context.py, in its own process).
 
 Every step of the short batch has its requests' context below 128 tokens and every step of the
-long batch at least 512; each context lies between the prompt (plus the token the prefill
-samples) and the prompt plus ``max_tokens``; and per batch the captured drafts, draft tokens and
+long batch at least 512; each context (read before the step's tokens are appended) lies between
+the prompt and the prompt plus ``max_tokens``; and per batch the captured drafts, draft tokens and
 accepted tokens equal the change of vLLM's own speculative-decoding counters over that batch.
 """
 
@@ -70,19 +70,16 @@ def test_context_length_per_step_follows_the_prompt_length(run):
         batch = run["batches"][name]
         assert batch["prompt_tokens"] == [prompt] * BATCH and batch["output_tokens"] == [MAX_TOKENS] * BATCH
         rows = steps(batch)
+        # Every step knows its context: read before the requests that finish in it are freed.
         known = [r for r in rows if r["context_length"] is not None]
-        # Unknown only where every request of the step finished in it (freed before the row is built):
-        # the batch's last step at most (the requests run to the same max_tokens).
-        assert all(r["context_length"] is not None for r in rows[:-1])
-        assert (rows[-1]["context_length"] is None) == (rows[-1]["context_length_max"] is None)
+        assert known == rows
         assert all(bound(r["context_length"]) for r in known), [r["context_length"] for r in known]
         for r in known:
-            # After the step each request holds its prompt, the prefill's token and what it generated
-            # since; one that reached max_tokens is freed in that step and not counted.
-            assert prompt + 1 <= r["context_length"] <= r["context_length_max"] < prompt + MAX_TOKENS
+            # Before the step each request holds its prompt and what it generated so far.
+            assert prompt <= r["context_length"] <= r["context_length_max"] < prompt + MAX_TOKENS
         first = known[0]
-        assert first["num_drafts"] == 0  # the prefill step: every prompt whole plus its first token
-        assert (first["context_length"], first["context_length_max"]) == (prompt + 1, prompt + 1)
+        assert first["num_drafts"] == 0  # the prefill step: every prompt whole, nothing generated yet
+        assert (first["context_length"], first["context_length_max"]) == (prompt, prompt)
         assert max(r["context_length_max"] for r in known) > prompt + MAX_TOKENS // 2
 
 

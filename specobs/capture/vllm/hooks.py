@@ -96,13 +96,15 @@ class _Drafts:
     per step by :func:`_per_position` (a step has a handful of distinct pairs).
     """
 
-    __slots__ = ("delivered", "lengths", "requests", "sampled")
+    __slots__ = ("context", "delivered", "lengths", "own", "requests", "sampled")
 
     def __init__(self) -> None:
         self.lengths: dict[tuple[int, int], int] = {}
         self.requests: list[tuple[str, int, int]] = []
         self.sampled: list[int] | None = None  # tokens sampled per request, before stops trim them
         self.delivered: dict[int, tuple[float | None, float | None, str | None]] | None = None  # workers' timing
+        self.context: tuple[float | None, int | None] = (None, None)  # the step's (mean, longest) context
+        self.own: dict[str, int | None] | None = None  # each request's context (per-request rows only)
 
 
 def _past_end(before: list[int] | None, sampled: Any, kept: int | None) -> int | None:
@@ -118,17 +120,16 @@ def _past_end(before: list[int] | None, sampled: Any, kept: int | None) -> int |
 
 
 def _context(requests: Any, request_ids: Any) -> tuple[float | None, int | None]:
-    """(mean, longest) context of the step's requests after ``update_from_output``, in tokens;
-    (None, None) when none of them can be read.
+    """(mean, longest) context of the step's requests, in tokens; (None, None) when none of
+    them can be read.
 
-    ``Request.num_tokens`` (prompt plus output so far), not ``num_computed_tokens`` (tokens whose
-    KV is in the cache): the next draft is conditioned on every token the request has, the one
-    just sampled included, which the cache holds only after the next step (``num_computed_tokens``
-    is one short on a decode). ``num_computed_tokens`` also runs ahead under async scheduling
-    (``schedule`` has already added the next step's tokens and drafts) and counts a chunked
-    prompt only as far as it is prefilled. A request finished and freed in this step is gone
-    from ``requests``: skipped. Once per step on the engine's hot path: one loop, two numbers;
-    a request without the attribute is skipped and nothing here raises.
+    Read before ``update_from_output`` appends the step's tokens (and frees the requests that
+    finish in it): ``Request.num_tokens`` is then the prompt plus the output so far, the context
+    the step's drafts were conditioned on. Not ``num_computed_tokens`` (tokens whose KV is in the
+    cache): it runs ahead under async scheduling (``schedule`` has already added the step's
+    tokens and drafts) and counts a chunked prompt only as far as it is prefilled. Once per step
+    on the engine's hot path: one loop, two numbers; a request without the attribute is skipped
+    and nothing here raises.
     """
     try:
         get = requests.get
@@ -314,8 +315,14 @@ class Capture:
             getattr(self._step(key), kind).append(span)
 
     # --- acceptance, summed while update_from_output runs --------------------------------
-    def begin_update(self, model_runner_output: Any = None) -> None:
+    def begin_update(self, model_runner_output: Any = None, scheduler: Any = None, output: Any = None) -> None:
         drafts = self._local.drafts = _Drafts()
+        if output is not None:  # before the step's tokens are appended and finished requests freed
+            scheduled = getattr(output, "num_scheduled_tokens", None) or ()
+            requests = getattr(scheduler, "requests", None)
+            drafts.context = _context(requests, scheduled)
+            if self.config.per_request:  # each sampled request's own, for its per-request rows
+                drafts.own = {rid: _context(requests, (rid,))[1] for rid in scheduled}
         attrs = getattr(model_runner_output, "__dict__", None)
         payload = attrs.get(HANDOFF_ATTR) if attrs else None
         if payload is not None:  # timing from the worker that ran the step
@@ -373,8 +380,7 @@ class Capture:
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
         generated = sum(map(len, sampled)) if isinstance(sampled, list) else None
         labels = self.labels(scheduler)
-        requests = getattr(scheduler, "requests", None)
-        context, context_max = _context(requests, num_scheduled)
+        context, context_max = drafts.context
         row = StepRow(
             ts=time.time(),
             **labels,
@@ -407,7 +413,7 @@ class Capture:
         for request_id, drafted, accepted in drafts.requests:
             length = max(k, drafted, accepted)
             tried = _trials(drafted, accepted)
-            _, own = _context(requests, (request_id,))  # this request's context: mean and longest alike
+            own = drafts.own.get(request_id) if drafts.own else None
             recorder.record(
                 StepRow(
                     ts=row.ts,
@@ -780,7 +786,7 @@ def _wrap_update(original, where):
         capture = _CAPTURE
         if capture is None:
             return original(self, scheduler_output, model_runner_output, *args, **kwargs)
-        _guard(where, capture.begin_update, model_runner_output)
+        _guard(where, capture.begin_update, model_runner_output, self, scheduler_output)
         try:
             out = original(self, scheduler_output, model_runner_output, *args, **kwargs)
         finally:
