@@ -379,6 +379,18 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "`end_ts`, `num_drafts`); `causes` (run-metadata fields that changed, most likely first: `field`, "
         "`before`, `after`, `pitfall`); `coincident_change` (false: nothing changed; null: no metadata); "
         "`pitfalls` the later run meets; `resumes` (K=0 stretches checked)",
+        "unrecorded_dimensions": "the `--by` names no group knows a value of: the inputs do not record them "
+        "(a log has no context length; a run without metadata no attention backend); their groups show null",
+        "context": "acceptance, cost and measured speed by context length (null when no step row has "
+        "`context_length`): `rows` (per target `labels`, `k` and `context_bucket`: every `summary` key, "
+        "`draft_ms`, `verify_ms`, `step_ms` per timed step, `tokens_per_second` (generated tokens per second of "
+        "step time, geometric mean over `stretches` of consecutive timed steps), `speedup` with "
+        "`speedup_low`/`speedup_high` (Welch 95% over stretches) against `baseline` (`k=0`: the same engine "
+        "with drafting off; `plain engine`)); `trends` (per target and k: acceptance length and rate at "
+        "`short_bucket` against `long_bucket`, `beyond_noise` when the intervals do not overlap); `best` (per "
+        "target and bucket: the fastest `k`, its `ratio` over `runner_up` with `low`/`high`, `clear` when "
+        "`low` > 1); `best_k_differs`; `vllm_option` (the config field that would apply a per-context k, null: "
+        "the installed vLLM has none); `steps_with_context` of `steps`",
         "run_metadata": "one object per engine read from the run-metadata files beside captured event files "
         "(vLLM version, platform, device and its architecture, attention backends, graph mode, parallelism, "
         "speculative config, dtypes, environment): the fields of docs/schema.md, Run metadata",
@@ -915,6 +927,18 @@ def _counted(findings: tuple[Any, ...], what: str) -> str:
     return f"{len(present)} of {len(wanted)} {what} ({'; '.join(parts)})"
 
 
+def dimensions_table() -> str:
+    """Every dimension of ``specobs.dimensions``: its ``--by`` name, column, origin, exports and roles."""
+    from specobs import dimensions
+
+    rows = [
+        [code(d.name), code(d.column), d.source, code(d.prometheus) if d.prometheus else "",
+         code(d.otel) if d.otel else "", ", ".join(sorted(d.roles)), d.description]
+        for d in dimensions.DIMENSIONS
+    ]  # fmt: skip
+    return table(("`--by`", "column", "from", "Prometheus label", "OpenTelemetry attribute", "roles", "meaning"), rows)
+
+
 def releases_table() -> str:
     from specobs.capture.vllm.releases import Kind, ReleaseCheck, Status
 
@@ -954,6 +978,7 @@ def _tables() -> dict[str, tuple[str, Callable[[], str]]]:
         "cli-global": ("cli.md", cli_global_table),
         "exit-codes": ("cli.md", exit_codes_table),
         "pitfalls": ("report.md", pitfalls_table),
+        "dimensions": ("report.md", dimensions_table),
         "metrics": ("exporters.md", metrics_table),
         "series-budget": ("exporters.md", series_budget_table),
         "otel-instruments": ("exporters.md", otel_table),

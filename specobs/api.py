@@ -30,7 +30,7 @@ from specobs.analysis import acceptance
 from specobs.analysis.serving import capture_sums, parse_slo, serving
 from specobs.errors import SpecobsError
 from specobs.ingest import Ingested, load
-from specobs.records import Comparison, LoadRecommendation, Recommendation, Report, Slo
+from specobs.records import RECOMMEND_DEFAULTS, Comparison, LoadRecommendation, Recommendation, Report, Slo
 
 #: What every verb takes.
 Data = Ingested | str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | pl.DataFrame | pl.LazyFrame
@@ -88,9 +88,9 @@ def recommend(
     data: Data,
     *,
     max_k: int | None = None,
-    margin: float = 0.02,
+    margin: float = RECOMMEND_DEFAULTS.margin,
     cost_ratio: float | None = None,
-    bootstrap: int = 30,
+    bootstrap: int = RECOMMEND_DEFAULTS.bootstrap,
     seed: int = 0,
     method: str | None = None,
     model: str | None = None,

@@ -29,6 +29,7 @@ from specobs.errors import (
 )
 from specobs.ingest import FORMATS, PART_ROWS, load
 from specobs.ingest.source import Source
+from specobs.records import RECOMMEND_DEFAULTS
 
 PROGRESS_MIN_BYTES = 50 * 1024 * 1024
 #: The command line's own environment variable (the capture's are in ``specobs.capture.config``).
@@ -385,7 +386,7 @@ def recommend(
     match: MatchOption = "",
     step: StepOption = None,
     max_k: Annotated[int | None, typer.Option(help="Largest k to consider (default: measured k + 2).")] = None,
-    margin: Annotated[float, typer.Option(help="Speedup a k must beat plain decoding by.")] = 0.02,
+    margin: Annotated[float, typer.Option(help="Speedup a k must beat plain decoding by.")] = RECOMMEND_DEFAULTS.margin,
     cost_ratio: Annotated[
         float | None,
         typer.Option(
@@ -394,7 +395,9 @@ def recommend(
             "measures as the cost ratio."
         ),
     ] = None,
-    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the intervals (0: none).")] = 30,
+    bootstrap: Annotated[
+        int, typer.Option(help="Bootstrap resamples for the intervals (0: none).")
+    ] = RECOMMEND_DEFAULTS.bootstrap,
     method: MethodOption = None,
     model: Annotated[
         str | None,

@@ -198,6 +198,14 @@ def fields_of(role: str) -> tuple[str, ...]:
     return tuple(d.field for d in having(role) if d.field is not None)
 
 
+def method_label(method: object, draft_model: object = None, missing: str = "plain engine") -> str:
+    """How a method is named everywhere: ``eagle3 (llama/eagle3)`` with its drafter, ``ngram``
+    alone (its drafter is itself), ``missing`` without a method (a plain engine)."""
+    if method is None:
+        return missing
+    return f"{method} ({draft_model})" if draft_model and draft_model != method else str(method)
+
+
 _BY_NAME = {d.name: d for d in DIMENSIONS}
 
 __all__ = [
@@ -220,4 +228,5 @@ __all__ = [
     "columns",
     "fields_of",
     "having",
+    "method_label",
 ]

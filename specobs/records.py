@@ -1530,6 +1530,22 @@ ENVIRONMENT_FIELDS = (*fields_of(ENVIRONMENT), *ENVIRONMENT_EXTRA)
 
 
 @dataclass(frozen=True)
+class RecommendOptions(Result):
+    """The recommendation's settings, with the defaults every surface uses (CLI, API, dashboard,
+    ``specobs tune``): one place to change them."""
+
+    max_k: int | None = None  #: the largest k considered (None: what the data supports)
+    margin: float = 0.02  #: speedup a k must beat plain decoding by
+    cost_ratio: float | None = None  #: a drafter's cost ratio to use instead of the measured one
+    bootstrap: int = 30  #: resamples for the intervals (0: none)
+    seed: int = 0
+
+
+#: The defaults (``RecommendOptions()``), named once.
+RECOMMEND_DEFAULTS = RecommendOptions()
+
+
+@dataclass(frozen=True)
 class RunMetadata(Result):
     """What one engine ran on and with, captured once per engine (docs/schema.md, "Run metadata").
 
@@ -1594,6 +1610,7 @@ __all__ = [
     "DETAIL_KEYS",
     "ENVIRONMENT_FIELDS",
     "MEASURED_BASES",
+    "RECOMMEND_DEFAULTS",
     "SIDE_KEYS",
     "SUMMARY_KEYS",
     "TUNER_ACTIONS",
@@ -1638,6 +1655,7 @@ __all__ = [
     "PositionChange",
     "PositionRate",
     "Prediction",
+    "RecommendOptions",
     "Recommendation",
     "Recommended",
     "Report",

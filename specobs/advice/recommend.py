@@ -38,9 +38,11 @@ from specobs.advice.model import (
 from specobs.advice.served import plain_cells, served_speedups
 from specobs.analysis.cost import decode_sums, steady_state, with_draining
 from specobs.capture.vllm.speculative import MODEL_FREE
+from specobs.dimensions import method_label
 from specobs.errors import SpecobsError
 from specobs.records import (
     MEASURED_BASES,
+    RECOMMEND_DEFAULTS,
     Baseline,
     Basis,
     BucketBasis,
@@ -686,9 +688,9 @@ def recommend(
     windows: pl.LazyFrame | pl.DataFrame,
     *,
     max_k: int | None = None,
-    margin: float = 0.02,
+    margin: float = RECOMMEND_DEFAULTS.margin,
     cost_ratio: float | None = None,
-    bootstrap: int = 30,
+    bootstrap: int = RECOMMEND_DEFAULTS.bootstrap,
     seed: int = 0,
     method: str | None = None,
     model: str | None = None,
@@ -996,8 +998,7 @@ def _comparison(
 
 
 def _name(fit: MethodFit) -> str:
-    draft = fit.labels.get("draft_model")
-    return f"{fit.method} ({draft})" if draft else str(fit.method)
+    return method_label(fit.method, fit.labels.get("draft_model"))
 
 
 def traffic_speedup(rec: Recommendation, method: str | None, k: int) -> float | None:

@@ -40,7 +40,7 @@ from specobs.dashboard.data import (
     signature,
 )
 from specobs.errors import SpecobsError
-from specobs.records import RequestAcceptance, Slo, rounded
+from specobs.records import RECOMMEND_DEFAULTS, RequestAcceptance, Slo, rounded
 from specobs.render import charts, sentences, to_json
 from specobs.render import tuning as render
 from specobs.render.plot import tune_frame
@@ -356,7 +356,9 @@ def tuning(ctx: Context) -> None:
     with st.expander("Model options"):
         inputs = st.columns(4)
         max_k = inputs[0].number_input("largest k (0: measured k + 2)", 0, 16, 0, key="max_k")
-        margin = inputs[1].number_input("margin over plain decoding", 0.0, 1.0, 0.02, 0.01, key="margin")
+        margin = inputs[1].number_input(
+            "margin over plain decoding", 0.0, 1.0, RECOMMEND_DEFAULTS.margin, 0.01, key="margin"
+        )
         ratio = inputs[2].number_input(
             "cost ratio, inputs without timing (0: per-method default)",
             0.0,
@@ -367,7 +369,7 @@ def tuning(ctx: Context) -> None:
             help="Draft seconds per drafted position per request over verify seconds per step: one drafter pass "
             "against one target forward, the cost ratio the Cost page measures.",
         )
-        boot = inputs[3].number_input("bootstrap resamples", 0, 200, 30, key="bootstrap")
+        boot = inputs[3].number_input("bootstrap resamples", 0, 200, RECOMMEND_DEFAULTS.bootstrap, key="bootstrap")
     options = (int(max_k) or None, float(margin), float(ratio) or None, int(boot))
     rec = ctx.recommendation(options)
     if rec is None:

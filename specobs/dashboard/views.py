@@ -204,9 +204,7 @@ def timing_parts(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def _method_label(method: str | None, draft_model: str | None = None) -> str:
-    if method is None:
-        return PLAIN
-    return f"{method} ({draft_model})" if draft_model and draft_model != method else method
+    return dimensions.method_label(method, draft_model, PLAIN)
 
 
 def predicted_frame(rec: Recommendation) -> pl.DataFrame:

@@ -60,7 +60,7 @@ from specobs.advice.paired import (
 from specobs.advice.recommend import recommend
 from specobs.analysis.intervals import Z95
 from specobs.loops.parallel import ONE_DEVICE, Parallel
-from specobs.records import TuneBucket, TuneMeasurement, TuneNoise, TuneResult, TuneVerification
+from specobs.records import RECOMMEND_DEFAULTS, TuneBucket, TuneMeasurement, TuneNoise, TuneResult, TuneVerification
 
 PLAIN = "plain"
 SPECULATIVE = "speculative"
@@ -78,7 +78,7 @@ VERIFY_MAX_ROUNDS = 200
 #: The verification runs until both gains' 95% intervals are this narrow (relative half-width).
 HALF_WIDTH = 0.05
 #: The schedule must beat plain decoding by this share (predicted) to be recommended at all.
-MARGIN = 0.02
+MARGIN = RECOMMEND_DEFAULTS.margin
 COMPARISON = "steps interleaved: k switched every few steps inside one generation, paired by cycle"
 #: The basis of every bucket when the answer must be one k: vLLM drops a batch-size schedule at
 #: data parallel > 1 (ranks could pick different k and deadlock), so the best static k is all a

@@ -14,6 +14,7 @@ from specobs.analysis.pitfalls import BREAK_SOURCES
 from specobs.analysis.pitfalls import BY_ID as PITFALL_BY_ID
 from specobs.analysis.requests import MATERIAL_MEAN_GAP
 from specobs.analysis.serving import MATERIAL_TREND, NOT_DRAFTING
+from specobs.dimensions import method_label
 from specobs.records import (
     MEASURED_BASES,
     AcceptanceTest,
@@ -852,8 +853,7 @@ def _not_measured_headline(rec: Recommendation) -> str:
 
 
 def _method_name(method: str | None, draft_model: str | None) -> str:
-    name = method or "speculative decoding"
-    return f"{name} ({draft_model})" if draft_model and draft_model != method else name
+    return method_label(method, draft_model, "speculative decoding")
 
 
 def band_range(low: float, high: float) -> str:
@@ -1643,8 +1643,7 @@ def _value(value: float | int | None, spec: str) -> str:
 
 
 def _context_target(labels: Mapping[str, Any]) -> str:
-    method = labels.get("method")
-    return "plain engine" if method is None else str(method)
+    return method_label(labels.get("method"), labels.get("draft_model"))
 
 
 def _interval(value: float | None, low: float | None, high: float | None, spec: str = "{:.2f}") -> str:

@@ -6,6 +6,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
+from specobs.dimensions import method_label
 from specobs.records import (
     Comparison,
     LoadAdvice,
@@ -81,9 +82,7 @@ def band_rows(band: SpeedupBand) -> list[list[str]]:
 
 
 def band_title(band: SpeedupBand) -> str:
-    name = band.method or "unknown method"
-    draft = f" ({band.draft_model})" if band.draft_model and band.draft_model != band.method else ""
-    return f"Not measured: {name}{draft}, modelled band per k"
+    return f"Not measured: {method_label(band.method, band.draft_model, 'unknown method')}, modelled band per k"
 
 
 BY_BATCH_COLS = (Col("batch", justify="left"), Col("k"), Col("speedup [95%]"), Col("basis", 1, "text", "right"),
