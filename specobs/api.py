@@ -25,7 +25,7 @@ from specobs.advice import recommend as recommending
 from specobs.advice.compare import compare as compare_windows
 from specobs.advice.load import advise
 from specobs.advice.report_builder import analyze as analyze_ingested
-from specobs.advice.report_builder import recommendation_input
+from specobs.advice.report_builder import context_split, recommendation_input
 from specobs.analysis import acceptance
 from specobs.analysis.serving import capture_sums, parse_slo, serving
 from specobs.errors import SpecobsError
@@ -113,7 +113,8 @@ def recommend(
     advice = advise(under_load, whole.bench, whole.metadata) if under_load is not None else ()
     if rec is None:
         return LoadRecommendation(advice, objective) if advice else None
-    return replace(rec, under_load=advice)
+    by_context = context_split(whole, method=method, check_config=check_config)
+    return replace(rec, under_load=advice, by_context=by_context)
 
 
 def compare(a: Data, b: Data, *, slo: Slo | str | None = None) -> Comparison:

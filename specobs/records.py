@@ -593,16 +593,18 @@ class LoadRecommendation(Result):
 
 
 @dataclass(frozen=True)
-class ContextRow(Result):
-    """Acceptance, cost and measured speed of one target at one k in one context-length bucket
-    (``analysis.context``). ``tokens_per_second``: generated tokens per second of step time, the
-    geometric mean over ``stretches`` (runs of consecutive timed steps of this k and bucket in one
-    engine); ``speedup`` its ratio to the ``baseline``'s in the same bucket, with Welch's 95%
-    interval over the stretches (None where not timed or no baseline)."""
+class SplitRow(Result):
+    """Acceptance, cost and measured speed of one target at one k at one value of the split's
+    dimensions (a context bucket; an attention backend and platform…) (``analysis.split``).
+    ``tokens_per_second``: generated tokens per second of step time, the geometric mean over
+    ``stretches`` (runs of consecutive timed steps of one engine at this k and these values);
+    ``speedup`` its ratio to the ``baseline``'s at the same values, with Welch's 95% interval over
+    the stretches (None where not timed or without a baseline). ``pitfalls``: the known pitfalls
+    (``analysis.pitfalls``) the row's engines meet."""
 
     labels: Mapping[str, Any]  # the target (schema.TARGET_LABELS)
+    values: Mapping[str, Any]  # the split's columns → their values
     k: int | None
-    context_bucket: str
     summary: Summary
     draft_ms: float | None = None  # mean per timed step
     verify_ms: float | None = None
@@ -613,9 +615,10 @@ class ContextRow(Result):
     speedup_low: float | None = None
     speedup_high: float | None = None
     baseline: str | None = None  # "k=0" (the same engine with drafting off) or "plain engine"
+    pitfalls: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"labels": dict(self.labels), "k": self.k, "context_bucket": self.context_bucket}
+        out = {"labels": dict(self.labels), **dict(self.values), "k": self.k}
         out.update(self.summary.to_dict())
         out.update({f.name: jsonable(getattr(self, f.name)) for f in fields(self)[4:]})
         return out
@@ -624,7 +627,7 @@ class ContextRow(Result):
 @dataclass(frozen=True)
 class ContextTrend(Result):
     """Acceptance of one target at one k from its shortest to its longest context bucket (each
-    with at least ``analysis.context.MIN_DRAFTS`` drafts): ``beyond_noise`` when the two
+    with at least ``analysis.split.MIN_DRAFTS`` drafts): ``beyond_noise`` when the two
     acceptance-length intervals do not overlap."""
 
     labels: Mapping[str, Any]
@@ -641,13 +644,13 @@ class ContextTrend(Result):
 
 
 @dataclass(frozen=True)
-class ContextBest(Result):
-    """The fastest measured k of one target in one context bucket, against the runner-up:
+class SplitBest(Result):
+    """The fastest measured k of one target at one value of the split, against the runner-up:
     ``ratio`` (low, high) its tokens per second over the runner-up's, Welch 95% over stretches;
     ``clear`` when the whole interval is above 1."""
 
     labels: Mapping[str, Any]
-    context_bucket: str
+    values: Mapping[str, Any]
     k: int | None
     runner_up: int | None
     ratio: float | None
@@ -657,21 +660,23 @@ class ContextBest(Result):
 
 
 @dataclass(frozen=True)
-class ContextAnalysis(Result):
-    """What context length does to acceptance, cost and the best k (``analysis.context``).
+class Split(Result):
+    """Acceptance, cost, measured speed and the best k of every target at each value of ``by``
+    (``analysis.split``): by context length, or side by side by what the engines ran on.
 
-    ``best_k_differs``: two context buckets of one target whose best k differ, each beating the
-    other's k beyond noise in its own bucket. ``vllm_option``: the speculative-config field that
-    would apply a per-context k, where the user's vLLM declares one (None: no release up to 0.33
-    has one, so no config is printed for it)."""
+    ``best_k_differs``: two values of one target whose best k differ, each beating the other's k
+    beyond noise at its own value. ``trends``: for context only (its buckets are ordered).
+    ``vllm_option``: for context, the speculative-config field that would apply a per-context k
+    where the user's vLLM declares one (None: no release up to 0.33 has one, so none is printed)."""
 
-    rows: tuple[ContextRow, ...]
+    by: tuple[str, ...]  # dimension names
+    rows: tuple[SplitRow, ...]
     trends: tuple[ContextTrend, ...] = ()
-    best: tuple[ContextBest, ...] = ()
+    best: tuple[SplitBest, ...] = ()
     best_k_differs: bool = False
     vllm_option: str | None = None
-    #: Steps with a context length, of all steps (the rest: logs, scrapes, older captures).
-    steps_with_context: int = 0
+    #: Steps whose split values are known, of all steps (context: logs, scrapes and older captures have none).
+    steps_known: int = 0
     steps: int = 0
 
 
@@ -705,7 +710,10 @@ class Report(Result):
     #: length; a run without metadata no attention backend).
     unrecorded: tuple[str, ...] = ()
     #: Acceptance, cost and the best k by context length (None: no row knows its context).
-    context: ContextAnalysis | None = None
+    context: Split | None = None
+    #: The same, side by side by the environment dimensions ``by`` names (platform, attention
+    #: backend, vLLM release…): each against its own plain engine (None: ``by`` names none).
+    side_by_side: Split | None = None
 
     @property
     def empty(self) -> bool:
@@ -742,6 +750,7 @@ class Report(Result):
             "load_advice": [rounded(a.to_dict()) for a in self.load_advice],
             "unrecorded_dimensions": list(self.unrecorded),
             "context": rounded(self.context.to_dict()) if self.context is not None else None,
+            "side_by_side": rounded(self.side_by_side.to_dict()) if self.side_by_side is not None else None,
         }
 
 
@@ -1144,6 +1153,9 @@ class Recommendation(Result):
     served: tuple[ServedSpeedup, ...] = ()
     #: Where each configuration should draft, from its measured crossover under load.
     under_load: tuple[LoadAdvice, ...] = ()
+    #: The best k by context length, measured (None: no step knows its context). Advice only: no
+    #: vLLM release up to 0.33 takes a per-context k (``by_context.vllm_option``).
+    by_context: Split | None = None
 
     @property
     def method(self) -> str | None:
@@ -1161,6 +1173,7 @@ class Recommendation(Result):
             "bands": jsonable(self.bands),
             "served": jsonable(self.served),
             "under_load": jsonable(self.under_load),
+            "by_context": rounded(self.by_context.to_dict()) if self.by_context is not None else None,
         }
 
 
@@ -1630,9 +1643,6 @@ __all__ = [
     "ConfigCheck",
     "Configuration",
     "ConfigurationComparison",
-    "ContextAnalysis",
-    "ContextBest",
-    "ContextRow",
     "ContextTrend",
     "Crossover",
     "Difference",
@@ -1671,6 +1681,9 @@ __all__ = [
     "SideTiming",
     "Slo",
     "SpeedupBand",
+    "Split",
+    "SplitBest",
+    "SplitRow",
     "Summary",
     "Target",
     "Throughput",

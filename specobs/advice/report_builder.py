@@ -23,7 +23,6 @@ from specobs.advice.recommend import recommend, recommendation_cells, with_metho
 from specobs.advice.speculative import per_context_option
 from specobs.analysis import acceptance
 from specobs.analysis.breaks import across_restart, find_breaks, not_named_by, resume_sums
-from specobs.analysis.context import context_analysis, stretch_sums
 from specobs.analysis.cost import (
     schedule_tax_from,
     schedule_tax_sums,
@@ -36,11 +35,12 @@ from specobs.analysis.integrity import IntegritySums, integrity
 from specobs.analysis.requests import as_windows, request_acceptance
 from specobs.analysis.runs import FILLED, with_run_dimensions
 from specobs.analysis.serving import capture_sums, serving
+from specobs.analysis.split import CONTEXT, environment_by, split, stretch_sums
 from specobs.analysis.sums import TimeGrid, with_time_bucket
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.ingest import Ingested, counted_sources, first_pass
 from specobs.ingest.source import open_source
-from specobs.records import BatchTiming, ContextAnalysis, GroupSummary, Report, Slo, Summary
+from specobs.records import BatchTiming, GroupSummary, Report, Slo, Split, Summary
 from specobs.schema import categorical_labels
 
 
@@ -73,7 +73,8 @@ class ReportSums:
     integrity: IntegritySums
     resumes: pl.DataFrame  # analysis.breaks.resume_sums: acceptance around each K=0 stretch
     captured: pl.DataFrame  # analysis.serving.capture_sums: the steps during each serving result
-    stretches: pl.DataFrame  # analysis.context.stretch_sums: timed steps per engine, k and context bucket
+    stretches: pl.DataFrame  # analysis.split.stretch_sums: timed steps per engine, k and context bucket
+    engine_stretches: pl.DataFrame  # the same per engine and k alone (a side-by-side split)
 
     @classmethod
     def of(
@@ -115,7 +116,8 @@ class ReportSums:
             integrity=IntegritySums.of(frame, ingested.metadata, ingested.decisions),
             resumes=resume_sums(frame) if grid is None else with_time_bucket(resume_sums(frame), grid, "ts"),
             captured=capture_sums(frame, ingested.bench),
-            stretches=stretch_sums(frame),
+            stretches=stretch_sums(frame, by_context=True),
+            engine_stretches=stretch_sums(frame, by_context=False),
         )
 
     @classmethod
@@ -154,6 +156,7 @@ class ReportSums:
             resumes=pl.concat([p.resumes for p in parts], how="diagonal_relaxed"),
             captured=pl.concat([p.captured for p in parts], how="diagonal_relaxed"),
             stretches=pl.concat([p.stretches for p in parts], how="diagonal_relaxed"),
+            engine_stretches=pl.concat([p.engine_stretches for p in parts], how="diagonal_relaxed"),
         )
 
 
@@ -225,6 +228,7 @@ def report_from_sums(
     ``by``), with what ``ingested`` says beside its rows (sources, skipped lines, metadata...) and
     its finished ``requests`` (default: all of them); serving results' goodput under ``slo``."""
     keys = acceptance.group_columns(by)
+    environment = environment_by(by)
     requests = ingested.requests if requests is None else requests
     # Summed once into cells: the acceptance summary, its groups and the timing by batch read them.
     cells = sums.cells
@@ -270,7 +274,8 @@ def report_from_sums(
         serving=under_load,
         load_advice=advise(under_load, ingested.bench, ingested.metadata) if under_load is not None else (),
         summary_from_requests=from_requests,
-        context=_with_option(context_analysis(cells, sums.stretches), check_config),
+        context=_with_option(split(cells, sums.stretches, [CONTEXT], ingested.metadata), check_config),
+        side_by_side=split(cells, sums.engine_stretches, environment, ingested.metadata) if environment else None,
         unrecorded=tuple(
             name
             for name, column in zip(by, keys, strict=True)
@@ -279,12 +284,30 @@ def report_from_sums(
     )
 
 
-def _with_option(analysis: ContextAnalysis | None, check_config: bool) -> ContextAnalysis | None:
+def _with_option(analysis: Split | None, check_config: bool) -> Split | None:
     """The analysis with the vLLM option that would apply a per-context k, where the installed
     vLLM declares one (none up to 0.33: then no config is printed for it)."""
     if analysis is None or not check_config:
         return analysis
     return replace(analysis, vllm_option=per_context_option())
+
+
+def context_split(ingested: Ingested, *, method: str | None = None, check_config: bool = True) -> Split | None:
+    """The best k by context length of ``ingested`` (what ``recommend`` adds beside its batch-size
+    table): its steps that know their context, a part at a time; None when none does."""
+    cells, stretches = [], []
+    for part in ingested.parts():
+        frame = steady_state(_labelled(part, method)).filter(pl.col("context_length").is_not_null()).collect()
+        del part
+        if frame.height:
+            cells.append(with_run_dimensions(step_cells(frame).lazy(), ingested.metadata).collect())
+            stretches.append(stretch_sums(frame, by_context=True))
+        del frame
+    if not cells:
+        return None
+    joined = pl.concat(cells, how="diagonal_relaxed")
+    found = split(joined, pl.concat(stretches, how="diagonal_relaxed"), [CONTEXT], ingested.metadata)
+    return _with_option(found, check_config)
 
 
 def recommendation_input(ingested: Ingested, *, method: str | None = None) -> pl.LazyFrame | pl.DataFrame:
@@ -311,4 +334,4 @@ def whole_span(ingested: Ingested) -> TimeSpan | None:
     return TimeSpan.merge(spans)
 
 
-__all__ = ["ReportSums", "analyze", "recommendation_input", "report_from_sums", "report_sums"]
+__all__ = ["ReportSums", "analyze", "context_split", "recommendation_input", "report_from_sums", "report_sums"]

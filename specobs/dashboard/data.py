@@ -225,6 +225,7 @@ def selected(loaded: Loaded, filters: Filters) -> ReportSums:
         over_time=cut(sums.over_time),
         resumes=within(sums.resumes, filters.values, buckets),
         stretches=within(sums.stretches, filters.values),
+        engine_stretches=within(sums.engine_stretches, filters.values),
     )
 
 

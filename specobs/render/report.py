@@ -12,6 +12,7 @@ from specobs.records import GroupSummary, Report, RequestAcceptance, RequestGrou
 from specobs.render import sentences, tuning
 from specobs.render.fit import Col, Kind, cols, print_table, shorten_path
 from specobs.render.markdown import md_table
+from specobs.render.split import split_to_markdown, split_to_rich
 from specobs.render.summary import first_screen
 
 BAR_WIDTH = 20
@@ -356,11 +357,9 @@ def _after_acceptance_to_rich(report: Report, console: Console) -> None:
         columns = _timing_columns(report)
         labels = _label_cols(columns, rows, also=[len(columns)])  # the batch tells rows apart too
         print_table(console, labels + list(TIMING_COLS), rows, "Timing by batch size (per step)")
-    if report.context is not None:
-        console.print()
-        print_table(console, CONTEXT_COLS, sentences.context_rows(report.context), "By context length (* fastest k)")
-        for line in sentences.context_findings(report.context):
-            console.print(Text(f"• {line}"))
+    for split in (report.context, report.side_by_side):
+        if split is not None:
+            split_to_rich(split, console)
     if report.serving is not None and report.serving.ratios:
         console.print()
         print_table(console, SERVING_COLS, serving_rows(report), "Under load: speculative over plain (measured)")
@@ -414,8 +413,6 @@ def serving_rows(report: Report) -> list[list[str]]:
     ]  # fmt: skip
 
 
-CONTEXT_COLS = [Col("target", 2, "text"), Col("k", 0, "text"), Col("context", 0, "text"),
-                *cols(sentences.CONTEXT_HEADERS[3:], (3, 0, 2, 4, 4, 1, 3, 0))]  # fmt: skip
 TIMING_HEADERS = ("batch", "steps", "draft ms", "verify ms", "step ms", "draft share", "cost ratio", "tokens/s")
 TIMING_COLS = (Col("batch", justify="left"), *cols(TIMING_HEADERS[1:], (4, 3, 3, 1, 2, 2, 0)))
 
@@ -499,10 +496,9 @@ def to_markdown(report: Report, *, brief: bool = False) -> str:
             "",
             *md_table(_timing_headers(report), _timing_rows(report)),
         ]
-    if report.context is not None:
-        parts += ["", "### By context length (* fastest k)", "",
-                  *md_table(sentences.CONTEXT_HEADERS, sentences.context_rows(report.context))]  # fmt: skip
-        parts += [""] + [f"- {line}" for line in sentences.context_findings(report.context)]
+    for split in (report.context, report.side_by_side):
+        if split is not None:
+            parts += split_to_markdown(split)
     if report.serving is not None and report.serving.ratios:
         parts += [
             "",

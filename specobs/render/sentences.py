@@ -27,7 +27,6 @@ from specobs.records import (
     Cause,
     Change,
     Comparison,
-    ContextAnalysis,
     Crossover,
     Difference,
     Finding,
@@ -48,6 +47,7 @@ from specobs.records import (
     Serving,
     ServingLevel,
     SpeedupBand,
+    Split,
     Summary,
     Target,
     Throughput,
@@ -1632,86 +1632,116 @@ def speculative_config_line(config: str) -> str:
     return f"--speculative-config '{config}'"
 
 
-# --- context length ----------------------------------------------------------------------------
+# --- split by context length, or side by side ---------------------------------------------------
 
-CONTEXT_HEADERS = ("target", "k", "context", "drafts", "acceptance length [95%]", "accept rate", "draft ms",
-                   "verify ms", "step ms", "tokens/s", "speedup [95%]")  # fmt: skip
+SPLIT_HEADERS = ("target", "k", "drafts", "acceptance length [95%]", "accept rate", "r_i", "draft ms", "verify ms",
+                 "step ms", "tokens/s", "speedup [95%]", "pitfalls")  # fmt: skip
 
 
 def _value(value: float | int | None, spec: str) -> str:
     return "–" if value is None else spec.format(value)
 
 
-def _context_target(labels: Mapping[str, Any]) -> str:
+def _split_target(labels: Mapping[str, Any]) -> str:
     return method_label(labels.get("method"), labels.get("draft_model"))
 
 
-def _interval(value: float | None, low: float | None, high: float | None, spec: str = "{:.2f}") -> str:
+def _interval(value: float | None, low: float | None, high: float | None) -> str:
     if value is None:
         return "–"
-    text = spec.format(value)
-    return f"{text} [{spec.format(low)}–{spec.format(high)}]" if low is not None and high is not None else text
+    return f"{value:.2f} [{low:.2f}–{high:.2f}]" if low is not None and high is not None else f"{value:.2f}"
 
 
-def context_rows(analysis: ContextAnalysis) -> list[list[str]]:
-    """One row per target, k and context bucket; the best k of a bucket marked ``*``."""
-    best = {(str(b.labels.get("method")), b.context_bucket, b.k) for b in analysis.best}
+def split_headers(split: Split) -> list[str]:
+    """The value columns (``context``, ``attention_backend``…), then :data:`SPLIT_HEADERS`."""
+    return [*split.by, *SPLIT_HEADERS]
+
+
+def split_values(values: Mapping[str, Any]) -> str:
+    return " · ".join(str(v) for v in values.values())
+
+
+def split_rows(split: Split) -> list[list[str]]:
+    """One row per value, target and k (the model named when there are several); the fastest k
+    of a value marked ``*``."""
+    models = len({r.labels.get("model") for r in split.rows}) > 1
+
+    def target(labels: Mapping[str, Any]) -> str:
+        name = _split_target(labels)
+        return f"{labels.get('model')} · {name}" if models else name
+
+    best = {(target(b.labels), split_values(b.values), b.k) for b in split.best}
     rows = []
-    for r in analysis.rows:
+    for r in split.rows:
         s = r.summary
-        mark = " *" if (str(r.labels.get("method")), r.context_bucket, r.k) in best else ""
+        mark = " *" if (target(r.labels), split_values(r.values), r.k) in best else ""
         speed = "–"
         if r.speedup is not None:
             speed = f"{ratio_text(r.speedup, r.speedup_low, r.speedup_high)} vs {r.baseline}"
+        rates = " ".join(f"{x:.2f}" for x in (s.acceptance_rate_per_position or ()) if x is not None) or "–"
         rows.append([
-            _context_target(r.labels), f"{r.k}{mark}", r.context_bucket, _value(s.num_drafts, "{:,}"),
+            *(str(v) for v in r.values.values()), target(r.labels), f"{r.k}{mark}",
+            _value(s.num_drafts, "{:,}"),
             _interval(s.mean_acceptance_length, s.mean_acceptance_length_low, s.mean_acceptance_length_high),
-            _value(s.draft_acceptance_rate, "{:.1%}"), _value(r.draft_ms, "{:.2f}"), _value(r.verify_ms, "{:.2f}"),
-            _value(r.step_ms, "{:.2f}"), _value(r.tokens_per_second, "{:,.0f}"), speed,
+            _value(s.draft_acceptance_rate, "{:.1%}"), rates, _value(r.draft_ms, "{:.2f}"),
+            _value(r.verify_ms, "{:.2f}"), _value(r.step_ms, "{:.2f}"), _value(r.tokens_per_second, "{:,.0f}"), speed,
+            ", ".join(r.pitfalls) or "–",
         ])  # fmt: skip
     return rows
 
 
-def context_findings(analysis: ContextAnalysis) -> list[str]:
-    """What context length does, in words: the acceptance trend per target and k, the best k
-    per bucket and whether it moves beyond noise, what vLLM can apply, and what is left out."""
+def split_title(split: Split) -> str:
+    if split.by == ("context",):
+        return "By context length (* fastest k)"
+    return f"Side by side by {', '.join(split.by)}: each against its own plain engine (* fastest k)"
+
+
+def split_findings(split: Split) -> list[str]:
+    """What the split shows, in words: the acceptance trend with context, the best k per value and
+    whether it moves beyond noise, what vLLM can apply, the pitfalls met, and what is left out."""
     out = []
-    for t in analysis.trends:
+    context = split.by == ("context",)
+    for t in split.trends:
         way = "rises" if t.long_length > t.short_length else "falls"
         noise = "beyond noise" if t.beyond_noise else "within noise (the intervals overlap)"
         rates = ""
         if t.short_rate is not None and t.long_rate is not None:
             rates = f" ({t.short_rate:.0%} → {t.long_rate:.0%} of drafted tokens accepted)"
         out.append(
-            f"Acceptance {way} with context ({_context_target(t.labels)}, k={t.k}): "
+            f"Acceptance {way} with context ({_split_target(t.labels)}, k={t.k}): "
             f"{_interval(t.short_length, *t.short_interval)} tokens per verification at {t.short_bucket} tokens "
             f"of context against {_interval(t.long_length, *t.long_interval)} at {t.long_bucket}{rates}, {noise}."
         )
-    if analysis.best:
+    if split.best:
         per = "; ".join(
-            f"{b.context_bucket}: k={b.k}"
+            f"{split_values(b.values)}: k={b.k}"
             + (f" ({ratio_text(b.ratio, b.low, b.high)} over k={b.runner_up}"
                + (", beyond noise)" if b.clear else ", within noise)"))
-            for b in analysis.best
+            for b in split.best
         )  # fmt: skip
-        if analysis.best_k_differs:
-            lead = "The best k changes with context beyond noise"
-        else:
-            lead = "The best k does not change with context beyond noise"
+        what = "context" if context else ", ".join(split.by)
+        moves = "changes" if split.best_k_differs else "does not change"
         out.append(
-            f"{lead} (tokens per second of step time, measured per stretch of steps in one engine): {per}."
+            f"The best k {moves} with {what} beyond noise (tokens per second of step time at matched batch "
+            f"sizes, measured in blocks of consecutive steps): {per}."
         )
-        if analysis.vllm_option is None:
+        if context and split.vllm_option is None:
             out.append(
                 "vLLM has no per-context k (none up to 0.33; `num_speculative_tokens_per_seq_len` is proposed in "
                 "vllm#54801): this table is advice, and no config is printed for it."
             )
-        else:
-            out.append(f"The installed vLLM declares `{analysis.vllm_option}`: a per-context k can be configured.")
-    missing = analysis.steps - analysis.steps_with_context
+        elif context:
+            out.append(f"The installed vLLM declares `{split.vllm_option}`: a per-context k can be configured.")
+    for r in split.rows:
+        for pitfall in r.pitfalls:
+            entry = PITFALL_BY_ID.get(pitfall)
+            if entry is not None:
+                out.append(f"{split_values(r.values)} ({_split_target(r.labels)}): {entry.title} — {entry.advice}")
+    missing = split.steps - split.steps_known
     if missing > 0:
+        why = "logs, scrapes and older captures do not have it" if context else "no run metadata says"
         out.append(
-            f"{missing:,} of {analysis.steps:,} steps carry no context length (logs, scrapes and older captures "
-            "do not have it): they are left out of this table."
+            f"{missing:,} of {split.steps:,} steps carry no {', '.join(split.by)} ({why}): they are left out of "
+            "this table."
         )
-    return out
+    return list(dict.fromkeys(out))

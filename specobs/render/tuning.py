@@ -33,6 +33,7 @@ from specobs.render.sentences import (
     tune_headline,
     tune_notes,
 )
+from specobs.render.split import split_to_markdown, split_to_rich
 
 
 def _fmt(value: float | int | None, fmt: str = "{:.2f}") -> str:
@@ -128,6 +129,8 @@ def recommendation_to_rich(rec: Recommendation, console: Console) -> None:
         print_table(console, columns, rows, "Best speedup per method")
     for line in sentences.explanations(rec):
         console.print(Text(f"• {line}"))
+    if rec.by_context is not None:  # the table where the best k moves with context beyond noise
+        split_to_rich(rec.by_context, console, table=rec.by_context.best_k_differs)
     if sentences.assumptions(rec):
         console.print(Text("Assumptions", style="dim"))
         for line in sentences.assumptions(rec):
@@ -197,6 +200,8 @@ def recommendation_to_markdown(rec: Recommendation) -> str:
         if line := ran_config_line(band):
             parts += ["", line]
     parts += [""] + [f"- {line}" for line in sentences.explanations(rec)]
+    if rec.by_context is not None:
+        parts += split_to_markdown(rec.by_context, table=rec.by_context.best_k_differs)
     if sentences.assumptions(rec):
         parts += ["", "Assumptions:", ""] + [f"- {line}" for line in sentences.assumptions(rec)]
     return "\n".join(parts) + "\n"
