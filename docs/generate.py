@@ -328,6 +328,8 @@ OPAQUE = {
         "configuration.differences[].b",
         "configuration.a.environment",
         "configuration.b.environment",
+        "against_own_plain.a",
+        "against_own_plain.b",
     },
 }
 #: Objects with the keys of another one: only the first is listed key by key.
@@ -342,6 +344,18 @@ LABELLED = {"groups[]", "details.groups[]", "group_findings[]", "timing[]", "cha
 _LABELS = (
     "starting with the group's labels (with the default `--by`: {labels}; "
     "`--by batch` adds `batch_bucket`, `run` adds `run_id`, `k` adds `num_spec_tokens`)"
+)
+
+#: A split (``records.Split``): the same keys wherever one appears.
+_SPLIT = (
+    "`by` (the dimensions), `rows` (per target `labels`, the dimensions' values (`context_bucket`, "
+    "`attention_backend`…) and `k`: every `summary` key, `draft_ms`, `verify_ms`, `step_ms` per timed step, "
+    "`tokens_per_second` (generated tokens per second of step time, geometric mean over `stretches`: blocks of "
+    "consecutive timed steps), `speedup` with `speedup_low`/`speedup_high` (at matched batch buckets, Welch 95% "
+    "over blocks) against `baseline` (`k=0`: the same engine with drafting off; `plain engine`), `pitfalls` "
+    "(ids of the known pitfalls its engines meet)); `best` (per target and value: the fastest `k`, its `ratio` "
+    "over `runner_up` with `low`/`high`, `clear` when `low` > 1); `best_k_differs` (two values whose best k "
+    "differ, each beyond noise); `steps_known` of `steps`"
 )
 
 JSON_KEYS: dict[str, dict[str, str]] = {
@@ -382,15 +396,11 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "unrecorded_dimensions": "the `--by` names no group knows a value of: the inputs do not record them "
         "(a log has no context length; a run without metadata no attention backend); their groups show null",
         "context": "acceptance, cost and measured speed by context length (null when no step row has "
-        "`context_length`): `rows` (per target `labels`, `k` and `context_bucket`: every `summary` key, "
-        "`draft_ms`, `verify_ms`, `step_ms` per timed step, `tokens_per_second` (generated tokens per second of "
-        "step time, geometric mean over `stretches` of consecutive timed steps), `speedup` with "
-        "`speedup_low`/`speedup_high` (Welch 95% over stretches) against `baseline` (`k=0`: the same engine "
-        "with drafting off; `plain engine`)); `trends` (per target and k: acceptance length and rate at "
-        "`short_bucket` against `long_bucket`, `beyond_noise` when the intervals do not overlap); `best` (per "
-        "target and bucket: the fastest `k`, its `ratio` over `runner_up` with `low`/`high`, `clear` when "
-        "`low` > 1); `best_k_differs`; `vllm_option` (the config field that would apply a per-context k, null: "
-        "the installed vLLM has none); `steps_with_context` of `steps`",
+        "`context_length`): " + _SPLIT + "; `trends` (per target and k: acceptance length and rate at "
+        "`short_bucket` against `long_bucket`, `beyond_noise` when the intervals do not overlap); `vllm_option` "
+        "(the config field that would apply a per-context k; null: the installed vLLM has none, so none is printed)",
+        "side_by_side": "with environment dimensions in `--by` (platform, attention_backend, vllm_version…): the same "
+        "split by them, each against its own plain engine (null otherwise): " + _SPLIT,
         "run_metadata": "one object per engine read from the run-metadata files beside captured event files "
         "(vLLM version, platform, device and its architecture, attention backends, graph mode, parallelism, "
         "speculative config, dtypes, environment): the fields of docs/schema.md, Run metadata",
@@ -577,6 +587,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "serving throughput\"); empty without a plain server's lines",
         "under_load": "with serving-benchmark results: where each configuration should draft, from its measured "
         "crossover — the objects of the report's `load_advice`; empty without them",
+        "by_context": "the best k by context length, measured (the report's `context`; null when no step knows its "
+        "context): advice only, no vLLM release up to 0.33 takes a per-context k",
         "bands[]": "per method whose input has no step timing: not measured, a modelled band per k (docs/model.md, "
         "Inputs without timing); empty when every method was timed",
         "bands[].method": "method",
@@ -756,6 +768,9 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "acceptance.standard_error": "its standard error (no smaller than the pooled one)",
         "acceptance.z": "difference / standard error",
         "acceptance.direction": "`fell`, `rose`, `unchanged` (|z| ≤ 1.96) or null",
+        "against_own_plain": "each side's targets and k against its own plain engine or k = 0 steps",
+        "against_own_plain.a": "A's (null without timing): " + _SPLIT,
+        "against_own_plain.b": "B's, the same keys",
         "serving": "serving-benchmark results on both sides: B over A per configuration and load level (the "
         "fields of the report's `serving.ratios`, `plain_config` naming A's configuration); empty without them",
         "causes": "run-metadata fields that differ between A's and B's first engines, most likely cause of an "

@@ -1311,6 +1311,10 @@ class Comparison(Result):
     #: Serving-benchmark results on both sides: B over A per configuration and load level
     #: (``analysis.serving.serving_changes``; ``plain_config`` is A's configuration).
     serving: tuple[LoadRatio, ...] = ()
+    #: Each side's targets and k against its own plain engine (or its k = 0 steps), at matched
+    #: batch sizes, with the known pitfalls its engines meet (``analysis.split``; None: not timed).
+    own_a: Split | None = None
+    own_b: Split | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -1324,6 +1328,10 @@ class Comparison(Result):
             "acceptance": self.acceptance.to_dict(),
             "causes": [c.to_dict() for c in self.causes],
             "serving": [rounded(r.to_dict()) for r in self.serving],
+            "against_own_plain": {
+                "a": rounded(self.own_a.to_dict()) if self.own_a is not None else None,
+                "b": rounded(self.own_b.to_dict()) if self.own_b is not None else None,
+            },
         }
 
 

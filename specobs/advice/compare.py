@@ -43,6 +43,7 @@ from specobs.analysis.breaks import causes
 from specobs.analysis.cost import steady_state, step_cells, timing_by_batch
 from specobs.analysis.intervals import Z95, t95
 from specobs.analysis.serving import direction, serving_changes
+from specobs.analysis.split import split, stretch_sums
 from specobs.records import (
     ENVIRONMENT_FIELDS,
     AcceptanceTest,
@@ -55,6 +56,7 @@ from specobs.records import (
     RunMetadata,
     SideTiming,
     Slo,
+    Split,
     Summary,
     Throughput,
 )
@@ -229,13 +231,16 @@ class _Side:
     cells: pl.DataFrame
     configuration: Configuration
     throughput: pl.DataFrame | None  # per batch bucket (:func:`_side_throughput`); None: no timed rows
+    own: Split | None  # each target and k against the side's own plain engine (``analysis.split``)
 
     @classmethod
     def of(cls, windows: pl.LazyFrame | pl.DataFrame, metadata: Sequence[RunMetadata] = ()) -> _Side:
         steady = steady_state(windows).collect()
         cells = step_cells(steady)
-        throughput = _side_throughput(steady, cells) if _timed(cells) else None
-        return cls(cells, configuration(steady, metadata), throughput)
+        timed = _timed(cells)
+        throughput = _side_throughput(steady, cells) if timed else None
+        own = split(cells, stretch_sums(steady, by_context=False), (), metadata) if timed else None
+        return cls(cells, configuration(steady, metadata), throughput, own)
 
 
 def _side_throughput(steady: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:
@@ -466,6 +471,8 @@ def compare(
         acceptance=test,
         causes=causes(metadata_a[0], metadata_b[0], rb.draft_acceptance_rate) if metadata_a and metadata_b else (),
         serving=served,
+        own_a=sa.own,
+        own_b=sb.own,
     )
 
 

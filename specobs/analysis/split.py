@@ -84,8 +84,8 @@ def split(
     by: Sequence[str],
     metadata: Sequence[RunMetadata] = (),
 ) -> Split | None:
-    """Per target, k and value of the dimensions ``by`` (``["context"]``, or environment
-    dimensions such as ``["platform", "attention_backend"]``): acceptance from ``cells`` (the
+    """Per target, k and value of the dimensions ``by`` (``["context"]``, environment dimensions
+    such as ``["platform", "attention_backend"]``, or none: per target and k): acceptance from ``cells`` (the
     report's, with run metadata joined), draft, verify and step time, measured speed from
     ``stretches`` (:func:`stretch_sums`; by context: ``by_context=True``), each row's known
     pitfalls; for context the acceptance trend; and the best k per value. None when no row
@@ -93,7 +93,7 @@ def split(
     columns = [dimensions.by_name(n).column for n in by]
     if any(c not in cells.columns for c in columns):
         return None
-    known = cells.filter(pl.all_horizontal(pl.col(c).is_not_null() for c in columns))
+    known = cells.filter(pl.all_horizontal(pl.col(c).is_not_null() for c in columns)) if columns else cells
     if known.is_empty():
         return None
     steps = int(cells.get_column("num_windows").sum() or 0)

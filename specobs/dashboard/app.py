@@ -37,6 +37,7 @@ from specobs.dashboard.data import (
     load_inputs,
     recommendation_cells,
     selected,
+    side_by_side,
     signature,
 )
 from specobs.errors import SpecobsError
@@ -544,6 +545,12 @@ def compare_page(ctx: Context) -> None:
     positions = views.compare_positions_frame(result, labels)
     if positions.height:
         _chart(st, charts.compare_positions(positions))
+    both = side_by_side(ctx.loaded, ctx.sums, dimension, (a, b))
+    if both is not None:
+        st.subheader(sentences.split_title(both))
+        st.dataframe(views.split_table(both), hide_index=True)
+        for line in sentences.split_findings(both):
+            st.markdown(f"- {line}")
     st.download_button(
         "Download comparison (JSON)",
         to_json(result),

@@ -27,11 +27,12 @@ from specobs.advice.report_builder import ReportSums, report_sums
 from specobs.analysis.acceptance import CONTEXT_BUCKET, with_context_bucket
 from specobs.analysis.cost import with_draining
 from specobs.analysis.runs import FILLED, with_run_dimensions
+from specobs.analysis.split import split
 from specobs.analysis.sums import SERIES_KEYS, TIME_BUCKET, TimeGrid, label_values, with_time_bucket, within
 from specobs.errors import Skipped, SpecobsError
 from specobs.ingest import PART_ROWS, Ingested, add_prometheus, counted_sources, first_pass, load
 from specobs.ingest.source import expand_paths, open_source
-from specobs.records import RunMetadata, SourceReport, TunerDecision, TuneResult
+from specobs.records import RunMetadata, SourceReport, Split, TunerDecision, TuneResult
 from specobs.schema import TARGET_LABELS as recommend_labels
 
 #: The bundled real recording the app opens on when given nothing (present in a checkout).
@@ -257,6 +258,17 @@ def apply_request_filters(requests: pl.DataFrame, filters: Filters) -> pl.DataFr
         low, high = filters.time_range
         condition = condition & pl.col("ts").is_between(low, high).fill_null(True)
     return requests.filter(condition)
+
+
+def side_by_side(loaded: Loaded, sums: ReportSums, dimension: str, values: Sequence[object]) -> Split | None:
+    """The selection's engines side by side at ``values`` of an environment ``dimension`` (each
+    against its own plain engine: ``analysis.split``), from the kept sums; None when the
+    dimension is not one engines run on, or nothing at those values is known."""
+    found = dimensions.by_name(dimension)
+    if dimensions.ENVIRONMENT not in found.roles or found.column not in sums.cells.columns:
+        return None
+    cells = sums.cells.filter(pl.col(found.column).cast(pl.String).is_in([str(v) for v in values]))
+    return split(cells, sums.engine_stretches, [dimension], loaded.metadata)
 
 
 def compare_rows(loaded: Loaded, filters: Filters, column: str, value: object) -> pl.LazyFrame:

@@ -28,9 +28,10 @@ from specobs.records import (
     RequestAcceptance,
     RequestGroup,
     Serving,
+    Split,
     Summary,
 )
-from specobs.render import charts
+from specobs.render import charts, sentences
 
 #: The two per-position curves: (name shown, the ``PositionRate`` attribute prefix).
 CURVES = (
@@ -40,7 +41,10 @@ CURVES = (
 #: Shown for rows without a method: a plain-decoding engine (k = 0).
 PLAIN = "plain engine"
 #: Group dimensions that :func:`compare_choices` offers, by ``--by`` name.
-COMPARE_DIMENSIONS = tuple(d.name for d in dimensions.having(dimensions.COMPARE))
+#: (In the vocabulary's order, the input file last: runs and configurations are what one compares first.)
+COMPARE_DIMENSIONS = tuple(
+    sorted((d.name for d in dimensions.having(dimensions.COMPARE)), key=lambda name: name == "source")
+)
 
 
 def group_label(row: Mapping[str, Any], columns: Sequence[str]) -> str:
@@ -309,6 +313,14 @@ def method_comparison_table(rec: Recommendation) -> pl.DataFrame:
 def compare_choices(cells: pl.DataFrame) -> dict[str, list]:
     """For each comparable dimension, its values that drafted, when there are at least two."""
     return drafted_values(cells, {name: GROUP_KEYS[name] for name in COMPARE_DIMENSIONS})
+
+
+def split_table(split: Split) -> pl.DataFrame:
+    """A split (by context, or side by side) as the report's table: one text column per header."""
+    headers = sentences.split_headers(split)
+    rows = sentences.split_rows(split)
+    records = [dict(zip(headers, row, strict=True)) for row in rows]
+    return pl.DataFrame(records, schema=dict.fromkeys(headers, pl.String))
 
 
 def compare_positions_frame(cmp: Comparison, names: tuple[str, str]) -> pl.DataFrame:

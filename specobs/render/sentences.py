@@ -1691,6 +1691,8 @@ def split_rows(split: Split) -> list[list[str]]:
 
 
 def split_title(split: Split) -> str:
+    if not split.by:
+        return "Each against its own plain engine (* fastest k)"
     if split.by == ("context",):
         return "By context length (* fastest k)"
     return f"Side by side by {', '.join(split.by)}: each against its own plain engine (* fastest k)"
@@ -1719,7 +1721,7 @@ def split_findings(split: Split) -> list[str]:
                + (", beyond noise)" if b.clear else ", within noise)"))
             for b in split.best
         )  # fmt: skip
-        what = "context" if context else ", ".join(split.by)
+        what = "context" if context else ", ".join(split.by) or "the target"
         moves = "changes" if split.best_k_differs else "does not change"
         out.append(
             f"The best k {moves} with {what} beyond noise (tokens per second of step time at matched batch "

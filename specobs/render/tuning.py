@@ -302,6 +302,10 @@ def comparison_to_rich(cmp: Comparison, console: Console, names: tuple[str, str]
     if rows:
         print_table(console, THROUGHPUT_COLS, rows, "Throughput at matched batch sizes (steady-state steps)")
         console.print(Text(_combined(cmp), style="dim"))
+    for side, own in zip(headers, (cmp.own_a, cmp.own_b), strict=True):
+        if own is not None and any(r.speedup is not None or r.pitfalls for r in own.rows):
+            console.print(Text(side, style="bold"))
+            split_to_rich(own, console)
 
 
 def comparison_to_markdown(cmp: Comparison, names: tuple[str, str]) -> str:
@@ -314,6 +318,9 @@ def comparison_to_markdown(cmp: Comparison, names: tuple[str, str]) -> str:
     if rows:
         parts += ["", "Throughput at matched batch sizes (steady-state steps):", ""]
         parts += [*md_table(THROUGHPUT_HEADERS, rows), "", _combined(cmp)]
+    for side, own in zip(("A", "B"), (cmp.own_a, cmp.own_b), strict=True):
+        if own is not None and any(r.speedup is not None or r.pitfalls for r in own.rows):
+            parts += ["", f"**{side}**", *split_to_markdown(own)]
     return "\n".join(parts) + "\n"
 
 

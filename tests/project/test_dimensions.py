@@ -27,7 +27,8 @@ DATA = ROOT / "examples" / "data"
 #: Real captures with run metadata beside them (CPU_ATTN, TP = 2, DP = 2, eight methods, short and long contexts).
 CAPTURES = ("vllm-cpu-sweep", "vllm-cpu-parallel", "vllm-cpu-methods", "vllm-cpu-context")
 GROUPING = dimensions.having(dimensions.GROUP)
-FROM_METADATA = [d for d in GROUPING if d.field is not None and d.source in (dimensions.METADATA, dimensions.ROW)]
+#: What the run metadata fills: its own dimensions, and the row labels the capture copies from it.
+FROM_METADATA = [d for d in GROUPING if d.source == dimensions.METADATA or d.column in schema.METADATA_LABELS]
 
 
 def _metadata_by_hand(folder: Path) -> dict[tuple[str, int], dict]:
