@@ -355,7 +355,7 @@ _SPLIT = (
     "over blocks) against `baseline` (`k=0`: the same engine with drafting off; `plain engine`), `pitfalls` "
     "(ids of the known pitfalls its engines meet)); `best` (per target and value: the fastest `k`, its `ratio` "
     "over `runner_up` with `low`/`high`, `clear` when `low` > 1); `best_k_differs` (two values whose best k "
-    "differ, each beyond noise); `steps_known` of `steps`"
+    "differ, each beyond noise); `steps_known` of `steps`; `findings`: what it shows, in words"
 )
 
 JSON_KEYS: dict[str, dict[str, str]] = {

@@ -56,8 +56,15 @@ def _after(data: dict[str, Any], key: str, added: dict[str, Any]) -> dict[str, A
     return out
 
 
+def _split_worded(split: Any, data: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A split's numbers with its findings in words (``findings``)."""
+    return None if split is None or data is None else {**data, "findings": sentences.split_findings(split)}
+
+
 def _worded(result: Any, data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(result, Report):
+        data = {**data, "context": _split_worded(result.context, data.get("context")),
+                "side_by_side": _split_worded(result.side_by_side, data.get("side_by_side"))}  # fmt: skip
         words = {
             "findings": [f.text for f in sentences.report_findings(result)],
             # Each group's own sentences (printed under its per-position table), beside `groups`
@@ -73,11 +80,17 @@ def _worded(result: Any, data: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(result, Recommendation):
         words = {"assumptions": sentences.assumptions(result), "explanations": sentences.explanations(result)}
         data = _after(data, "predicted", words)
+        data["by_context"] = _split_worded(result.by_context, data.get("by_context"))
     elif isinstance(result, LoadRecommendation):
         data = {"headline": sentences.load_headline(result), **data,
                 "explanations": sentences.load_explanations(result)}  # fmt: skip
     elif isinstance(result, Comparison):
         data = {"verdict": sentences.verdict(result), **data}
+        own = data.get("against_own_plain") or {}
+        data["against_own_plain"] = {
+            "a": _split_worded(result.own_a, own.get("a")),
+            "b": _split_worded(result.own_b, own.get("b")),
+        }
     return data
 
 

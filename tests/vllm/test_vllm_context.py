@@ -88,3 +88,29 @@ def test_captured_totals_per_batch_equal_vllms_counters(run):
         batch = run["batches"][name]
         assert captured(batch) == vllm_delta(batch), name
         assert captured(batch)["drafts"] > 0, name
+
+
+def test_totals_per_context_bucket_equal_vllms_counters_per_batch(run):
+    """``--by context`` on the captured rows: the short batch's steps fall in buckets below 128
+    tokens and the long batch's from 512, so each side's totals are vLLM's own for that batch."""
+    import polars as pl
+
+    from specobs import api, buckets, schema
+
+    rows = [r for name in ("short", "long") for r in steps(run["batches"][name])]
+    frame = schema.conform(pl.DataFrame(rows, infer_schema_length=None).rename({"ts": "end_ts"}), schema.WINDOWS)
+    groups = api.summarize(frame, by="context")
+    assert groups["context_bucket"].null_count() == 0  # every step knows its context
+    for name, short in (("short", True), ("long", False)):
+        side = groups.filter(
+            pl.col("context_bucket").map_elements(buckets.low_of_label, return_dtype=pl.Int64) < 128
+            if short
+            else pl.col("context_bucket").map_elements(buckets.low_of_label, return_dtype=pl.Int64) >= 512
+        )
+        got = {
+            "drafts": int(side["num_drafts"].sum()),
+            "draft_tokens": int(side["num_draft_tokens"].sum()),
+            "accepted_tokens": int(side["num_accepted_tokens"].sum()),
+        }
+        assert got == vllm_delta(run["batches"][name]), name
+    assert int(groups["num_drafts"].sum()) == sum(captured(run["batches"][n])["drafts"] for n in ("short", "long"))
