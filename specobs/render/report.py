@@ -65,7 +65,11 @@ def _empty_groups_line(report: Report) -> str | None:
 def _unrecorded_line(report: Report) -> str | None:
     if not report.unrecorded:
         return None
-    return f"Not recorded in these inputs: {', '.join(report.unrecorded)} (unknown in every group, shown as –)."
+    why = " Context length comes only from specobs's capture (vLLM's logs and metrics do not carry it)."
+    return (
+        f"Not recorded in these inputs: {', '.join(report.unrecorded)} (unknown in every group, shown as –)."
+        + (why if "context" in report.unrecorded else "")
+    )
 
 
 def _label_value(column: str, value: object) -> str:

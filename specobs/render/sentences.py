@@ -1730,7 +1730,7 @@ def split_findings(split: Split) -> list[str]:
         if context and split.vllm_option is None:
             out.append(
                 "vLLM has no per-context k (none up to 0.33; `num_speculative_tokens_per_seq_len` is proposed in "
-                "vllm#54801): this table is advice, and no config is printed for it."
+                "vllm#54801): the best k by context is advice, and no config is printed for it."
             )
         elif context:
             out.append(f"The installed vLLM declares `{split.vllm_option}`: a per-context k can be configured.")
