@@ -56,7 +56,8 @@ def run_table(metadata: Sequence[RunMetadata]) -> pl.DataFrame:
 
 def with_run_dimensions(frame: pl.LazyFrame, metadata: Sequence[RunMetadata]) -> pl.LazyFrame:
     """``frame`` (rows or sums with ``run_id`` and ``engine``) with every :data:`FILLED` column:
-    a value the frame has is kept, a missing one comes from the metadata of its run and engine."""
+    a value the frame has is kept, a missing one comes from the metadata of its run and engine.
+    Rows keep their order (a stretch of steps is read in input order)."""
     names = frame.collect_schema()
     absent = [pl.lit(None, dtype).alias(c) for c, dtype in FILLED.items() if c not in names]
     frame = frame.with_columns(absent)
@@ -72,11 +73,14 @@ def with_run_dimensions(frame: pl.LazyFrame, metadata: Sequence[RunMetadata]) ->
     suffix = "_meta"
     if exact.height:
         joined = joined.join(
-            exact.lazy().rename({"run_id": _KEY}), on=[_KEY, "engine"], how="left", suffix=suffix, nulls_equal=True
-        )
+            exact.lazy().rename({"run_id": _KEY}), on=[_KEY, "engine"], how="left", suffix=suffix,
+            nulls_equal=True, maintain_order="left",
+        )  # fmt: skip
         joined = _coalesced(joined, wanted, suffix, names)
     if any_engine.height:
-        joined = joined.join(any_engine.lazy().rename({"run_id": _KEY}), on=_KEY, how="left", suffix=suffix)
+        joined = joined.join(
+            any_engine.lazy().rename({"run_id": _KEY}), on=_KEY, how="left", suffix=suffix, maintain_order="left"
+        )
         joined = _coalesced(joined, wanted, suffix, names)
     return joined.drop(_KEY)
 
