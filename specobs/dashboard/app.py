@@ -296,6 +296,13 @@ def cost(ctx: Context) -> None:
     _chart(right, charts.by_bucket(table, "rejected-draft share", "share of step time", percent=True))
     st.dataframe(table, hide_index=True)
     _download("Download CSV", table, "timing-by-batch.csv")
+    if report.context is not None:  # steps that know their context: the report's table by context length
+        st.subheader(sentences.split_title(report.context))
+        by_context = views.split_table(report.context)
+        st.dataframe(by_context, hide_index=True)
+        for line in sentences.split_findings(report.context):
+            st.markdown(f"- {line}")
+        _download("Download CSV", by_context, "by-context.csv")
 
 
 def _rows_table(headers: tuple[str, ...], rows: list[list[str]]) -> pl.DataFrame:

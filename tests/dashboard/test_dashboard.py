@@ -411,3 +411,23 @@ def test_overview_shows_the_per_request_distribution(monkeypatch, tmp_path):
     by_prompt = table.filter(pl.col("by") == "prompt tokens")  # 30 tokens (mid); 40, 40 and 50 (long, none, short)
     assert by_prompt.select("group", "num_requests").rows() == [("16-31", 1), ("32-63", 3)]
     assert any("weighted by verify steps" in b for b in bullets(at))
+
+
+def test_cost_page_shows_the_table_by_context_length_as_the_report_does(monkeypatch):
+    context = ROOT / "examples" / "data" / "vllm-cpu-context"
+    monkeypatch.setenv(ARGS_ENV, json.dumps({"paths": [str(context)]}))
+    at = AppTest.from_file(APP, default_timeout=180).run()
+    assert not at.exception, [e.value for e in at.exception]
+    goto(at, "Cost")
+    expected = report_json(str(context), "--by", "method,k")["context"]
+    table = frame_with(at, "context")
+    assert table.height == len(expected["rows"])
+    for row, want in zip(table.iter_rows(named=True), expected["rows"], strict=True):
+        assert row["context"] == want["context_bucket"]
+        assert row["k"].rstrip(" *") == str(want["k"])
+        speedup = row["speedup [95%]"]
+        assert (speedup == "–") == (want["speedup"] is None)
+        if want["speedup"] is not None:
+            assert speedup.startswith(f"{want['speedup']:.2f}×")
+    assert any(line.startswith("Acceptance rises with context") for line in bullets(at))
+    assert expected["findings"] == [line for line in bullets(at) if line in expected["findings"]]
