@@ -33,6 +33,7 @@ FAKE = {
             def __init__(self, vllm_config):
                 self.num_spec_tokens = 3
                 self.dynamic_sd_lookup = None
+                self.requests: dict[str, Request] = {}
 
             def schedule(self, throttle_prefills: bool = False):
                 pass
@@ -70,6 +71,10 @@ FAKE = {
             @property
             def num_output_tokens(self):
                 return 0
+
+            @property
+            def num_tokens(self):
+                return self.num_prompt_tokens
 
             def get_finished_reason(self):
                 return None

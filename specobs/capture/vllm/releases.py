@@ -60,6 +60,8 @@ ATTRIBUTES: tuple[tuple[str, str, str], ...] = (
     (SCHEDULER_OUTPUT, "num_scheduled_tokens", "batch_size"),
     (SCHEDULER_OUTPUT, "total_num_scheduled_tokens", "num_scheduled_tokens"),
     (RUNNER_OUTPUT, "sampled_token_ids", "num_generated_tokens"),
+    (SCHEDULER, "requests", "context_length, context_length_max"),
+    (REQUEST, "num_tokens", "context_length, context_length_max"),
     (REQUEST, "num_prompt_tokens", "finished-request rows' prompt tokens"),
     (REQUEST, "num_output_tokens", "finished-request rows' output tokens"),
     (REQUEST, "get_finished_reason", "finished-request rows' finish reason"),
