@@ -352,7 +352,7 @@ _SPLIT = (
     "`attention_backend`…) and `k`: every `summary` key, `draft_ms`, `verify_ms`, `step_ms` per timed step, "
     "`tokens_per_second` (generated tokens per second of step time, geometric mean over `stretches`: blocks of "
     "consecutive timed steps), `speedup` with `speedup_low`/`speedup_high` (at matched batch buckets, Welch 95% "
-    "over blocks) against `baseline` (`k=0`: the same engine with drafting off; `plain engine`), `pitfalls` "
+    "over blocks) against `baseline` (`plain engine` of the same model, platform and device where one ran; else `k=0`: the same engine with drafting off, which still pays for its drafter), `pitfalls` "
     "(ids of the known pitfalls its engines meet)); `best` (per target and value: the fastest `k`, its `ratio` "
     "over `runner_up` with `low`/`high`, `clear` when `low` > 1); `best_k_differs` (two values whose best k "
     "differ, each beyond noise); `steps_known` of `steps`; `findings`: what it shows, in words"

@@ -614,7 +614,7 @@ class SplitRow(Result):
     speedup: float | None = None
     speedup_low: float | None = None
     speedup_high: float | None = None
-    baseline: str | None = None  # "k=0" (the same engine with drafting off) or "plain engine"
+    baseline: str | None = None  # "plain engine", else "k=0" (the same engine with drafting off)
     pitfalls: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

@@ -162,3 +162,21 @@ def test_matched_ratio_weighs_buckets_by_steps_and_needs_two_blocks_a_side_for_a
     untested = matched_ratio({"4-7": [(400.0, 30)]}, {"4-7": [(200.0, 30)]})
     assert untested == (pytest.approx(2.0), None, None)
     assert matched_ratio({"1": [(1.0, 1)]}, {"2-3": [(1.0, 1)]}) == (None, None, None)  # nothing matched
+
+
+def test_a_plain_engine_is_the_baseline_before_the_speculative_engines_own_k0():
+    # Beside the speculative engine, a plain engine at the same contexts: 4 tokens per 0.008 s = 500
+    # tokens/s, faster than the speculative engine's own k = 0 (400: it still pays for its drafter).
+    rows, t = [], 10_000.0
+    for factor in SPREAD:
+        for context in (40.0, 700.0):
+            rows += steps(8, k=0, accepted=0, seconds=0.008 * factor, context=context, start=t, method=None,
+                          run_id="plain")  # fmt: skip
+            t += 8
+    result = analysed(pl.concat([context_rows(), frame(rows)]))
+    got = {(r.labels["method"], r.values["context_bucket"], r.k): r for r in result.rows}
+    short = got[("ngram", "32-63", 2)]
+    assert short.baseline == PLAIN and short.speedup == pytest.approx(500 / 500)  # (4 + 2) / 0.012 against 4 / 0.008
+    k0 = got[("ngram", "32-63", 0)]  # the speculative engine with drafting off, against the plain one: the K=0 tax
+    assert k0.baseline == PLAIN and k0.speedup == pytest.approx(400 / 500)
+    assert got[(None, "32-63", 0)].speedup is None
