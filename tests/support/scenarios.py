@@ -1,4 +1,4 @@
-"""Run a real-vLLM scenario (tests/support/vllm_scenarios.py) in its own process."""
+"""Run a real-vLLM scenario (tests/support/vllm_scenarios.py, or another script) in its own process."""
 
 from __future__ import annotations
 
@@ -12,10 +12,16 @@ from support.paths import SUPPORT
 SCENARIOS = SUPPORT / "vllm_scenarios.py"
 
 
-def run_scenario(*args: str, env: dict | None = None, python: str | os.PathLike[str] | None = None) -> dict:
-    """The scenario's JSON result; ``python``: another interpreter (a venv of another vLLM release)."""
+def run_scenario(
+    *args: str,
+    env: dict | None = None,
+    python: str | os.PathLike[str] | None = None,
+    script: os.PathLike[str] = SCENARIOS,
+) -> dict:
+    """The scenario's JSON result (the line after ``RESULT``); ``python``: another interpreter (a
+    venv of another vLLM release); ``script``: a scenario file of its own (default: vllm_scenarios.py)."""
     result = subprocess.run(
-        [str(python or sys.executable), str(SCENARIOS), *args],
+        [str(python or sys.executable), str(script), *args],
         capture_output=True,
         text=True,
         timeout=600,

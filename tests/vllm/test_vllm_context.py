@@ -11,13 +11,11 @@ accepted tokens equal the change of vLLM's own speculative-decoding counters ove
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
 import sys
 
 import pytest
 from support.paths import SUPPORT
+from support.scenarios import run_scenario
 
 pytestmark = [
     pytest.mark.vllm,
@@ -36,15 +34,7 @@ def run(tmp_path_factory) -> dict:
 
     models = tmp_path_factory.mktemp("models")
     build(models)
-    result = subprocess.run(
-        [sys.executable, str(SCENARIO), str(models)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
-    )
-    assert result.returncode == 0 and "RESULT " in result.stdout, result.stderr[-4000:]
-    return json.loads(result.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    return run_scenario(str(models), script=SCENARIO)
 
 
 def steps(batch: dict) -> list[dict]:
