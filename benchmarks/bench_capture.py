@@ -63,7 +63,7 @@ def step_hook_cost(batch: int) -> float:
 
     from specobs.capture import MemorySink, Recorder
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm.hooks import Capture
+    from specobs.vllm.hooks import Capture
 
     recorder = Recorder([MemorySink()], capacity=10**9)
     capture = Capture(CaptureConfig(run_id="bench"), recorder)
@@ -100,9 +100,8 @@ def main() -> None:
 
     from specobs.capture import MemorySink
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
     from specobs.testing.tiny_llama import build
-    from specobs.vllm import instrument
+    from specobs.vllm import hooks, instrument
 
     costs = event_costs()
     with tempfile.TemporaryDirectory() as tmp:

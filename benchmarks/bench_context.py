@@ -43,7 +43,7 @@ class Request:
 
 def hook_costs() -> dict[int, float]:
     """µs per step of ``_context`` at each batch size."""
-    from specobs.capture.vllm.hooks import _context
+    from specobs.vllm.hooks import _context
 
     out = {}
     for batch in (8, 64, 256):

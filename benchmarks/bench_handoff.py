@@ -52,7 +52,7 @@ def worker_cost(batch: int) -> tuple[float, Any]:
     """Seconds of worker engine-thread work per step for the hand-off, and one payload."""
     from specobs.capture.config import CaptureConfig
     from specobs.capture.handoff import HANDOFF_ATTR, stamp
-    from specobs.capture.vllm.hooks import Capture
+    from specobs.vllm.hooks import Capture
 
     capture = Capture(CaptureConfig(run_id="bench"))
     capture._facts_sent = True  # sent once at the first step: not a per-step cost

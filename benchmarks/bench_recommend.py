@@ -2,7 +2,7 @@
 
     python benchmarks/bench_recommend.py [--no-write]
 
-1. Simulated cases (specobs/advice/simulate.py) with a known oracle: fit from one speculative
+1. Simulated cases (specobs/testing/simulate.py) with a known oracle: fit from one speculative
    run (k = 6, or 4) and a plain run, recommend k per batch size, and report the regret
    against the oracle's best throughput (target ≤ 3% in every case).
 2. The bundled real sweep (examples/data/vllm-cpu-sweep): fit each method on its k = 6 run plus
@@ -29,9 +29,9 @@ SWEEP = HERE.parent / "examples" / "data" / "vllm-cpu-sweep"
 
 
 def simulated_regrets() -> list[tuple[str, float]]:
-    from specobs.advice import simulate as sim
     from specobs.advice.recommend import recommend
     from specobs.ingest.events import steps_to_windows
+    from specobs.testing import simulate as sim
 
     cases = [(name, sim.Scenario(methods=(spec,), seed=3), 6) for name, spec in sim.PROFILES.items()]
     compute_bound = sim.MethodSpec("draft_model", tuple(sim.profile("iid", 0.6)), (0.0, 0.0, 0.002, 0.0001))

@@ -37,7 +37,7 @@ from results import machine, publish
 import specobs
 from specobs import schema
 from specobs.advice.load import advise
-from specobs.analysis.serving import serving
+from specobs.analysis.under_load import serving
 
 LEVELS = (1, 2, 4, 8, 16)
 TRUE_CROSSOVER = 1.4**5

@@ -920,7 +920,7 @@ def tune_example() -> str:
 
 # --- vLLM releases ----------------------------------------------------------------------------------
 
-#: The release checks' results (specobs.capture.vllm.releases), rewritten by
+#: The release checks' results (specobs.vllm.releases), rewritten by
 #: ``python -m tests.support.releases`` and compared exactly by the tests that re-check each release.
 RELEASES = DOCS / "vllm-releases.json"
 
@@ -931,7 +931,7 @@ def _names(findings: Iterable[Any]) -> str:
 
 def _counted(findings: tuple[Any, ...], what: str) -> str:
     """``all 11 hook points`` or ``10 of 11 hook points (missing: x; changed: y (sig))``."""
-    from specobs.capture.vllm.releases import Status
+    from specobs.vllm.releases import Status
 
     wanted = [f for f in findings if not f.optional]
     present = [f for f in wanted if f.status is Status.PRESENT]
@@ -956,7 +956,7 @@ def dimensions_table() -> str:
 
 
 def releases_table() -> str:
-    from specobs.capture.vllm.releases import Kind, ReleaseCheck, Status
+    from specobs.vllm.releases import Kind, ReleaseCheck, Status
 
     rows = []
     for entry in json.loads(RELEASES.read_text(encoding="utf-8"))["releases"]:

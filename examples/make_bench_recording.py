@@ -4,7 +4,7 @@ Builds the tiny Llama target of ``specobs.testing.tiny_llama``, then, for each c
 ``plain`` (no speculative config) and ``ngram`` (``{"method": "ngram", "num_speculative_tokens":
 3, "prompt_lookup_min": 2, "prompt_lookup_max": 3}``) — starts ONE vLLM OpenAI server
 (``python -m vllm.entrypoints.openai.api_server``, 127.0.0.1, engine core in its own process,
-``specobs.testing.serve.Server``'s flags and environment except that installed plugins load, so
+``specobs.testing.server_recording.Server``'s flags and environment except that installed plugins load, so
 the specobs capture is on through ``SPECOBS_ENABLE=1``, ``SPECOBS_DIR=<out>/capture`` and
 ``SPECOBS_RUN_ID=bench-<config>-r<repeat>``), waits for ``/health``, runs vLLM's serving
 benchmark once per concurrency level (1, 4, 8) and stops the server (SIGINT) before the next
@@ -55,7 +55,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specobs.loops.server import wait_gone, wait_quiet
+from specobs.loops.vllm_server import wait_gone, wait_quiet
 from specobs.testing.recording import gzip_file, pack
 
 K = 3
@@ -112,7 +112,7 @@ def record(out: Path, models: Path) -> list[tuple[int, str, float]]:
     """Build the models in ``models``, run every server of :data:`ORDER` and its benchmarks into
     ``out``; return (repeat, config, wall seconds with start-up) per server."""
     from specobs.testing import tiny_llama
-    from specobs.testing.serve import Server, _cpu_now, _cpu_use
+    from specobs.testing.server_recording import Server, _cpu_now, _cpu_use
 
     out = out.resolve()
     results, capture, logs = out / "results", out / "capture", out / "logs"

@@ -85,7 +85,7 @@ def run_one(engine: str) -> None:
     for _ in range(ROUNDS):
         for batch in BATCH_SIZES:
             llm.generate([PROMPTS[i % len(PROMPTS)] for i in range(batch)], params, use_tqdm=False)
-    from specobs.capture.vllm import hooks
+    from specobs.vllm import hooks
 
     hooks.uninstall()  # closes the recorder: the last rows are written before vLLM's teardown is skipped
     sys.stdout.flush()

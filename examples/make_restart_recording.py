@@ -116,7 +116,7 @@ def run_one(drafter: str, n_prompts: int, max_tokens: int) -> None:
     )
     params = vllm.SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     llm.generate(prompts(n_prompts), params, use_tqdm=False)
-    from specobs.capture.vllm import hooks
+    from specobs.vllm import hooks
 
     hooks.uninstall()  # closes the recorder: the last rows are written before vLLM's teardown is skipped
     sys.stdout.flush()

@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 
 from specobs.testing.recording import gzip_file, pack
-from specobs.testing.serve import anonymise
+from specobs.testing.server_recording import anonymise
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
 SCHEDULE = {**NGRAM, "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 8, 0]]}

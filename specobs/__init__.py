@@ -34,7 +34,7 @@ _EXPORTS = {
     "recommend": "specobs.api",
     "compare": "specobs.api",
     "document": "specobs.render",
-    "simulate": "specobs.advice.simulate",
+    "simulate": "specobs.testing.simulate",
     "run_tune": "specobs.loops.vllm_bench",
     "Report": "specobs.records",
     "Summary": "specobs.records",
@@ -95,7 +95,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from specobs.advice.simulate import simulate
     from specobs.api import analyze, compare, recommend, summarize
     from specobs.errors import InputError, Skipped, SpecobsError
     from specobs.ingest import Ingested, load
@@ -119,6 +118,7 @@ if TYPE_CHECKING:
         TuneResult,
     )
     from specobs.render import document
+    from specobs.testing.simulate import simulate
 
 
 def __getattr__(name: str) -> Any:

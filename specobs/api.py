@@ -27,7 +27,7 @@ from specobs.advice.load import advise
 from specobs.advice.report_builder import analyze as analyze_ingested
 from specobs.advice.report_builder import context_split, recommendation_input
 from specobs.analysis import acceptance
-from specobs.analysis.serving import capture_sums, parse_slo, serving
+from specobs.analysis.under_load import capture_sums, parse_slo, serving
 from specobs.errors import SpecobsError
 from specobs.ingest import Ingested, load
 from specobs.records import RECOMMEND_DEFAULTS, Comparison, LoadRecommendation, Recommendation, Report, Slo

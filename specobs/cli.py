@@ -16,7 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 
 from specobs import __version__, api
 from specobs.analysis.acceptance import DEFAULT_BY, GROUP_KEYS, parse_by
-from specobs.analysis.serving import parse_slo
+from specobs.analysis.under_load import parse_slo
 from specobs.capture.config import EnvironmentVariable
 from specobs.errors import (
     EXIT_INTERNAL,
@@ -488,7 +488,7 @@ def _acceptance_profile(spec: str) -> list[float]:
     acceptance per position. A rate (``A``, ``B0``) and a step (``D``) lie in [0, 1]; ``N`` is a
     number of positions (a whole number, 1 or more). Anything else is a :class:`SpecobsError`
     naming the bad value."""
-    from specobs.advice import simulate as sim
+    from specobs.testing import simulate as sim
 
     forms = ", ".join(f"{kind}:{form}" for kind, (form, _) in ACCEPTANCE_FORMS.items())
     kind, *parts = spec.split(":")
@@ -544,8 +544,8 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
     """Write simulated engine steps from the documented generative model (docs/model.md)."""
-    from specobs.advice import simulate as sim
     from specobs.capture.sinks import JsonlSink
+    from specobs.testing import simulate as sim
 
     if method not in sim.PROFILES:
         raise SpecobsError(f"unknown --method {method} (choose from {', '.join(sim.PROFILES)})")

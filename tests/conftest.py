@@ -29,7 +29,7 @@ def serve_recording(tmp_path_factory):
     (k=3, lookup 2–3), a draft-model (k=3) and a second plain vLLM server, in that order, under
     greedy closed-loop clients. Two plain processes, first and last: separate processes of one
     configuration differ by 20–40% on these machines, and the faster is the less disturbed."""
-    from specobs.testing.serve import record_server, speculative_config
+    from specobs.testing.server_recording import record_server, speculative_config
     from specobs.testing.tiny_llama import build
 
     models = tmp_path_factory.mktemp("models")

@@ -17,7 +17,7 @@ drift of a shared machine hits every method alike). Writes, under OUT_DIR, per s
       after-concurrency-N (a stats interval after the level's last response)
   vllm-cpu-<method>[-k<k>][-r<repeat>].clients.json  what the clients measured per level (requests,
       completion tokens, wall seconds, tokens/s, start/end times), the command, config and load
-(no -k for plain; -r only with --repeats above 1). specobs.testing.serve does the work.
+(no -k for plain; -r only with --repeats above 1). specobs.testing.server_recording does the work.
 
 Run it with the Python that has vLLM installed (vllm-cpu on a CPU machine).
 """
@@ -27,7 +27,7 @@ import os
 import time
 from pathlib import Path
 
-from specobs.testing.serve import record_server, speculative_config
+from specobs.testing.server_recording import record_server, speculative_config
 
 METHODS = ("plain", "ngram", "draft", "eagle")
 

@@ -42,8 +42,8 @@ from specobs.analysis.acceptance import summarize, summary_of, with_group_column
 from specobs.analysis.breaks import causes
 from specobs.analysis.cost import steady_state, step_cells, timing_by_batch
 from specobs.analysis.intervals import Z95, t95
-from specobs.analysis.serving import direction, serving_changes
 from specobs.analysis.split import split, stretch_sums
+from specobs.analysis.under_load import direction, serving_changes
 from specobs.records import (
     ENVIRONMENT_FIELDS,
     AcceptanceTest,

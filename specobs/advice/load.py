@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from specobs.advice import speculative
-from specobs.analysis.serving import NOT_DRAFTING
+from specobs.advice import config_line as speculative
+from specobs.analysis.under_load import NOT_DRAFTING
 from specobs.records import Crossover, LoadAdvice, LoadRatio, RunMetadata, Serving, ServingLevel
 
 #: The crossover a schedule rests on: goodput when an SLO was given and it has one, else throughput.

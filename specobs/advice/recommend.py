@@ -23,8 +23,9 @@ import numpy as np
 import polars as pl
 
 from specobs import buckets
-from specobs.advice import speculative
+from specobs.advice import config_line as speculative
 from specobs.advice.band import speedup_band
+from specobs.advice.log_speedup import plain_cells, served_speedups
 from specobs.advice.model import (
     Acceptance,
     CostModel,
@@ -35,9 +36,7 @@ from specobs.advice.model import (
     predict,
     predict_off,
 )
-from specobs.advice.served import plain_cells, served_speedups
 from specobs.analysis.cost import decode_sums, steady_state, with_draining
-from specobs.capture.vllm.speculative import MODEL_FREE
 from specobs.dimensions import method_label
 from specobs.errors import SpecobsError
 from specobs.records import (
@@ -58,6 +57,7 @@ from specobs.records import (
     Target,
 )
 from specobs.schema import TARGET_LABELS, categorical_labels
+from specobs.vllm.spec_config import MODEL_FREE
 
 
 @dataclass
@@ -710,7 +710,7 @@ def recommend(
 
     The ``--speculative-config`` carries what the chosen method's engines ran with, from the
     input's run ``metadata`` (``Ingested.metadata``), and is checked against the installed vLLM
-    unless ``check_config`` is False (:mod:`specobs.advice.speculative`).
+    unless ``check_config`` is False (:mod:`specobs.advice.config_line`).
     """
     frame = recommendation_cells(windows, method=method)
     fits = fit_methods(frame, cost_ratio=cost_ratio)

@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
+from specobs.advice.config_line import per_context_option
 from specobs.advice.load import advise
 from specobs.advice.recommend import recommend, recommendation_cells, with_method
-from specobs.advice.speculative import per_context_option
 from specobs.analysis import acceptance
 from specobs.analysis.breaks import across_restart, find_breaks, not_named_by, resume_sums
 from specobs.analysis.cost import (
@@ -32,12 +32,12 @@ from specobs.analysis.cost import (
     unsteady_counts,
 )
 from specobs.analysis.integrity import IntegritySums, integrity
-from specobs.analysis.requests import as_windows, request_acceptance
+from specobs.analysis.per_request import as_windows, request_acceptance
 from specobs.analysis.runs import FILLED, with_run_dimensions
-from specobs.analysis.serving import capture_sums, serving
 from specobs.analysis.split import CONTEXT, environment_by, split, stretch_sums
 from specobs.analysis.sums import TimeGrid, with_time_bucket
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
+from specobs.analysis.under_load import capture_sums, serving
 from specobs.ingest import Ingested, counted_sources, first_pass
 from specobs.ingest.source import open_source
 from specobs.records import BatchTiming, GroupSummary, Report, Slo, Split, Summary

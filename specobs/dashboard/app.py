@@ -25,7 +25,7 @@ from specobs.advice.compare import compare
 from specobs.advice.recommend import recommend
 from specobs.advice.report_builder import ReportSums, report_from_sums
 from specobs.analysis.acceptance import GROUP_KEYS
-from specobs.analysis.serving import parse_slo
+from specobs.analysis.under_load import parse_slo
 from specobs.dashboard import views
 from specobs.dashboard.data import (
     Filters,

@@ -404,7 +404,7 @@ class StepMapper:
 
     def map_request(self, row: dict[str, Any]) -> RequestUpdate | None:
         """A finished request (a ``requests`` row) as its acceptance length,
-        ``1 + num_accepted_tokens / num_spec_steps`` (``specobs.analysis.requests.acceptance_length``);
+        ``1 + num_accepted_tokens / num_spec_steps`` (``specobs.analysis.per_request.acceptance_length``);
         None for a request that never verified a draft (no length, as the analysis leaves it out)
         and for a row whose counts are bad (counted by reason) or contradict each other (more
         accepted than drafted, or than k per verify step: ``inconsistent``)."""

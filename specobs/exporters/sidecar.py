@@ -39,8 +39,8 @@ from specobs.advice.recommend import recommend
 from specobs.errors import Notice, Skipped
 from specobs.exporters.follow import Follower, Lines, _Followed
 from specobs.exporters.prometheus import PrometheusMetrics
-from specobs.ingest import decisions, detect, events, metadata, read_source
-from specobs.ingest import requests as request_files
+from specobs.ingest import decisions, detect, events, metadata_files, read_source
+from specobs.ingest import request_rows as request_files
 from specobs.ingest.events import steps_to_windows
 from specobs.ingest.source import Source
 
@@ -107,7 +107,7 @@ class Sidecar:
             return self._feed_jsonl(state, data)
         if state.kind == decisions.FORMAT:
             return self._feed_decisions(state, data)
-        if state.kind == metadata.FORMAT:
+        if state.kind == metadata_files.FORMAT:
             self._feed_metadata(state, data)
             return 0  # describes an engine; nothing to count
         if state.kind in request_files.FORMATS:
@@ -161,7 +161,7 @@ class Sidecar:
     def _feed_metadata(self, state: _Followed, data: bytes) -> None:
         """Run metadata: each valid record replaces its engine's ``specobs_engine_info``."""
         src = Source(str(state.path), None, False, len(data), head=data[:65536], data=data)
-        records, skipped, _ = metadata.read(src)
+        records, skipped, _ = metadata_files.read(src)
         self._skipped_lines(state, data, skipped)
         for record in records:
             self.metrics.observe_metadata(record)

@@ -1,5 +1,5 @@
 """The sinks a capture inside vLLM sends rows to when ``SPECOBS_PROMETHEUS`` or
-``SPECOBS_OTEL`` ask for exporters (``Wiring.sinks`` of :mod:`specobs.capture.vllm.hooks`)."""
+``SPECOBS_OTEL`` ask for exporters (``Wiring.sinks`` of :mod:`specobs.vllm.hooks`)."""
 
 from __future__ import annotations
 

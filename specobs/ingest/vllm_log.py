@@ -43,7 +43,7 @@ import polars as pl
 from specobs.errors import Skipped
 from specobs.ingest import columns as C
 from specobs.ingest.columns import reference_year
-from specobs.ingest.metadata import settings
+from specobs.ingest.metadata_files import settings
 from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.scan import Fields, FoundLines, find_lines
 from specobs.ingest.source import Source

@@ -2,7 +2,7 @@
 
 The scrape reader (:mod:`~specobs.ingest.prometheus_text`), the Prometheus API reader
 (:mod:`~specobs.ingest.prometheus_api`) and the release checks
-(:mod:`specobs.capture.vllm.releases`, which look each name up among the metrics a vLLM
+(:mod:`specobs.vllm.releases`, which look each name up among the metrics a vLLM
 release registers) all take them from here, so a name vLLM renames is changed once.
 
 A sample name is the family's name plus the suffix its kind exposes: ``_total`` for a counter,

@@ -45,12 +45,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specobs.analysis.serving import SPAN_SLACK
+from specobs.analysis.under_load import SPAN_SLACK
 from specobs.capture.config import SPECOBS_DIR, SPECOBS_ENABLE, SPECOBS_RUN_ID
 from specobs.errors import SpecobsError
 from specobs.loops.parallel import ONE_DEVICE, Parallel, VllmBuild, check_speculation, cpu_binding, installed_vllm
 from specobs.loops.parallel import SERVER_FLAGS as PARALLEL_FLAGS
-from specobs.loops.server import VllmServer, wait_quiet
+from specobs.loops.vllm_server import VllmServer, wait_quiet
 
 #: The two kinds of load level: closed loop (``--max-concurrency``) or open loop (``--request-rate``).
 LOADS = ("concurrency", "rate")
@@ -383,7 +383,7 @@ def _check_parallel(plan: SweepPlan, names: Mapping[str, str], vllm: VllmBuild |
 
 def server_arguments(plan: SweepPlan, config: Configuration) -> list[str]:
     """The server's arguments after ``python -m vllm.entrypoints.openai.api_server`` (the
-    address is :class:`~specobs.loops.server.VllmServer`'s)."""
+    address is :class:`~specobs.loops.vllm_server.VllmServer`'s)."""
     args = ["--model", plan.model, "--served-model-name", plan.served]
     if config.speculative_config is not None:
         args += ["--speculative-config", json.dumps(dict(config.speculative_config), separators=(",", ":"))]
@@ -546,7 +546,7 @@ def run_sweep(
     """Run every server of ``plan.order()`` and its benchmark runs; return what ran.
 
     Raises :class:`SpecobsError` (from :func:`check_plan`) before anything starts, and
-    :class:`~specobs.loops.server.ServerError` or :class:`SpecobsError` naming the log when a
+    :class:`~specobs.loops.vllm_server.ServerError` or :class:`SpecobsError` naming the log when a
     server does not start or a benchmark run fails; the server is stopped either way.
     """
     vllm = installed_vllm()

@@ -37,7 +37,7 @@ from specobs.advice.paired import Block, StepAttribution
 from specobs.errors import InputError, SpecobsError
 from specobs.loops.offline import PLAIN, SECOND_PLAIN, SPECULATIVE, Schedule, tune
 from specobs.loops.parallel import ONE_DEVICE, Parallel, VllmBuild, check_speculation, cpu_binding, installed_vllm
-from specobs.loops.server import wait_gone
+from specobs.loops.vllm_server import wait_gone
 from specobs.records import TuneResult
 
 #: Engine arguments specobs sets unless ``--engine-args`` says otherwise.
@@ -530,7 +530,7 @@ class _Engine:  # pragma: no cover - runs in the worker process
 
         from specobs.capture.config import CaptureConfig
         from specobs.capture.sinks import JsonlSink
-        from specobs.capture.vllm.instrument import instrument_engine
+        from specobs.vllm.instrument import instrument_engine
 
         self.prompts: list[str] = spec["prompts"]
         self.max_tokens: int = spec["max_tokens"]

@@ -214,7 +214,7 @@ class SpeedupBand(Result):
 @dataclass(frozen=True)
 class ServedSpeedup(Result):
     """A speculative server against a plain one, measured from their own throughput lines at
-    matched running requests (``specobs.advice.served``): one batch bucket, or all of them."""
+    matched running requests (``specobs.advice.log_speedup``): one batch bucket, or all of them."""
 
     method: str | None
     draft_model: str | None

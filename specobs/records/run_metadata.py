@@ -26,7 +26,7 @@ class RunMetadata(Result):
     (``(low, high, k)`` per range); ``schedule_configured`` the one the user asked for, where the
     source shows it (a log's ``non-default args``: vLLM drops the schedule with data parallel > 1);
     ``environment`` holds only the variables that change what
-    the engine runs (:data:`specobs.capture.vllm.metadata.ENVIRONMENT`).
+    the engine runs (:data:`specobs.vllm.engine_metadata.ENVIRONMENT`).
     """
 
     ts: float | None = None

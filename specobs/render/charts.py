@@ -11,7 +11,7 @@ import altair as alt
 import polars as pl
 
 from specobs import buckets
-from specobs.analysis.serving import with_load
+from specobs.analysis.under_load import with_load
 from specobs.records import Serving
 
 #: Okabe & Ito (2008), "Color Universal Design": distinguishable under deuteranopia,

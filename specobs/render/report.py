@@ -66,9 +66,8 @@ def _unrecorded_line(report: Report) -> str | None:
     if not report.unrecorded:
         return None
     why = " Context length comes only from specobs's capture (vLLM's logs and metrics do not carry it)."
-    return (
-        f"Not recorded in these inputs: {', '.join(report.unrecorded)} (unknown in every group, shown as –)."
-        + (why if "context" in report.unrecorded else "")
+    return f"Not recorded in these inputs: {', '.join(report.unrecorded)} (unknown in every group, shown as –)." + (
+        why if "context" in report.unrecorded else ""
     )
 
 

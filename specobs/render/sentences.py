@@ -10,10 +10,10 @@ from typing import Any
 
 from specobs.analysis.acceptance import MATERIAL_IID_GAP, WASTED_THRESHOLD
 from specobs.analysis.cost import COARSE_OUTLIER_FACTOR, OUTLIER_FACTOR
+from specobs.analysis.per_request import MATERIAL_MEAN_GAP
 from specobs.analysis.pitfalls import BREAK_SOURCES
 from specobs.analysis.pitfalls import BY_ID as PITFALL_BY_ID
-from specobs.analysis.requests import MATERIAL_MEAN_GAP
-from specobs.analysis.serving import MATERIAL_TREND, NOT_DRAFTING
+from specobs.analysis.under_load import MATERIAL_TREND, NOT_DRAFTING
 from specobs.dimensions import method_label
 from specobs.records import (
     MEASURED_BASES,

@@ -16,7 +16,7 @@ from support.helpers import run_cli
 
 import specobs
 from specobs.advice.load import advise
-from specobs.analysis.serving import serving
+from specobs.analysis.under_load import serving
 from specobs.records import LoadRecommendation, RunMetadata
 
 

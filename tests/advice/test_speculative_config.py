@@ -20,10 +20,10 @@ from support.paths import ROOT
 from support.speculative_config import shown_in_log
 
 import specobs
-from specobs.advice import speculative
+from specobs.advice import config_line as speculative
 from specobs.advice.recommend import recommend
-from specobs.capture.vllm import speculative as vllm_speculative
 from specobs.records import RunMetadata
+from specobs.vllm import spec_config as vllm_speculative
 
 DATA = ROOT / "examples" / "data"
 LOGS = sorted(DATA.glob("*.log"))
@@ -296,7 +296,7 @@ def test_the_capture_records_every_setting_but_vllms_placeholders():
 
 
 def test_capture_labels_keep_a_draft_named_like_its_method(monkeypatch):
-    from specobs.capture.vllm import hooks
+    from specobs.vllm import hooks
 
     monkeypatch.setattr(hooks, "platform_labels", lambda: {"platform": "cpu", "device": None})  # no torch import
     labels_from_config = hooks.labels_from_config

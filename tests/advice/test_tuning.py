@@ -10,12 +10,12 @@ import pytest
 from support.helpers import run_cli
 from support.paths import ROOT
 
-from specobs.advice import leviathan
-from specobs.advice import simulate as sim
 from specobs.advice.model import fit_acceptance
 from specobs.advice.recommend import recommend
 from specobs.ingest.events import steps_to_windows
 from specobs.render.sentences import explanations, model_note
+from specobs.testing import leviathan
+from specobs.testing import simulate as sim
 
 SWEEP = ROOT / "examples" / "data" / "vllm-cpu-sweep"
 

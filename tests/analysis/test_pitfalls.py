@@ -50,9 +50,12 @@ CASES = {
     ),
     "mtp_zero_acceptance": (RunMetadata(**ROCM, method="mtp", num_speculative_tokens=1), 0.0, {"method": "eagle3"}),
     "adaptive_verification_counts": (
-        RunMetadata(**ROCM, method="dspark", model_runner="v2",
-                    speculative_config={"method": "dspark", "num_speculative_tokens": 7,
-                                        "enable_adaptive_verification": True}),
+        RunMetadata(
+            **ROCM,
+            method="dspark",
+            model_runner="v2",
+            speculative_config={"method": "dspark", "num_speculative_tokens": 7, "enable_adaptive_verification": True},
+        ),
         0.4,
         {"speculative_config": {"method": "dspark", "num_speculative_tokens": 7}},
     ),

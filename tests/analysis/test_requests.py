@@ -16,11 +16,11 @@ from support.helpers import report_json, run_cli
 
 from specobs import schema
 from specobs.advice.report_builder import analyze
-from specobs.analysis import requests as analysis
+from specobs.analysis import per_request as analysis
 from specobs.capture import JsonlSink, MemorySink, ParquetSink
 from specobs.capture.config import CaptureConfig
-from specobs.capture.vllm import hooks
 from specobs.ingest import load
+from specobs.vllm import hooks
 
 
 def spec(histogram: list[int], drafted: int, k: int = 3, **extra) -> dict:
@@ -497,7 +497,7 @@ def test_a_request_far_below_its_class_is_flagged_and_a_low_class_is_not():
     import numpy as np
 
     from specobs import schema
-    from specobs.analysis.requests import FLAG_SHARE, flagged_requests, per_request, request_acceptance
+    from specobs.analysis.per_request import FLAG_SHARE, flagged_requests, per_request, request_acceptance
 
     rng = np.random.default_rng(7)
     rows = (

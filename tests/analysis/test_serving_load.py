@@ -11,7 +11,7 @@ from support.bench_files import bench_result, write_json
 from support.helpers import run_cli
 
 import specobs
-from specobs.analysis.serving import parse_slo, serving
+from specobs.analysis.under_load import parse_slo, serving
 from specobs.errors import SpecobsError
 from specobs.records import Slo
 from specobs.render.sentences import report_findings

@@ -25,7 +25,7 @@ from specobs.ingest import load
 @pytest.fixture(autouse=True)
 def _no_torch(monkeypatch):
     """These pieces are engine-agnostic: keep torch (seconds to import) out of them, host clock and CPU labels."""
-    from specobs.capture.vllm import hooks
+    from specobs.vllm import hooks
 
     monkeypatch.setattr(hooks, "clock_for_device", HostClock)
     monkeypatch.setattr(hooks, "platform_labels", lambda: {"platform": "cpu", "device": None})
@@ -314,8 +314,8 @@ def test_sigkill_leaves_only_complete_records(tmp_path, kind):
 
 def test_missing_or_changed_hook_points_are_skipped_with_a_note():
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
-    from specobs.capture.vllm.hookpoints import HOOK_POINTS, lost
+    from specobs.vllm import hooks
+    from specobs.vllm.hookpoints import HOOK_POINTS, lost
 
     class Runner:
         def execute_model(self, scheduler_output):
@@ -364,7 +364,7 @@ def _step(capture, observations, k: int, batch: int) -> None:
 
 def test_drafts_per_position_follow_each_request_drafted_length():
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
+    from specobs.vllm import hooks
 
     sink = MemorySink()
     recorder = Recorder([sink])
@@ -408,7 +408,7 @@ def test_drafts_per_position_follow_each_request_drafted_length():
 
 def test_a_step_without_drafts_has_zero_lists_of_length_k():
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
+    from specobs.vllm import hooks
 
     sink = MemorySink()
     recorder = Recorder([sink])
@@ -423,7 +423,7 @@ def test_a_step_without_drafts_has_zero_lists_of_length_k():
 def test_trials_per_position_with_mixed_drafted_and_accepted_lengths():
     """m_i counts drafts with drafted > i and accepted >= i; the a_{i-1} n_i / n_{i-1} estimate is off."""
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
+    from specobs.vllm import hooks
 
     sink = MemorySink()
     recorder = Recorder([sink])
@@ -480,7 +480,7 @@ def test_event_files_keep_drafts_per_position(tmp_path, kind):
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_captured_rows_round_trip_through_event_files(tmp_path, kind):
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
+    from specobs.vllm import hooks
 
     memory = MemorySink()
     recorder = Recorder([memory])
@@ -622,7 +622,7 @@ def test_workers_only_installs_the_hooks_in_vllms_worker_processes_alone(monkeyp
 
     import specobs.vllm
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
+    from specobs.vllm import hooks
 
     config = CaptureConfig.from_env({"SPECOBS_ENABLE": "workers"})
     assert (config.enabled, config.workers_only) == (True, True)

@@ -24,7 +24,7 @@ import pytest
 
 from specobs.capture import MemorySink, Recorder
 from specobs.capture.config import CaptureConfig
-from specobs.capture.vllm import hooks
+from specobs.vllm import hooks
 
 T0 = 1764472000.0  # the fake wall clock at fake perf_counter 0
 SCHEDULE, UPDATE = 0.001, 0.0005  # seconds of scheduler work in schedule() and update_from_output()
@@ -274,7 +274,10 @@ class FakeVllmConfig:
         self._maybe_disable_dynamic_sd_for_data_parallel()
 
     def _maybe_disable_dynamic_sd_for_data_parallel(self) -> None:
-        if self.speculative_config.num_speculative_tokens_per_batch_size and self.parallel_config.data_parallel_size > 1:
+        if (
+            self.speculative_config.num_speculative_tokens_per_batch_size
+            and self.parallel_config.data_parallel_size > 1
+        ):
             self.speculative_config.num_speculative_tokens_per_batch_size = None
 
 
@@ -850,7 +853,7 @@ def test_a_front_end_note_inherited_from_further_up_is_not_this_engines():
     import json
     import os
 
-    from specobs.capture.vllm.metadata import front_end
+    from specobs.vllm.engine_metadata import front_end
 
     note = {"data_parallel_size": 2, "schedule_configured": [[1, 8, 3]]}
     for pid, counts in ((os.getpid(), True), (os.getppid(), True), (1, False), (None, False)):

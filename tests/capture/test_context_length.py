@@ -19,7 +19,7 @@ import pytest
 from specobs.capture import MemorySink, Recorder
 from specobs.capture.config import CaptureConfig
 from specobs.capture.timing import HostClock
-from specobs.capture.vllm import hooks
+from specobs.vllm import hooks
 
 
 class Request:

@@ -134,7 +134,7 @@ def test_an_async_output_carries_the_timing_on_what_it_gives_and_no_output_keeps
     from specobs.capture.config import CaptureConfig
     from specobs.capture.handoff import HANDOFF_ATTR
     from specobs.capture.timing import HostClock
-    from specobs.capture.vllm.hooks import Capture
+    from specobs.vllm.hooks import Capture
 
     capture = Capture(CaptureConfig(run_id="t"), clock=HostClock())
     capture._facts_sent = True

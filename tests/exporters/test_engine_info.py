@@ -253,8 +253,7 @@ def test_the_capture_hands_metadata_and_finished_requests_to_the_prometheus_expo
     from types import SimpleNamespace
 
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
-    from specobs.vllm import wiring
+    from specobs.vllm import hooks, wiring
 
     config = CaptureConfig(directory=str(tmp_path), run_id="u", requests="summary", prometheus="127.0.0.1:0",
                            otel=False)  # fmt: skip

@@ -244,9 +244,9 @@ def test_predicted_speedup_gauge_uses_the_recommendations_estimates():
 def test_tuning_gauges_show_every_bucket_and_only_the_latest_refit():
     from prometheus_client import CollectorRegistry
 
-    from specobs.advice import simulate as sim
     from specobs.advice.recommend import recommend
     from specobs.exporters.prometheus import PrometheusMetrics
+    from specobs.testing import simulate as sim
 
     # A simulated fleet that ran batch sizes up to 512: buckets 128-255 and 256-511 are distinct
     # (they all used to collapse onto one "128+" series, showing only the last bucket's k).

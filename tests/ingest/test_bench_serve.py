@@ -15,7 +15,7 @@ from support.paths import DATA
 
 import specobs
 from specobs.analysis.intervals import geometric_ratio, t95
-from specobs.analysis.serving import serving
+from specobs.analysis.under_load import serving
 from specobs.ingest import Ingested
 from specobs.render.sentences import report_findings
 

@@ -23,8 +23,8 @@ import pytest
 from support.helpers import run_cli
 from support.paths import ROOT
 
-from specobs.advice import simulate as sim
 from specobs.capture.sinks import JsonlSink
+from specobs.testing import simulate as sim
 
 pytestmark = [
     pytest.mark.prometheus,

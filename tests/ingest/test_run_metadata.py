@@ -201,7 +201,7 @@ def test_metadata_rows_go_to_their_own_files_and_no_exporter_counts_them_as_step
 
 
 def test_a_release_without_a_hook_point_says_which_numbers_are_absent(tmp_path):
-    from specobs.capture.vllm.hookpoints import HOOK_POINTS, lost
+    from specobs.vllm.hookpoints import HOOK_POINTS, lost
 
     (propose,) = [p for p in HOOK_POINTS if p.method == "propose_draft_token_ids"]
     gone = lost([propose.where, "vllm.v1.core.sched.scheduler.Scheduler.schedule (signature changed)"])

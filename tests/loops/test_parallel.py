@@ -30,9 +30,9 @@ from specobs.loops.parallel import (
     from_server_args,
     installed_vllm,
 )
-from specobs.loops.server import ServerError
 from specobs.loops.sweep import Configuration, SweepPlan, bench_arguments, check_plan, metadata, run_sweep
 from specobs.loops.sweep import server_arguments as sweep_server_arguments
+from specobs.loops.vllm_server import ServerError
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3}
 SCHEDULE = {**NGRAM, "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 8, 0]]}

@@ -19,7 +19,6 @@ import pytest
 from support.helpers import run_cli
 
 from specobs.errors import SpecobsError
-from specobs.loops.server import ServerError, VllmServer, group_alive, wait_quiet
 from specobs.loops.sweep import (
     Configuration,
     SweepPlan,
@@ -33,6 +32,7 @@ from specobs.loops.sweep import (
     server_environment,
     write_sharegpt,
 )
+from specobs.loops.vllm_server import ServerError, VllmServer, group_alive, wait_quiet
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
 PLAIN = Configuration("plain")
@@ -344,7 +344,7 @@ def test_a_server_that_ignores_sigint_is_killed_with_its_group(tmp_path):
 
 
 def test_the_tests_server_keeps_its_flags():
-    from specobs.testing.serve import Server, server_args
+    from specobs.testing.server_recording import Server, server_args
 
     server = Server(Path("models"), Path("log"), {"method": "ngram", "num_speculative_tokens": 3}, port=8001)
     assert server.args == ["-m", "vllm.entrypoints.openai.api_server", *server_args(
@@ -364,6 +364,6 @@ def test_waiting_for_a_quiet_machine_stops_at_quiet_or_at_the_limit():
 
 
 def test_the_sweep_module_does_not_import_vllm():
-    code = "import sys, specobs.loops.sweep, specobs.loops.server, specobs.loops.bench_client; print('vllm' in sys.modules)"
+    code = "import sys, specobs.loops.sweep, specobs.loops.vllm_server, specobs.loops.bench_client; print('vllm' in sys.modules)"
     done = os.popen(f'{sys.executable} -c "{code}"').read().strip()
     assert done == "False"

@@ -1,4 +1,4 @@
-"""The release checks (specobs.capture.vllm.releases) on small fake vLLM source trees, the
+"""The release checks (specobs.vllm.releases) on small fake vLLM source trees, the
 committed results they keep (docs/vllm-releases.json) against what specobs uses today, and, in
 the ``slow`` tier, the source-only releases re-checked from their wheels (downloaded once into
 the test cache) with what their source really holds."""
@@ -14,14 +14,14 @@ import pytest
 from support import releases as data
 
 from specobs.advice import model as advice_model
-from specobs.advice.speculative import NEEDS_MODEL
+from specobs.advice.config_line import NEEDS_MODEL
 from specobs.analysis.pitfalls import PITFALLS
-from specobs.capture.vllm import releases
-from specobs.capture.vllm.hookpoints import HOOK_POINTS
-from specobs.capture.vllm.releases import ATTRIBUTES, METHODS, Kind, ReleaseCheck, Status, check
-from specobs.capture.vllm.speculative import FIELDS_READ, REJECTION_SAMPLE_METHODS
 from specobs.ingest import vllm_metrics
 from specobs.schema import KNOWN_METHODS
+from specobs.vllm import releases
+from specobs.vllm.hookpoints import HOOK_POINTS
+from specobs.vllm.releases import ATTRIBUTES, METHODS, Kind, ReleaseCheck, Status, check
+from specobs.vllm.spec_config import FIELDS_READ, REJECTION_SAMPLE_METHODS
 
 # A vLLM shaped like 0.32 where specobs looks, and nothing else.
 FAKE = {

@@ -15,12 +15,12 @@ from support.helpers import report_json, run_cli
 from support.paths import ROOT
 
 from specobs import schema
-from specobs.advice import simulate as sim
 from specobs.advice.model import fit_acceptance
 from specobs.advice.recommend import recommend
 from specobs.analysis import acceptance
 from specobs.ingest import load
 from specobs.ingest.events import steps_to_windows
+from specobs.testing import simulate as sim
 
 DATA = ROOT / "examples" / "data"
 SWEEP = DATA / "vllm-cpu-sweep"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-#: A run-metadata record as the capture writes it (specobs.capture.vllm.metadata.metadata_row).
+#: A run-metadata record as the capture writes it (specobs.vllm.engine_metadata.metadata_row).
 METADATA = {
     "specobs_metadata": 1, "ts": 1000.0, "run_id": "r1", "engine": 0, "pid": 7, "model": "tiny",
     "model_path": "/models/tiny", "method": "eagle", "num_speculative_tokens": 3, "vllm_version": "0.32.0",

@@ -182,8 +182,8 @@ def package_of(python: Path) -> Path:
 
 def source(requirement: str) -> Path:
     """Where to read a release: the installed package when it is this release, else its wheel."""
-    from specobs.capture.vllm.releases import Tree
-    from specobs.capture.vllm.speculative import vllm_package
+    from specobs.vllm.releases import Tree
+    from specobs.vllm.spec_config import vllm_package
 
     r = release(requirement)
     package = vllm_package()
@@ -195,7 +195,7 @@ def source(requirement: str) -> Path:
 
 
 def entry(r: Release, path: Path) -> dict[str, Any]:
-    from specobs.capture.vllm.releases import check
+    from specobs.vllm.releases import check
 
     return {"requirement": r.requirement, "how": r.how, "note": r.note, "check": check(path).to_dict()}
 

@@ -1,4 +1,4 @@
-"""Checks of a recording by ``specobs.testing.serve``: what its clients measured must be what the server
+"""Checks of a recording by ``specobs.testing.server_recording``: what its clients measured must be what the server
 counted and logged. Used on a fresh recording (tests/test_vllm_serve.py) and on the bundled ones
 (tests/test_bundled_serve.py); each takes the run's ``.clients.json`` as loaded."""
 

@@ -54,8 +54,12 @@ async def run(models: Path) -> dict:
             counters.setdefault(engine_label, {})[name.removeprefix("vllm:spec_decode_num_")] = int(metric.value)
     dropped = engine.vllm_config.speculative_config.num_speculative_tokens_per_batch_size
     engine.shutdown()
-    return {"outputs": outputs, "counters": counters, "schedule_after_vllm": dropped,
-            "front_end": os.environ.get("SPECOBS_FRONT_END")}
+    return {
+        "outputs": outputs,
+        "counters": counters,
+        "schedule_after_vllm": dropped,
+        "front_end": os.environ.get("SPECOBS_FRONT_END"),
+    }
 
 
 if __name__ == "__main__":

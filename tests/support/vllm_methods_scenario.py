@@ -28,10 +28,9 @@ def run(method: str, models: Path, k: int) -> dict:
 
     from specobs.capture import MemorySink
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
     from specobs.testing.tiny_llama import PROMPTS
     from specobs.testing.tiny_methods import Paths, speculative_config
-    from specobs.vllm import instrument
+    from specobs.vllm import hooks, instrument
 
     root = models / method
     paths = Paths(root / "target", root / "draft" if (root / "draft").is_dir() else None)

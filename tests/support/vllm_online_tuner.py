@@ -24,8 +24,7 @@ def main(models: Path) -> dict:
 
     from specobs.capture import MemorySink
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
-    from specobs.vllm import instrument
+    from specobs.vllm import hooks, instrument
 
     spec = {"method": "ngram", "num_speculative_tokens": MAX_K, "prompt_lookup_min": 2, "prompt_lookup_max": 3,
             "num_speculative_tokens_per_batch_size": [[1, ENGINE_ARGS["max_num_seqs"], MAX_K]]}  # fmt: skip

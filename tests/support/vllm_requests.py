@@ -31,9 +31,8 @@ def main(method: str, models: Path, out: Path) -> dict:
 
     from specobs.capture import JsonlSink
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
-    from specobs.ingest.requests import offline_record
-    from specobs.vllm import instrument
+    from specobs.ingest.request_rows import offline_record
+    from specobs.vllm import hooks, instrument
 
     llm = vllm.LLM(
         model=str(models / "target"),

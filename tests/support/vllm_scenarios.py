@@ -71,8 +71,7 @@ def counters(llm) -> dict:
 def capture(method: str, models: Path) -> dict:
     from specobs.capture import MemorySink
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
-    from specobs.vllm import instrument
+    from specobs.vllm import hooks, instrument
 
     llm = engine(method, models)
     off = generate(llm)
@@ -116,8 +115,7 @@ class StuckSink:
 
 def sinks(models: Path) -> dict:
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
-    from specobs.vllm import instrument
+    from specobs.vllm import hooks, instrument
 
     llm = engine("ngram", models)
     off = generate(llm)
@@ -170,8 +168,7 @@ def stops(models: Path) -> dict:
 
     from specobs.capture import MemorySink
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
-    from specobs.vllm import instrument
+    from specobs.vllm import hooks, instrument
 
     llm = engine("copy", models)
     before = counters(llm)
@@ -207,8 +204,7 @@ def per_position(models: Path) -> dict:
 
     from specobs.capture import MemorySink
     from specobs.capture.config import CaptureConfig
-    from specobs.capture.vllm import hooks
-    from specobs.vllm import instrument
+    from specobs.vllm import hooks, instrument
 
     config = {**spec_config("ngram", models), "num_speculative_tokens": 5}
     config["num_speculative_tokens_per_batch_size"] = DYNAMIC_SCHEDULE
@@ -258,8 +254,7 @@ def recorded(method: str, models: Path, out: Path) -> dict:
 
     from specobs.capture.config import CaptureConfig
     from specobs.capture.sinks import JsonlSink
-    from specobs.capture.vllm import hooks
-    from specobs.vllm import instrument
+    from specobs.vllm import hooks, instrument
 
     llm = engine(method, models)
     generate(llm, 8)  # warm-up: ngram's proposer compiles numba code on its first call

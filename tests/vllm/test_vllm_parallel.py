@@ -108,7 +108,9 @@ def test_recommend_on_a_tensor_parallel_capture_rests_on_measured_speedups(engin
     result = run_cli("recommend", str(ngram), str(plain), "-f", "json")
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     data = json.loads(result.stdout)
-    ran = {p["batch_size_min"]: p for p in data["predicted"] if p["method"] == "ngram" and p["num_speculative_tokens"] == 3}
+    ran = {
+        p["batch_size_min"]: p for p in data["predicted"] if p["method"] == "ngram" and p["num_speculative_tokens"] == 3
+    }
     for batch in (1, 4):  # the batch sizes both engines ran: measured, and as measured by hand
         assert ran[batch]["basis"] == "measured", ran[batch]
         by_hand = measured_speedup(_steps_of(ngram), _steps_of(plain), batch)
@@ -149,5 +151,7 @@ def test_data_parallel_ranks_are_engines_of_their_own_and_the_dropped_schedule_i
     assert all(m.schedule_configured == ((1, 2, 3), (3, 8, 1)) for m in metadata)
     report = run_cli("report", str(tmp_path / "events"), "-f", "json")
     assert report.returncode == 0, report.stderr.decode()[-2000:]
-    disabled = [f for f in json.loads(report.stdout)["findings"] if f.startswith("The batch-size schedule was configured")]
+    disabled = [
+        f for f in json.loads(report.stdout)["findings"] if f.startswith("The batch-size schedule was configured")
+    ]
     assert len(disabled) == 2 and all("data parallel size 2" in f for f in disabled)

@@ -16,8 +16,8 @@ from support import releases as data
 from support.paths import SUPPORT
 from support.scenarios import run_scenario
 
-from specobs.capture.vllm.releases import Tree, check
-from specobs.capture.vllm.speculative import vllm_package
+from specobs.vllm.releases import Tree, check
+from specobs.vllm.spec_config import vllm_package
 
 pytestmark = [
     pytest.mark.vllm,

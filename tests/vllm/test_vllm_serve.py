@@ -2,7 +2,7 @@
 what the server counted and logged.
 
 A plain, an ngram and a draft-model server are recorded once per session with
-``specobs.testing.serve.record_server`` (the ``serve_recording`` fixture of tests/conftest.py:
+``specobs.testing.server_recording.record_server`` (the ``serve_recording`` fixture of tests/conftest.py:
 levels 1, 4 and 8 of 20 s), one after the other, and checked by tests/serve_checks.py: the clients' token counts are
 the responses' ``usage`` sums and ignore_eos reached the server; the server log's stats lines fall
 in the levels' time windows, as many as each level's duration allows; the scrapes'

@@ -26,7 +26,7 @@ from support.helpers import SERVE_LEVELS
 
 from specobs.advice.recommend import recommend
 from specobs.ingest import load
-from specobs.testing.serve import speculative_config
+from specobs.testing.server_recording import speculative_config
 
 pytestmark = [
     pytest.mark.vllm,

@@ -116,7 +116,7 @@ def _literals(tp) -> set[str]:
 def test_the_declared_fields_read_from_source_are_vllms_dataclass_fields():
     from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
 
-    from specobs.capture.vllm.speculative import installed
+    from specobs.vllm.spec_config import installed
 
     found = installed()
     assert found is not None
@@ -134,7 +134,7 @@ def specobs_vllm_version() -> str:
 def test_the_captures_settings_of_a_real_config_are_what_vllm_resolved():
     from vllm.config.speculative import SpeculativeConfig
 
-    from specobs.capture.vllm.speculative import settings
+    from specobs.vllm.spec_config import settings
 
     # ngram builds without a target; vLLM resolves unset lookup bounds to its defaults (5 and 5
     # in 0.32), which is what ran.

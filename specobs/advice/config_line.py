@@ -14,7 +14,7 @@ config at all (vLLM would run its own defaults: another drafter). A field the en
 different values is not known either. Both are named in ``missing_fields``.
 
 When vLLM is installed here, the config is checked against it
-(:mod:`specobs.capture.vllm.speculative`): its fields against those vLLM's ``SpeculativeConfig``
+(:mod:`specobs.vllm.spec_config`): its fields against those vLLM's ``SpeculativeConfig``
 declares, and, when the target's and draft's model folders are on this machine, by building it.
 """
 
@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specobs.capture.vllm import speculative as vllm_speculative
-from specobs.capture.vllm.speculative import MODEL_FREE, PROMPT_LOOKUP
 from specobs.records import ConfigCheck, Recommendation, Recommended, RunMetadata, SpeedupBand, Target
+from specobs.vllm import spec_config as vllm_speculative
+from specobs.vllm.spec_config import MODEL_FREE, PROMPT_LOOKUP
 
 #: Methods whose config needs the draft's path (``model``): vLLM cannot derive it.
 NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash", "medusa", "mlp_speculator", "custom_class"})

@@ -21,7 +21,7 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 from specobs.capture.config import SPECOBS_HOOKS, CaptureConfig
 from specobs.capture.recorder import Recorder
 from specobs.capture.row import StepRow
-from specobs.capture.vllm import hooks
+from specobs.vllm import hooks
 
 
 class StatLogger(StatLoggerBase):

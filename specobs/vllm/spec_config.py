@@ -178,7 +178,7 @@ CONFIG_MODULE = "vllm.config.speculative"
 
 #: A vLLM source tree seen as one function: a module's dotted name (``vllm.config.speculative``)
 #: → its source text, None when the tree has no such module. The installed package and a
-#: release's wheel (:mod:`specobs.capture.vllm.releases`) are read the same way.
+#: release's wheel (:mod:`specobs.vllm.releases`) are read the same way.
 ModuleText = Callable[[str], str | None]
 
 

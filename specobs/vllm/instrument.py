@@ -7,7 +7,7 @@ from typing import Any
 
 from specobs.capture.config import CaptureConfig
 from specobs.capture.recorder import Recorder, Sink
-from specobs.capture.vllm import hooks
+from specobs.vllm import hooks
 
 logger = logging.getLogger("specobs")
 

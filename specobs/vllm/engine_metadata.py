@@ -20,9 +20,9 @@ import time
 from typing import Any
 
 from specobs.capture.config import SPECOBS_FRONT_END
-from specobs.capture.vllm.hookpoints import lost
-from specobs.capture.vllm.speculative import settings
 from specobs.schema import METADATA_KEY, METADATA_VERSION
+from specobs.vllm.hookpoints import lost
+from specobs.vllm.spec_config import settings
 
 #: Environment variables recorded with the metadata: the ones that change what the engine runs
 #: (kernels, runner, backend), by exact name or by prefix.
@@ -181,8 +181,11 @@ def engine_metadata(
         model_runner=None if v2 is None else ("v2" if v2 else "v1"),
         tensor_parallel_size=_int(getattr(parallel, "tensor_parallel_size", None)),
         pipeline_parallel_size=_int(getattr(parallel, "pipeline_parallel_size", None)),
-        data_parallel_size=max(_int(getattr(parallel, "data_parallel_size", None)) or 1,
-                               _int(front.get("data_parallel_size")) or 1) if parallel is not None else None,
+        data_parallel_size=max(
+            _int(getattr(parallel, "data_parallel_size", None)) or 1, _int(front.get("data_parallel_size")) or 1
+        )
+        if parallel is not None
+        else None,
         dtype=_str(getattr(model_config, "dtype", None), strip="torch."),
         kv_cache_dtype=_str(getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None)),
         environment=environment(),

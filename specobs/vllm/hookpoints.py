@@ -1,10 +1,10 @@
 """Every place in vLLM the capture hooks, as data: where it is, the parameters it must have, and
 which numbers are absent without it.
 
-One table serves three readers: the hooks (:mod:`specobs.capture.vllm.hooks` patches exactly
+One table serves three readers: the hooks (:mod:`specobs.vllm.hooks` patches exactly
 these), the start-up warning and the run metadata of a release that lacks one (``missing`` names
 the numbers lost, not only the method), and the release checks that read a vLLM release's
-source without installing it (specobs/capture/vllm/releases.py; tests/project/test_release_checks.py,
+source without installing it (specobs/vllm/releases.py; tests/project/test_release_checks.py,
 tests/vllm/test_vllm_releases.py; docs/vllm.md's release table).
 
 Read against vLLM 0.32 (installed) and 0.33 (source from its wheel)::
@@ -66,22 +66,43 @@ HOOK_POINTS: tuple[HookPoint, ...] = (
         "make_spec_decoding_stats",
         "scheduler",
         "acceptance counts (num_drafts, num_draft_tokens, num_accepted_tokens, per position)",
-        params=("self", "spec_decoding_stats", "num_draft_tokens", "num_accepted_tokens",
-                "num_invalid_spec_tokens", "request_id"),
+        params=(
+            "self",
+            "spec_decoding_stats",
+            "num_draft_tokens",
+            "num_accepted_tokens",
+            "num_invalid_spec_tokens",
+            "request_id",
+        ),
     ),
-    HookPoint(SCHEDULER, "_free_request", "scheduler", "finished-request rows", params=("self", "request"),
-              needs_requests=True),
+    HookPoint(
+        SCHEDULER,
+        "_free_request",
+        "scheduler",
+        "finished-request rows",
+        params=("self", "request"),
+        needs_requests=True,
+    ),
     HookPoint(RUNNER_V1, "execute_model", "runner_v1", "verify_seconds (the target forward)"),
-    HookPoint(RUNNER_V1, "sample_tokens", "runner_v1",
-              "draft timing, and at tensor/pipeline parallel all timing (its hand-off to the engine core)"),
+    HookPoint(
+        RUNNER_V1,
+        "sample_tokens",
+        "runner_v1",
+        "draft timing, and at tensor/pipeline parallel all timing (its hand-off to the engine core)",
+    ),
     HookPoint(RUNNER_V1, "_sample", "runner_v1", "verify_seconds (rejection sampling)"),
     HookPoint(RUNNER_V1, "propose_draft_token_ids", "runner_v1", "draft_seconds"),
     HookPoint(RUNNER_V2, "execute_model", "runner_v2", "verify_seconds under Model Runner V2 (the target forward)"),
-    HookPoint(RUNNER_V2, "sample_tokens", "runner_v2",
-              "draft_seconds and the step's timing hand-off under Model Runner V2"),
+    HookPoint(
+        RUNNER_V2, "sample_tokens", "runner_v2", "draft_seconds and the step's timing hand-off under Model Runner V2"
+    ),
     HookPoint(RUNNER_V2, "sample", "runner_v2", "verify_seconds under Model Runner V2 (rejection sampling)"),
-    HookPoint(VLLM_CONFIG, "_maybe_disable_dynamic_sd_for_data_parallel", "config",
-              "data_parallel_size and a dropped schedule in the run metadata at data parallel > 1"),
+    HookPoint(
+        VLLM_CONFIG,
+        "_maybe_disable_dynamic_sd_for_data_parallel",
+        "config",
+        "data_parallel_size and a dropped schedule in the run metadata at data parallel > 1",
+    ),
 )
 
 #: Model Runner V2 keeps its proposer on the runner instance: ``self.speculator.propose(...)`` in

@@ -3,7 +3,7 @@ sink=...)`` for an offline ``LLM``, and ``StatLogger``.
 
 This is where the capture is wired to what sits above it: the exporters (``SPECOBS_PROMETHEUS``,
 ``SPECOBS_OTEL``) and the online tuner (``SPECOBS_ONLINE_TUNER``), through
-:class:`specobs.capture.vllm.hooks.Wiring`. See docs/vllm.md. Importing this module does not
+:class:`specobs.vllm.hooks.Wiring`. See docs/vllm.md. Importing this module does not
 import vLLM; ``StatLogger`` does (it subclasses vLLM's ``StatLoggerBase``), so it is loaded on
 first use. Without ``SPECOBS_ENABLE`` the plugin returns at once: nothing is patched or started.
 """
@@ -19,7 +19,7 @@ from specobs.capture.config import SPECOBS_RUN_ID, CaptureConfig
 
 if TYPE_CHECKING:
     from specobs.capture.recorder import Sink
-    from specobs.capture.vllm import hooks
+    from specobs.vllm import hooks
 
 logger = logging.getLogger("specobs")
 
@@ -28,9 +28,9 @@ def wiring() -> hooks.Wiring:
     """The capture with everything plugged in: event files and exporters, and the online tuner."""
     # Imported on use (all below this module): every vLLM process loads the plugin, and one
     # without SPECOBS_ENABLE must not pay for polars, prometheus_client or the tuner.
-    from specobs.capture.vllm import hooks
     from specobs.exporters.wiring import capture_sinks
     from specobs.loops import online
+    from specobs.vllm import hooks
 
     return hooks.Wiring(sinks=capture_sinks, tuner=online.start)
 
@@ -45,7 +45,7 @@ def register() -> None:
     # Engine-core processes start from this one: let them share its run id.
     os.environ.setdefault(SPECOBS_RUN_ID.name, config.run_id)
     try:
-        from specobs.capture.vllm import hooks
+        from specobs.vllm import hooks
 
         hooks.install(config, wiring=wiring())
     except Exception as exc:  # never break vLLM's start-up
@@ -69,15 +69,15 @@ def instrument(llm: Any = None, sink: Sink | None = None, *, config: CaptureConf
     before creating the ``LLM`` so that they time the steps and hand the seconds over.
     Returns the capture state (``.recorder.flush()``, ``.recorder.counters``).
     """
-    from specobs.capture.vllm.instrument import instrument_engine
+    from specobs.vllm.instrument import instrument_engine
 
     return instrument_engine(llm, sink, config=config, wiring=wiring())
 
 
 def __getattr__(name: str) -> Any:
     if name in ("StatLogger", "PluginStatLogger"):
-        return getattr(importlib.import_module("specobs.capture.vllm.stat_logger"), name)
+        return getattr(importlib.import_module("specobs.vllm.stat_logger"), name)
     raise AttributeError(name)
 
 
-__all__ = ["StatLogger", "instrument", "register", "wiring"]  # noqa: F822 - StatLogger is loaded lazily
+__all__ = ["StatLogger", "instrument", "register", "wiring"]

@@ -21,7 +21,7 @@ of one step land in one row even when async scheduling overlaps steps. In one pr
 per engine) they meet directly; where the model runs in worker processes (tensor or pipeline
 parallel), the worker that returns the step's output times it and hands the seconds over with
 that output (:mod:`specobs.capture.handoff`). An engine's first step is engine start: no step
-time. The hook points are a table (:mod:`specobs.capture.vllm.hookpoints`); one that this vLLM
+time. The hook points are a table (:mod:`specobs.vllm.hookpoints`); one that this vLLM
 version lacks is skipped with one warning naming what the rows then lack; every hook runs
 vLLM's own code unchanged and only guards its own work.
 """
@@ -48,9 +48,9 @@ from specobs.capture.handoff import HANDOFF_ATTR, Joiner, WorkerTiming, stamp, s
 from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.timing import clock_for_device, clock_of
-from specobs.capture.vllm.hookpoints import HOOK_POINTS, RUNNER_V1, RUNNER_V2, SCHEDULER, VLLM_CONFIG, lost
-from specobs.capture.vllm.speculative import MODEL_FREE
 from specobs.schema import METADATA_LABELS, REQUEST_KEY, request_key
+from specobs.vllm.hookpoints import HOOK_POINTS, RUNNER_V1, RUNNER_V2, SCHEDULER, VLLM_CONFIG, lost
+from specobs.vllm.spec_config import MODEL_FREE
 
 logger = logging.getLogger("specobs")
 
@@ -289,7 +289,7 @@ class Capture:
             return  # nothing to carry it (no output): the seconds wait for the next output
         if not self._facts_sent:  # once: the run metadata's view of this worker
             self._facts_sent = True
-            from specobs.capture.vllm.metadata import worker_facts
+            from specobs.vllm.engine_metadata import worker_facts
 
             self.worker.facts = worker_facts(runner, self.missing)
         payload = self.worker.payload()
@@ -504,7 +504,7 @@ class Capture:
         """This engine's run metadata record (read once; empty when it cannot be read)."""
         key = id(scheduler)
         if key not in self._metadata:
-            from specobs.capture.vllm.metadata import metadata_row
+            from specobs.vllm.engine_metadata import metadata_row
 
             self._metadata[key] = {}
             try:
@@ -663,7 +663,7 @@ def _patch_all(
     runners: dict[str, type] | None = None,
     vllm_config: type | None = None,
 ) -> None:
-    """Patch every hook point of :data:`~specobs.capture.vllm.hookpoints.HOOK_POINTS` that this vLLM has."""
+    """Patch every hook point of :data:`~specobs.vllm.hookpoints.HOOK_POINTS` that this vLLM has."""
     classes: dict[str, type | None] = {"scheduler": scheduler, "config": vllm_config}
     if scheduler is None:
         classes["scheduler"] = _import_class(SCHEDULER, capture)
@@ -751,7 +751,7 @@ def _note_front_end(vllm_config: Any) -> None:
     """The note, signed with this process's pid, unless this process is an engine core whose front
     end (its parent) wrote one: an engine core rebuilds its config after vLLM has reset a dense
     model's data parallel size to 1 and dropped the schedule, which must not overwrite it."""
-    from specobs.capture.vllm.metadata import front_end
+    from specobs.vllm.engine_metadata import front_end
 
     if front_end().get("pid") == os.getppid():
         return

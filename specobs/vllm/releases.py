@@ -3,7 +3,7 @@
 specobs relies on vLLM by name in three ways, each kept in one table elsewhere and only read
 here: the methods the capture patches and the attributes it reads (:mod:`.hookpoints`, and
 :data:`ATTRIBUTES` below), the ``SpeculativeConfig`` names it reads and prints
-(:data:`~specobs.capture.vllm.speculative.FIELDS_READ`, the method names of
+(:data:`~specobs.vllm.spec_config.FIELDS_READ`, the method names of
 :data:`specobs.schema.KNOWN_METHODS`, the ``rejection_sample_method`` values it acts on), and the
 metric names it reads from ``/metrics`` (:mod:`specobs.ingest.vllm_metrics`). :func:`check`
 looks each one up in a release's source with :mod:`ast` — an installed package folder, or a wheel
@@ -30,17 +30,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from specobs.capture.vllm.hookpoints import HOOK_POINTS, OPTIONAL_ROLES, RUNNER_V2, SCHEDULER, V2_SPECULATOR_CALL
-from specobs.capture.vllm.speculative import (
+from specobs.ingest import vllm_metrics
+from specobs.records import Result
+from specobs.schema import KNOWN_METHODS
+from specobs.vllm.hookpoints import HOOK_POINTS, OPTIONAL_ROLES, RUNNER_V2, SCHEDULER, V2_SPECULATOR_CALL
+from specobs.vllm.spec_config import (
     FIELDS_READ,
     MODEL_FREE,
     PROMPT_LOOKUP,
     REJECTION_SAMPLE_METHODS,
     declared,
 )
-from specobs.ingest import vllm_metrics
-from specobs.records import Result
-from specobs.schema import KNOWN_METHODS
 
 #: Where the scheduler's per-step output, the runner's output and a request are declared.
 SCHEDULER_OUTPUT = "vllm.v1.core.sched.output.SchedulerOutput"

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from specobs.loops.server import HOST, VllmServer
+from specobs.loops.vllm_server import HOST, VllmServer
 
 #: Prompts with repeated phrases, so that n-gram prompt lookup finds matches (greedy tiny random
 #: models also fall into loops, which the lookup then copies).
@@ -280,7 +280,7 @@ class Scraper:
 
 class Server(VllmServer):
     """A vLLM OpenAI server process on the tiny models, its output written verbatim to ``log_path``
-    (the production process handling is :class:`specobs.loops.server.VllmServer`'s).
+    (the production process handling is :class:`specobs.loops.vllm_server.VllmServer`'s).
 
     The environment is the caller's with ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB of KV cache on a CPU),
     ``VLLM_CPU_NUM_OF_RESERVED_CPU=1`` (a core for the API server and the clients),
