@@ -15,9 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
 from specobs import __version__, api
-from specobs.analysis.acceptance import DEFAULT_BY, GROUP_KEYS, parse_by
-from specobs.analysis.under_load import parse_slo
-from specobs.capture.config import EnvironmentVariable
+from specobs.api import DEFAULT_BY, FORMATS, GROUP_KEYS, PART_ROWS, EnvironmentVariable, Source, parse_by, parse_slo
 from specobs.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -27,8 +25,6 @@ from specobs.errors import (
     EXIT_USAGE,
     SpecobsError,
 )
-from specobs.ingest import FORMATS, PART_ROWS, load
-from specobs.ingest.source import Source
 from specobs.records import RECOMMEND_DEFAULTS
 
 PROGRESS_MIN_BYTES = 50 * 1024 * 1024
@@ -254,8 +250,9 @@ def report(
     _prometheus_only(ctx, prometheus)
     method = _method(method)
     paths = _require_inputs("report", paths, prometheus)
-    ingested = _inputs(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
-    result = api.analyze(ingested, groups, method=method, check_config=check_config, slo=objective)
+    session = _session(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
+    ingested = session.ingested
+    result = session.report(groups, method=method, check_config=check_config, slo=objective)
     if result.empty:
         names = ", ".join(s.name for s in ingested.sources) or ", ".join(paths or [])
         for skipped in ingested.skipped[:5]:
@@ -285,13 +282,11 @@ def report(
 
 def _check_prometheus_options(since: str, step: str | None) -> None:
     """``--since`` and ``--step`` are durations whether or not --prometheus is given."""
-    from specobs.ingest.prometheus_api import parse_duration
-
     for name, value in (("--since", since), ("--step", step)):
         if value is None:
             continue
         try:
-            seconds = parse_duration(value)
+            seconds = api.parse_duration(value)
         except SpecobsError:
             seconds = None
         if seconds is None or not math.isfinite(seconds) or seconds <= 0:
@@ -323,34 +318,20 @@ def _at_least(name: str, value: float | None, low: float, *, strict: bool = Fals
         raise SpecobsError(f"{name} {value:g}: must be {bound}")
 
 
-def _inputs(
+def _session(
     paths: list[str] | None,
     input_format: str | None,
-    prometheus: str | None,
-    since: str,
-    match: str,
-    step: str | None,
+    prometheus: str | None = None,
+    since: str = "6h",
+    match: str = "",
+    step: str | None = None,
     *,
     part_rows: int | None = None,
-):
-    """Files and folders, and/or a Prometheus server's range: one Ingested (read in parts of
-    ``part_rows`` rows where its Parquet event files hold more: see ``ingest.load``)."""
-    from specobs.ingest import Ingested, add_prometheus
-
-    ingested = _load(paths, input_format, part_rows=part_rows) if paths else Ingested()
-    if prometheus:
-        add_prometheus(ingested, prometheus, since=since, match=match, step=step)
-    return ingested
-
-
-def _load(paths: list[str], input_format: str | None, *, part_rows: int | None = None):
-    from specobs.ingest import check_format
-
-    try:
-        check_format(input_format)
-    except SpecobsError:
-        known = ", ".join(FORMATS)
-        raise SpecobsError(f"--input-format {input_format}: unknown format (choose from {known})") from None
+) -> api.Session:
+    """Files and folders, and/or a Prometheus server's range: one session (read in parts of
+    ``part_rows`` rows where its Parquet event files hold more: see ``ingest.load``), with a
+    progress bar for large inputs."""
+    inputs = api.Inputs(tuple(paths or ()), prometheus, since, match, step, input_format)
     progress = Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -361,7 +342,7 @@ def _load(paths: list[str], input_format: str | None, *, part_rows: int | None =
         transient=True,
     )
     try:
-        return load(paths, input_format, progress_factory=_progress_factory(progress), part_rows=part_rows)
+        return api.Session.open(inputs, part_rows=part_rows, progress_factory=_progress_factory(progress))
     finally:
         if progress.live.is_started:
             progress.stop()
@@ -428,17 +409,16 @@ def recommend(
     objective = parse_slo(slo) if slo is not None else None
     method = _method(method)
     paths = _require_inputs("recommend", paths, prometheus)
-    ingested = _inputs(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
-    result = api.recommend(
-        ingested, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, method=method,
+    session = _session(paths, input_format, prometheus, since, match, step, part_rows=PART_ROWS)
+    result = session.recommend(
+        max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, method=method,
         model=model, check_config=check_config, slo=objective,
     )  # fmt: skip
     if result is None:
-        from specobs.ingest import counted_sources
         from specobs.render.sentences import nothing_to_tune
 
-        windows = sum(max(s.windows, 0) for s in counted_sources(ingested))
-        say(nothing_to_tune(", ".join(paths or [prometheus or ""]), windows, ingested.requests.height))
+        windows = sum(max(s.windows, 0) for s in api.sources_counted(session))
+        say(nothing_to_tune(", ".join(paths or [prometheus or ""]), windows, session.ingested.requests.height))
         raise typer.Exit(EXIT_NOTHING_FOUND)
     _emit(result, output_format)
 
@@ -471,7 +451,7 @@ def compare(
     beyond noise, or without timing and with the same configuration, lower acceptance length)."""
     objective = parse_slo(slo) if slo is not None else None
     _require_inputs("compare", [a, b])
-    result = api.compare(_load([a], input_format), _load([b], input_format), slo=objective)
+    result = api.compare(_session([a], input_format), _session([b], input_format), slo=objective)
     _emit(result, output_format, (a, b))
     if result.kind == "regression":
         raise typer.Exit(EXIT_REGRESSION)  # scripts (CI after an upgrade) can gate on a regression
@@ -684,7 +664,6 @@ def tune(
     apply the schedule and verify it against the best static k and plain decoding (docs/tune.md)."""
     import importlib.util
 
-    from specobs.ingest.prometheus_api import parse_duration
     from specobs.loops.parallel import from_engine_args, installed_vllm
     from specobs.loops.vllm_bench import (
         MAX_PROMPTS,
@@ -698,7 +677,7 @@ def tune(
     given = _parallel_given(tensor_parallel_size, pipeline_parallel_size, data_parallel_size)
     parallel, args = from_engine_args(_json_object("--engine-args", engine_args), given)
     try:
-        budget_s = parse_duration(budget)
+        budget_s = api.parse_duration(budget)
     except SpecobsError:
         budget_s = math.nan
     if not math.isfinite(budget_s) or budget_s <= 0:
@@ -773,10 +752,8 @@ SWEEP_FLAGS = {
 
 
 def _sweep_duration(flag: str, text: str, *, zero: bool = False) -> float:
-    from specobs.ingest.prometheus_api import parse_duration
-
     try:
-        seconds = parse_duration(text)
+        seconds = api.parse_duration(text)
     except SpecobsError:
         seconds = math.nan
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
@@ -940,8 +917,8 @@ def sweep(
     folder = plan.out
     say(f"wrote {len(record.results)} result file(s) to {folder / 'results'}; the report again: "
         f"specobs report {folder / 'results'} {folder / 'capture'}")  # fmt: skip
-    ingested = _load([str(folder / "results"), str(folder / "capture")], None)
-    result = api.analyze(ingested, parse_by(",".join(DEFAULT_BY)), slo=objective)
+    session = _session([str(folder / "results"), str(folder / "capture")], None)
+    result = session.report(parse_by(",".join(DEFAULT_BY)), slo=objective)
     if result.empty:
         say(f"{folder}: no results to report")
         raise typer.Exit(EXIT_NOTHING_FOUND)

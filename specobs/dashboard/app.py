@@ -1,11 +1,12 @@
 """The Streamlit app: pages, sidebar and caching. Layout only.
 
 Run it with ``specobs dashboard [PATHS] [--prometheus URL]`` or, from a checkout,
-``streamlit run dashboards/streamlit_app.py``. The inputs are held as their sums per time
-bucket and label set (``data.load_inputs``), cached by the inputs' signature; the sums inside
-the filters and each page's results are cached by the filter values too, in process memory
-(``st.cache_resource``: frames are shared, never copied), so changing pages or going back to a
-filter already seen costs no recomputation, and a new filter costs a filter of the sums.
+``streamlit run dashboards/streamlit_app.py``. The inputs are one summed session
+(:meth:`specobs.api.Session.summed`: sums per time bucket and label set, never rows), cached by
+the inputs' signature in process memory (``st.cache_resource``); every page asks the session's
+verbs (the command line's), which keep each answer by its arguments and filters, so changing
+pages or going back to a filter already seen costs no recomputation, and a new filter costs a
+filter of the sums.
 """
 
 from __future__ import annotations
@@ -21,25 +22,9 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
-from specobs.advice.compare import compare
-from specobs.advice.recommend import recommend
-from specobs.advice.report_builder import ReportSums, report_from_sums
-from specobs.analysis.acceptance import GROUP_KEYS
-from specobs.analysis.under_load import parse_slo
+from specobs.api import GROUP_KEYS, Filters, Inputs, Session, parse_slo
 from specobs.dashboard import views
-from specobs.dashboard.data import (
-    Filters,
-    Inputs,
-    Loaded,
-    apply_request_filters,
-    compare_rows,
-    default_inputs,
-    load_inputs,
-    recommendation_cells,
-    selected,
-    side_by_side,
-    signature,
-)
+from specobs.dashboard.data import default_inputs, signature
 from specobs.errors import SpecobsError
 from specobs.records import RECOMMEND_DEFAULTS, RequestAcceptance, Slo, rounded
 from specobs.render import charts, sentences, to_json
@@ -66,54 +51,10 @@ SKIPPED_SHOWN = 500
 log = logging.getLogger("specobs.dashboard")
 
 
-# --- cached computations (keys are plain values; frames ride along unhashed) ----------------------
-
-
 @st.cache_resource(max_entries=4, show_spinner="Reading inputs…")
-def _loaded(key: tuple, _inputs: Inputs, _uploads: tuple[tuple[str, bytes], ...]) -> Loaded:
-    return load_inputs(_inputs, _uploads)
-
-
-@st.cache_resource(max_entries=16, show_spinner=False)
-def _selected(key: tuple, filters: Filters, _loaded: Loaded) -> ReportSums:
-    return selected(_loaded, filters)
-
-
-@st.cache_resource(max_entries=16, show_spinner="Analysing…")
-def _report(
-    key: tuple, filters: Filters, groups: tuple[str, ...], _sums: ReportSums, _loaded: Loaded, slo: Slo | None = None
-):
-    requests = apply_request_filters(_loaded.requests, filters)
-    # The report of the selection's sums, as `specobs report` computes it (its recommendation: the Tuning page's).
-    return report_from_sums(_sums, _loaded.ingested, groups, requests=requests, slo=slo)
-
-
-@st.cache_resource(max_entries=16, show_spinner=False)
-def _recommendation_cells(key: tuple, filters: Filters, _loaded: Loaded) -> pl.DataFrame | None:
-    return recommendation_cells(_loaded, filters)
-
-
-@st.cache_resource(max_entries=16, show_spinner="Fitting the throughput model…")
-def _recommendation(key: tuple, filters: Filters, options: tuple, _cells: pl.DataFrame | None, _loaded: Loaded):
-    max_k, margin, cost_ratio, bootstrap = options
-    cells = _cells
-    if cells is None or cells.is_empty():
-        return None
-    return recommend(
-        cells, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, metadata=_loaded.metadata
-    )
-
-
-@st.cache_resource(max_entries=32, show_spinner=False)
-def _derived(key: tuple, filters: Filters, name: str, args: tuple, _compute: Callable[[], Any]) -> Any:
-    """Any other frame a page derives from the selection's sums (``name`` and ``args`` say which)."""
-    return _compute()
-
-
-@st.cache_resource(max_entries=16, show_spinner="Comparing (reads the steps of both sides)…")
-def _comparison(key: tuple, filters: Filters, dimension: str, a: Any, b: Any, _loaded: Loaded):
-    column = GROUP_KEYS[dimension]
-    return compare(compare_rows(_loaded, filters, column, a), compare_rows(_loaded, filters, column, b))
+def _session(key: tuple, _inputs: Inputs, _uploads: tuple[tuple[str, bytes], ...]) -> Session:
+    """The inputs read and summed once per signature (the session keeps every answer)."""
+    return Session.summed(_inputs, _uploads)
 
 
 # --- sidebar ------------------------------------------------------------------------------------
@@ -152,15 +93,15 @@ def _inputs() -> tuple[Inputs, tuple[tuple[str, bytes], ...]]:
     return Inputs(paths, url.strip() or None, since.strip() or "6h", match.strip()), uploads
 
 
-def _filters(loaded: Loaded) -> tuple[Filters, tuple[str, ...]]:
+def _filters(session: Session) -> tuple[Filters, tuple[str, ...]]:
     st.sidebar.subheader("Filters")
     values = []
-    for column, options in loaded.options.items():
+    for column, options in session.options.items():
         chosen = st.sidebar.multiselect(column, options, key=f"filter_{column}", placeholder="all")
         if chosen:
             values.append((column, tuple(chosen)))
     time_range: tuple[float, float] | None = None
-    grid = loaded.grid
+    grid = session.grid
     if grid is not None and grid.count > 1:
         low, high = (dt.datetime.fromtimestamp(v, dt.UTC).replace(tzinfo=None) for v in (grid.first, grid.last))
         step = dt.timedelta(seconds=grid.width)
@@ -239,7 +180,7 @@ def overview(ctx: Context) -> None:
     cols[1].metric("Draft acceptance rate", _fmt(s.draft_acceptance_rate, "{:.1%}"))
     cols[2].metric("Drafts", _fmt(s.num_drafts, "{:,}"))
     cols[3].metric("Accepted tokens", _fmt(s.num_accepted_tokens, "{:,}"))
-    skipped = len(ctx.loaded.skipped) + len(ctx.loaded.failed)
+    skipped = len(ctx.session.skipped) + len(ctx.session.failed)
     cols[4].metric("Skipped input lines", f"{skipped:,}", help="Details on the Sources page.")
     for finding in sentences.report_findings(report):
         if finding.kind != "requests":  # said under the per-request distribution
@@ -257,7 +198,9 @@ def overview(ctx: Context) -> None:
         left, right = st.columns(2)
         for col, (curve, _) in zip((left, right), views.CURVES, strict=True):
             _chart(col, charts.positions(positions, curve))
-    series = ctx.derived(views.over_time_frame, columns, ctx.loaded.grid)
+    series = views.over_time_frame(
+        ctx.session.over_time(views.over_time_columns(columns), filters=ctx.filters), columns
+    )
     if series.height:
         st.subheader("Acceptance over time")
         changes = views.changes_frame(report.changes, columns)
@@ -312,7 +255,7 @@ def _rows_table(headers: tuple[str, ...], rows: list[list[str]]) -> pl.DataFrame
 def tune_runs(ctx: Context) -> None:
     """``specobs tune`` results among the inputs: measured points, the schedule, the verification."""
 
-    for name, result in ctx.loaded.tune_runs:
+    for name, result in ctx.session.tune_runs:
         st.subheader(f"Tune run: {name}")
         st.markdown(f"**{tune_headline(result)}**")
         if result.speculative_config:
@@ -346,7 +289,7 @@ def tune_runs(ctx: Context) -> None:
 def tuner_log(ctx: Context) -> None:
     """The online tuner's decisions among the inputs (``SPECOBS_TUNE``)."""
 
-    decisions = ctx.loaded.decisions
+    decisions = ctx.session.decisions
     st.subheader("Online tuner")
     for line in tuner_state(decisions):
         st.markdown(f"- {line}")
@@ -355,11 +298,11 @@ def tuner_log(ctx: Context) -> None:
 
 def tuning(ctx: Context) -> None:
     st.header("Tuning")
-    if ctx.loaded.tune_runs:
+    if ctx.session.tune_runs:
         tune_runs(ctx)
-    if ctx.loaded.decisions:
+    if ctx.session.decisions:
         tuner_log(ctx)
-    if ctx.loaded.tune_runs or ctx.loaded.decisions:
+    if ctx.session.tune_runs or ctx.session.decisions:
         st.subheader("Recommendation from the steps in the selection")
     with st.expander("Model options"):
         inputs = st.columns(4)
@@ -422,7 +365,7 @@ def tuning(ctx: Context) -> None:
         st.markdown(f"- {line}")
     if rec.predicted:
         predicted = views.predicted_frame(rec)
-        measured = ctx.derived(views.measured_frame, views.method_labels(rec), recommendation=True)
+        measured = views.measured_frame(ctx.session.measured(ctx.filters), views.method_labels(rec))
         st.subheader("Predicted speedup against k")
         _chart(st, charts.tuning(predicted, measured, "speedup"), stretch=False)
         st.subheader("Throughput against k: predicted (lines) and measured (triangles)")
@@ -469,7 +412,7 @@ def serving_page(ctx: Context) -> None:
         "Lines: the mean over runs; dots: each run; plain dashed. Dashed vertical line: where the configuration's "
         "throughput crosses plain's. TPOT: time per output token after the first (lower is faster)."
     )
-    for title, frame in views.serving_chart_frames(ctx.loaded.ingested.bench, serving):
+    for title, frame in views.serving_chart_frames(ctx.session.bench, serving):
         st.markdown(f"**{title}**")
         _chart(st, charts.serving_load(frame), stretch=False)
     st.subheader("Speculative over plain per level (measured)")
@@ -530,7 +473,7 @@ def serving_page(ctx: Context) -> None:
 
 def compare_page(ctx: Context) -> None:
     st.header("Compare")
-    choices = views.compare_choices(ctx.sums.cells)
+    choices = ctx.session.compare_choices(views.COMPARE_DIMENSIONS, ctx.filters)
     if not choices:
         st.info("Nothing to compare: the selection has one run, method, platform… Add inputs or widen the filters.")
         return
@@ -543,7 +486,8 @@ def compare_page(ctx: Context) -> None:
     if a == b:
         st.warning("Choose two different values.")
         return
-    result = ctx.comparison(dimension, a, b)
+    with st.spinner("Comparing (reads the steps of both sides)…"):
+        result = ctx.session.compare(dimension, a, b, filters=ctx.filters)
     show = {"regression": st.error, "improvement": st.success}.get(result.kind, st.info)
     show(sentences.verdict(result))
     labels = (f"A: {a}", f"B: {b}")
@@ -552,7 +496,7 @@ def compare_page(ctx: Context) -> None:
     positions = views.compare_positions_frame(result, labels)
     if positions.height:
         _chart(st, charts.compare_positions(positions))
-    both = side_by_side(ctx.loaded, ctx.sums, dimension, (a, b))
+    both = ctx.session.side_by_side(dimension, (a, b), filters=ctx.filters)
     if both is not None:
         st.subheader(sentences.split_title(both))
         st.dataframe(views.split_table(both), hide_index=True)
@@ -569,50 +513,41 @@ def compare_page(ctx: Context) -> None:
 
 def sources(ctx: Context) -> None:
     st.header("Sources")
-    loaded = ctx.loaded
-    for message in loaded.failed:
+    session = ctx.session
+    for message in session.failed:
         st.error(f"Could not read {message}")
-    table = views.sources_table(loaded.sources)
+    table = views.sources_table(session.sources)
     st.dataframe(table, hide_index=True)
     _download("Download CSV", table, "sources.csv")
-    total = len(loaded.skipped)
+    total = len(session.skipped)
     st.subheader(f"Skipped lines: {total:,}")
     if total:
-        shown = views.skipped_table(loaded.skipped, SKIPPED_SHOWN)
+        shown = views.skipped_table(session.skipped, SKIPPED_SHOWN)
         if total > SKIPPED_SHOWN:
             st.caption(f"The first {SKIPPED_SHOWN:,} of {total:,}; the CSV has them all.")
         st.dataframe(shown, hide_index=True)
-        _download("Download CSV", views.skipped_table(loaded.skipped), "skipped-lines.csv")
-    kept = int(ctx.sums.cells.get_column("num_windows").sum()) if ctx.sums.cells.height else 0
-    st.caption(f"{kept:,} of {loaded.windows:,} windows pass the filters.")
+        _download("Download CSV", views.skipped_table(session.skipped), "skipped-lines.csv")
+    kept = session.count_windows(ctx.filters)
+    st.caption(f"{kept:,} of {session.count_windows():,} windows pass the filters.")
 
 
 class Context:
-    """What a page needs: the loaded inputs, the sums inside the filters, and cached results."""
+    """What a page needs: the session, the filters and the grouping chosen in the sidebar."""
 
-    def __init__(self, key: tuple, loaded: Loaded, filters: Filters, groups: tuple[str, ...]) -> None:
-        self.key, self.loaded, self.filters, self.groups = key, loaded, filters, groups
-        self.sums = _selected(key, filters, loaded)
+    def __init__(self, session: Session, filters: Filters, groups: tuple[str, ...]) -> None:
+        self.session, self.filters, self.groups = session, filters, groups
 
     def report(self, slo: Slo | None = None):
         """The report of the selection (serving results' goodput under ``slo``: the Serving page's)."""
-        return _report(self.key, self.filters, self.groups, self.sums, self.loaded, slo)
-
-    def recommendation_cells(self) -> pl.DataFrame | None:
-        return _recommendation_cells(self.key, self.filters, self.loaded)
+        with st.spinner("Analysing…"):
+            return self.session.report(self.groups, filters=self.filters, slo=slo)
 
     def recommendation(self, options: tuple):
-        return _recommendation(self.key, self.filters, options, self.recommendation_cells(), self.loaded)
-
-    def derived(self, view: Callable[..., Any], *args: Any, recommendation: bool = False) -> Any:
-        """``view(frame, *args)`` of the selection's series over time, or of its recommendation
-        cells, cached by the inputs, the filters, the view and ``args``."""
-        frozen = tuple(tuple(sorted(a.items())) if isinstance(a, dict) else a for a in args)
-        frame = self.recommendation_cells() if recommendation else self.sums.over_time
-        return _derived(self.key, self.filters, view.__name__, frozen, lambda: view(frame, *args))
-
-    def comparison(self, dimension: str, a: Any, b: Any):
-        return _comparison(self.key, self.filters, dimension, a, b, self.loaded)
+        max_k, margin, cost_ratio, bootstrap = options
+        with st.spinner("Fitting the throughput model…"):
+            return self.session.recommend(
+                filters=self.filters, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap
+            )
 
 
 RENDER: dict[str, Callable[[Context], None]] = {
@@ -632,13 +567,13 @@ def main() -> None:
     upload_key = tuple((name, hashlib.sha256(data).hexdigest()) for name, data in uploads)
     key = (signature(inputs), upload_key)
     try:
-        loaded = _loaded(key, inputs, uploads)
-        filters, groups = _filters(loaded)
+        session = _session(key, inputs, uploads)
+        filters, groups = _filters(session)
         if not inputs.paths and not uploads and not inputs.prometheus:
             st.info("No inputs: give paths, upload files or a Prometheus URL in the sidebar (Data).")
-        elif loaded.failed and page != "Sources":
-            st.warning(f"{len(loaded.failed)} input(s) could not be read: see the Sources page.")
-        RENDER[page](Context(key, loaded, filters, groups))
+        elif session.failed and page != "Sources":
+            st.warning(f"{len(session.failed)} input(s) could not be read: see the Sources page.")
+        RENDER[page](Context(session, filters, groups))
     except SpecobsError as exc:
         st.error(str(exc))
     except Exception as exc:  # a bug in specobs: one line on the page, the traceback in the server log

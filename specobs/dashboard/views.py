@@ -14,10 +14,6 @@ from typing import Any
 import polars as pl
 
 from specobs import buckets, dimensions
-from specobs.advice.validate import measured_throughput
-from specobs.analysis.acceptance import GROUP_KEYS
-from specobs.analysis.sums import coarser, drafted_values
-from specobs.analysis.timeseries import series_from_sums
 from specobs.records import (
     BatchTiming,
     Comparison,
@@ -116,25 +112,21 @@ def _joined(values: Sequence[float | None] | None) -> str | None:
     return " ".join("–" if v is None else f"{v:.3f}" for v in values)
 
 
-#: Time buckets over the whole span in the acceptance-over-time chart (readable, not spiky).
-CHART_POINTS = 120
 #: Not series of their own over time: k and batch size change from step to step in one engine.
 NOT_OVER_TIME = ("num_spec_tokens", "batch_bucket", "batch_size", "hour")
 
 
-def over_time_frame(sums: pl.DataFrame | None, columns: Sequence[str], grid: Any = None) -> pl.DataFrame:
-    """Acceptance length per window (or time bucket) per group, with a ``time`` column, from the
-    series sums the report's change detection reads (``ReportSums.over_time``), put into at most
-    :data:`CHART_POINTS` buckets (``grid``: the time filter's, unused; part of the cache key).
+def over_time_columns(columns: Sequence[str]) -> list[str]:
+    """The group columns a series over time is drawn per: ``columns`` except k and batch size,
+    which a dynamic-k engine changes from step to step (their series would be fragments of one
+    timeline)."""
+    return [c for c in columns if c not in NOT_OVER_TIME]
 
-    Groups by ``columns`` except k and batch size, which a dynamic-k engine changes from step
-    to step: their series would be fragments of one timeline.
-    """
-    columns = [c for c in columns if c not in NOT_OVER_TIME]
-    if sums is None or sums.is_empty():
-        empty = {c: pl.String for c in columns} | {"end_ts": pl.Float64, "num_drafts": pl.Int64}
-        sums = pl.DataFrame(schema={**empty, "source_line": pl.Int64, "num_accepted_tokens": pl.Int64})
-    series = series_from_sums(coarser(sums, CHART_POINTS), list(columns))
+
+def over_time_frame(series: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """The session's series over time (``Session.over_time`` of :func:`over_time_columns`) with
+    a ``group`` label and a ``time`` column."""
+    columns = over_time_columns(columns)
     labels = (
         [group_label(r, columns) for r in series.select(columns).to_dicts()] if columns else ["all"] * series.height
     )
@@ -251,18 +243,16 @@ def method_labels(rec: Recommendation) -> dict[str | None, str]:
     return {p.method: _method_label(p.method, p.draft_model) for p in rec.predicted}
 
 
-def measured_frame(cells: pl.DataFrame | None, labels: dict[str | None, str]) -> pl.DataFrame:
-    """Measured decode tokens/s per method, k and batch bucket (``measured_throughput`` of the
-    recommendation cells), labelled as in ``labels`` (:func:`method_labels`); the plain engine's
-    points are repeated under each method, as every method's k = 0."""
-    if cells is None or cells.is_empty():
+def measured_frame(measured: pl.DataFrame | None, labels: dict[str | None, str]) -> pl.DataFrame:
+    """Measured decode tokens/s per method, k and batch bucket (``Session.measured``), labelled
+    as in ``labels`` (:func:`method_labels`); the plain engine's points are repeated under each
+    method, as every method's k = 0."""
+    if measured is None:
         schema = {"method": pl.String, "k": pl.Int64, "batch": pl.String, "batch_min": pl.Int64}
         return pl.DataFrame(schema={**schema, "tokens_per_second": pl.Float64, "steps": pl.Int64})
-    measured = (
-        measured_throughput(cells, by_bucket=True)
-        .rename({"batch_bucket": "batch", "measured": "tokens_per_second", "batch_size_min": "batch_min"})
-        .with_columns(pl.col("method").cast(pl.String))  # relabelled below: text, not a category
-    )
+    measured = measured.rename(
+        {"batch_bucket": "batch", "measured": "tokens_per_second", "batch_size_min": "batch_min"}
+    ).with_columns(pl.col("method").cast(pl.String))  # relabelled below: text, not a category
     plain = measured.filter(pl.col("method").is_null())
     spec = measured.filter(pl.col("method").is_not_null())
     frames = [spec.with_columns(method=pl.col("method").replace(labels))]
@@ -308,11 +298,6 @@ def method_comparison_table(rec: Recommendation) -> pl.DataFrame:
         record["winner"] = row.winner
         records.append(record)
     return pl.DataFrame(records, infer_schema_length=None)
-
-
-def compare_choices(cells: pl.DataFrame) -> dict[str, list]:
-    """For each comparable dimension, its values that drafted, when there are at least two."""
-    return drafted_values(cells, {name: GROUP_KEYS[name] for name in COMPARE_DIMENSIONS})
 
 
 def split_table(split: Split) -> pl.DataFrame:

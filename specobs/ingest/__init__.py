@@ -126,8 +126,11 @@ def load(
         result.deferred = _packed(plan, part_rows or 0)
         result.repeats = Repeats.among(hashes.gathered())
     else:
-        drop_repeated_windows(result)
-    drop_repeated_requests(result)
+        dropped = drop_repeated_windows(result.windows, result.sources)
+        result.windows, result.sources = dropped.windows, dropped.sources(result.sources)
+        result.notices.extend(dropped.notices)
+    result.requests, repeated_requests = drop_repeated_requests(result.requests)
+    result.notices.extend(repeated_requests)
     result.bench, repeated = bench_serve.drop_repeated_results(result.bench)
     result.notices.extend(repeated)
     result.decisions.sort(key=lambda d: d.ts)
@@ -176,12 +179,12 @@ def _packed(plan: list[Part], part_rows: int) -> list[Part]:
 
 def add_prometheus(
     ingested: Ingested, url: str, *, since: str = "6h", match: str = "", step: str | None = None
-) -> None:
-    """Add a Prometheus server's windows over the last ``since`` (see :mod:`prometheus_api`)."""
+) -> Ingested:
+    """``ingested`` with a Prometheus server's windows over the last ``since`` added (see
+    :mod:`prometheus_api`): a new :class:`Ingested`, the one given is left as it was."""
     frame, notices = prometheus_api.read(url, since=since, match=match, step=step)
-    ingested.add(
-        frame.lazy(), SourceReport(f"{url} {match}".strip(), prometheus_api.FORMAT, None, frame.height, 0), notices
-    )
+    report = SourceReport(f"{url} {match}".strip(), prometheus_api.FORMAT, None, frame.height, 0)
+    return ingested.with_windows(frame.lazy(), report, notices)
 
 
 #: Names accepted by ``--input-format`` (``load(fmt=)``): every file format detection finds

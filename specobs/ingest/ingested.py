@@ -61,6 +61,9 @@ class Ingested:
     #: With ``deferred``: whether a file found unreadable while its part is read is listed
     #: (``load(..., keep_going=True)``) instead of raising.
     keep_going: bool = False
+    #: Read once (a surface that keeps sums, not rows): the windows held whole are let go as
+    #: :meth:`parts` hands them over, their window counts taken first.
+    release: bool = False
     #: The parts (by index in ``deferred``) whose skipped rows, notices and counts are recorded.
     _recorded: set[int] = field(default_factory=set, repr=False)
 
@@ -70,7 +73,13 @@ class Ingested:
         for; the first time, its skipped rows, notices, repeats dropped and window counts go
         into this object (read again, the same parts come, and nothing is recorded twice)."""
         if not self.deferred:
-            yield self.windows
+            if not self.release:
+                yield self.windows
+                return
+            self.sources = counted_sources(self)
+            held = [self.windows]
+            self.windows = schema.empty(schema.WINDOWS).lazy()
+            yield held.pop()  # nothing here holds the rows while the caller sums them
             return
         # Repeats are found afresh on every reading, in input order: each yields the same parts.
         repeats = Repeats(self.repeats.suspects) if self.repeats is not None else None
@@ -120,7 +129,11 @@ class Ingested:
         window counts of its sources ``names`` that were not counted yet (event files) set."""
         frame = windows.collect().lazy()
         if repeats is not None:
-            frame = repeats.drop(frame, self if record else None).collect().lazy()
+            dropped = repeats.drop(frame)
+            frame = dropped.windows.collect().lazy()
+            if record:
+                self.notices.extend(dropped.notices)
+                self.sources = dropped.sources(self.sources)
         if record:
             counts = dict(frame.group_by("source").len().collect().iter_rows())
             self.sources = [
@@ -128,6 +141,15 @@ class Ingested:
                 for s in self.sources
             ]
         return frame
+
+    def with_windows(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> Ingested:
+        """A new :class:`Ingested`: this one with one more input's windows (as :meth:`add`)."""
+        added = replace(
+            self, sources=[*self.sources], skipped=[*self.skipped], notices=[*self.notices],
+            deferred=[*self.deferred], _recorded=set(self._recorded),
+        )  # fmt: skip
+        added.add(frame, report, skipped)
+        return added
 
     def add(self, frame: pl.LazyFrame, report: SourceReport, skipped: Sequence[Skipped] = ()) -> None:
         """Append one input's windows (a part of their own once the input is read in parts);

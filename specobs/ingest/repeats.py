@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
 
 from specobs.errors import Notice
-
-if TYPE_CHECKING:
-    from specobs.ingest.ingested import Ingested
-
+from specobs.records import SourceReport
 
 #: What makes two finished-request rows one request read twice (its capture row and its saved output).
 REQUEST_REPEAT_KEY = (
@@ -24,20 +21,19 @@ REQUEST_REPEAT_KEY = (
 )  # fmt: skip
 
 
-def drop_repeated_requests(result: Ingested) -> None:
-    """Count once a request whose row repeats an earlier one (same key and numbers): the
-    capture's row and the saved output of the same request, or a file read twice."""
-    rows = result.requests
+def drop_repeated_requests(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[Notice]]:
+    """Finished requests ``rows`` with a request whose row repeats an earlier one (same key and
+    numbers: the capture's row and the saved output of the same request, or a file read twice)
+    counted once, and the notice saying so (none when nothing repeats)."""
     if rows.height < 2 or rows.get_column("request_key").n_unique() == rows.height:
-        return
+        return rows, []
     first = rows.select(pl.struct(REQUEST_REPEAT_KEY).is_first_distinct()).to_series()
     repeats = int((~first).sum())
-    if repeats:
-        result.requests = rows.filter(first)
-        result.notices.append(
-            Notice("requests", None, f"{repeats} finished request(s) read twice (same request id and counts, e.g. "
-                   "captured and saved as outputs): counted once")
-        )  # fmt: skip
+    if not repeats:
+        return rows, []
+    notice = Notice("requests", None, f"{repeats} finished request(s) read twice (same request id and counts, e.g. "
+                    "captured and saved as outputs): counted once")  # fmt: skip
+    return rows.filter(first), [notice]
 
 
 #: What makes two windows the same record read twice: their times, labels and counts. The
@@ -86,6 +82,21 @@ class Hashes:
         return self._values[: self._filled]
 
 
+@dataclass(frozen=True)
+class Dropped:
+    """What :meth:`Repeats.drop` gives: the windows without their repeats, a notice per source
+    that repeats another, and how many windows each such source lost."""
+
+    windows: pl.LazyFrame
+    notices: tuple[Notice, ...] = ()
+    per_source: Mapping[str, int] = field(default_factory=dict)
+
+    def sources(self, sources: Sequence[SourceReport]) -> list[SourceReport]:
+        """``sources`` with the window counts (where known) lowered by the repeats dropped."""
+        lost = self.per_source
+        return [replace(s, windows=s.windows - lost.get(s.name, 0)) if s.windows >= 0 else s for s in sources]
+
+
 class Repeats:
     """Windows that repeat an earlier one exactly (a file concatenated with itself, two
     overlapping copies of a log): same times, labels and counts. Windows without a time cannot
@@ -110,10 +121,10 @@ class Repeats:
         del values
         return cls(pl.Series("_narrow", np.unique(twice), pl.UInt64)) if twice.size else None
 
-    def drop(self, windows: pl.LazyFrame, result: Ingested | None) -> pl.LazyFrame:
-        """``windows`` (the next part) without the repeats of windows seen so far; each source
-        that repeats another gets a notice in ``result`` (unless None) naming the first
-        repeated line and where it was read first, and its window count lowered."""
+    def drop(self, windows: pl.LazyFrame) -> Dropped:
+        """``windows`` (the next part) without the repeats of windows seen so far, with a notice
+        for each source that repeats another (naming the first repeated line and where it was
+        read first) and how many windows it lost."""
         numbered = windows.with_row_index("_row")
         narrow = pl.struct(_NARROW_REPEAT_KEY).hash()
         candidates = (
@@ -133,36 +144,32 @@ class Repeats:
         self._firsts = firsts if self._firsts is None else pl.concat([self._firsts, firsts], how="vertical_relaxed")
         repeats = candidates.filter("repeat")
         if repeats.is_empty():
-            return windows
-        if result is not None:
-            self._tell(repeats, result)
-        return numbered.filter(~pl.col("_row").is_in(repeats["_row"].implode())).drop("_row")
+            return Dropped(windows)
+        kept = numbered.filter(~pl.col("_row").is_in(repeats["_row"].implode())).drop("_row")
+        return Dropped(kept, self._notices(repeats), dict(repeats.group_by("source").len().iter_rows()))
 
-    def _tell(self, repeats: pl.DataFrame, result: Ingested) -> None:
+    def _notices(self, repeats: pl.DataFrame) -> tuple[Notice, ...]:
         assert self._firsts is not None
         named = repeats.join(self._firsts, on=self._key, how="left", nulls_equal=True)
         groups = named.group_by("source", "first_source", maintain_order=True).agg(
             n=pl.len(), line=pl.col("source_line").min(), first_line=pl.col("first_line").min()
         )
+        notices = []
         for source, first_source, n, line, first_line in groups.iter_rows():
             where = "earlier lines of this input" if source == first_source else first_source
-            result.notices.append(
+            notices.append(
                 Notice(source, line, f"{n} record(s) repeat {where} from line {first_line} exactly "
                        "(same times, labels and counts): counted once")
             )  # fmt: skip
-        per_source = dict(repeats.group_by("source").len().iter_rows())
-        result.sources = [
-            replace(s, windows=s.windows - per_source.get(s.name, 0)) if s.windows >= 0 else s for s in result.sources
-        ]
+        return tuple(notices)
 
 
-def drop_repeated_windows(result: Ingested) -> None:
-    """Count once a window that repeats an earlier one exactly (:class:`Repeats`)."""
-    if not result.sources:
-        return
-    repeats = Repeats.among(narrow_repeat_hashes(result.windows).to_numpy(writable=True))
-    if repeats is not None:
-        result.windows = repeats.drop(result.windows, result)
+def drop_repeated_windows(windows: pl.LazyFrame, sources: Sequence[SourceReport]) -> Dropped:
+    """``windows`` with a window that repeats an earlier one exactly counted once (:class:`Repeats`)."""
+    if not sources:
+        return Dropped(windows)
+    repeats = Repeats.among(narrow_repeat_hashes(windows).to_numpy(writable=True))
+    return repeats.drop(windows) if repeats is not None else Dropped(windows)
 
 
 #: Bytes from each end of a file that make its content fingerprint (with its size).
@@ -217,6 +224,7 @@ def _fingerprint(path: str | None, data: bytes | None) -> tuple[int, bytes] | No
 __all__ = [
     "REPEAT_KEY",
     "REQUEST_REPEAT_KEY",
+    "Dropped",
     "Hashes",
     "Repeats",
     "Seen",

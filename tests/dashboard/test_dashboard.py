@@ -141,9 +141,9 @@ def test_method_filter_changes_every_number_to_that_methods(app):
 def test_time_range_filter_keeps_only_windows_inside_it(app):
     """The range snaps to the nearest edges of the app's time buckets: the windows ending in the
     buckets between them are the ones counted."""
-    from specobs.dashboard.data import Inputs, load_inputs
+    from specobs.api import Inputs, Session
 
-    grid = load_inputs(Inputs((str(SWEEP),))).grid
+    grid = Session.summed(Inputs((str(SWEEP),))).grid
     windows = pl.concat([pl.read_ndjson(p) for p in (NGRAM, DRAFT, PLAIN)], how="diagonal_relaxed")
     slider = app.slider(key="time_range")
     low, high = slider.value
@@ -313,17 +313,17 @@ def test_dashboard_command_rejects_missing_paths():
 
 
 def test_filters_keep_the_plain_baseline_under_a_method_filter():
-    from specobs.dashboard.data import Filters, Inputs, load_inputs, selected
+    from specobs.api import Filters, Inputs, Session
 
-    loaded = load_inputs(Inputs((str(SWEEP),)))
+    loaded = Session.summed(Inputs((str(SWEEP),)))
     assert loaded.options["method"] == ["draft_model", "ngram"]
-    cells = selected(loaded, Filters((("method", ("ngram",)),))).cells
+    cells = loaded.sums(Filters((("method", ("ngram",)),))).cells
     assert set(cells["method"].to_list()) == {"ngram", None}
     assert cells.filter(pl.col("method").is_null())["num_spec_tokens"].unique().to_list() == [0]
     windows = load([str(SWEEP)]).windows.collect()
     kept = windows.filter(pl.col("method").is_null() | (pl.col("method") == "ngram"))
     assert cells["num_windows"].sum() == kept.height
-    assert selected(loaded, Filters((("engine", (1,)),))).cells.is_empty()
+    assert loaded.sums(Filters((("engine", (1,)),))).cells.is_empty()
 
 
 def test_views_keep_bucket_order_and_labels():

@@ -23,8 +23,8 @@ from specobs.analysis.acceptance import DEFAULT_BY, with_group_columns
 from specobs.analysis.cost import steady_state
 from specobs.analysis.sums import TIME_BUCKET, TimeGrid, within
 from specobs.analysis.timeseries import acceptance_over_time
+from specobs.api import CHART_POINTS, Filters, Inputs, Session
 from specobs.dashboard import views
-from specobs.dashboard.data import Filters, Inputs, Loaded, compare_rows, load_inputs, recommendation_cells, selected
 from specobs.ingest import Ingested, load
 from specobs.records import Report
 from specobs.schema import categorical_labels
@@ -42,10 +42,12 @@ INPUTS = [
 GROUPINGS = [("method", "k"), DEFAULT_BY, ("engine", "batch_size", "workload")]
 
 
-def shown(loaded: Loaded, by, filters: Filters | None = None) -> Report:
-    """The report the app shows for ``filters`` (as app._report computes it)."""
-    sums = selected(loaded, filters or Filters())
-    return report_from_sums(replace(sums, recommendation_cells=None), loaded.ingested, by)
+def shown(session: Session, by, filters: Filters | None = None) -> Report:
+    """The report the app shows for ``filters`` (as the summed session's ``report`` computes it)."""
+    sums = session.sums(filters or Filters())
+    got = session.report(by, filters=filters or Filters())
+    assert got == report_from_sums(replace(sums, recommendation_cells=None), session.ingested, by)
+    return got
 
 
 def reference(paths, by, keep=None, **load_args) -> Report:
@@ -59,7 +61,7 @@ def reference(paths, by, keep=None, **load_args) -> Report:
 
 @pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name)
 def test_every_number_of_the_report_comes_from_the_sums(path):
-    loaded = load_inputs(Inputs((str(path),)))
+    loaded = Session.summed(Inputs((str(path),)))
     for by in GROUPINGS:
         assert shown(loaded, by).to_dict() == reference([path], by).to_dict(), by
 
@@ -80,8 +82,8 @@ def tiled(tmp_path_factory) -> list[Path]:
 
 
 def test_an_input_read_in_parts_gives_the_report_of_it_read_whole(tiled):
-    loaded = load_inputs(Inputs(tuple(map(str, tiled))), part_rows=10_000)
-    assert loaded.sums.over_time is not None and "_bucket" in loaded.sums.over_time.columns  # bucketed in time
+    loaded = Session.summed(Inputs(tuple(map(str, tiled))), part_rows=10_000)
+    assert loaded.sums().over_time is not None and "_bucket" in loaded.sums().over_time.columns  # bucketed in time
     for by in GROUPINGS[:2]:
         assert shown(loaded, by).to_dict() == reference(tiled, by).to_dict(), by
     assert loaded.ingested.windows.collect().is_empty()  # no rows held
@@ -98,7 +100,7 @@ def in_buckets(grid: TimeGrid, start: int, stop: int):
 @pytest.mark.parametrize("which", ["sweep", "tiled"])
 def test_a_time_range_on_the_sums_is_the_rows_inside_it(which, tiled):
     paths = [SWEEP] if which == "sweep" else tiled
-    loaded = load_inputs(Inputs(tuple(map(str, paths))))
+    loaded = Session.summed(Inputs(tuple(map(str, paths))))
     grid = loaded.grid
     assert grid is not None and 100 < grid.count <= 500
     start, stop = grid.count // 5, grid.count * 3 // 5
@@ -118,7 +120,7 @@ def test_a_time_range_on_the_sums_is_the_rows_inside_it(which, tiled):
 
 
 def test_a_label_filter_on_the_sums_is_the_rows_it_keeps():
-    loaded = load_inputs(Inputs((str(SWEEP),)))
+    loaded = Session.summed(Inputs((str(SWEEP),)))
     filters = Filters((("method", ("ngram",)),))
     plain_or_ngram = (pl.col("method") == "ngram") | (pl.col("method").is_null() & (pl.col("num_spec_tokens") == 0))
     want = reference([SWEEP], ("method", "k"), lambda rows: rows.filter(plain_or_ngram.fill_null(False)))
@@ -130,21 +132,22 @@ def test_a_label_filter_on_the_sums_is_the_rows_it_keeps():
 
 
 def test_the_tuning_page_recommends_as_the_report_does():
-    loaded = load_inputs(Inputs((str(SWEEP),)))
-    cells = recommendation_cells(loaded, Filters())
+    loaded = Session.summed(Inputs((str(SWEEP),)))
+    cells = loaded.recommendation_cells(Filters())
     assert cells is not None and {"engine", "workload", TIME_BUCKET} <= set(cells.columns)
     report = analyze(load([str(SWEEP)]), ("method", "k"))
     assert report.recommendation is not None
     got = recommend(cells, bootstrap=0, metadata=loaded.metadata)
     assert got is not None and got.to_dict() == report.recommendation.to_dict()
+    assert loaded.recommend(bootstrap=0) == got
 
 
 def test_the_chart_over_time_is_the_report_series_bucketed_for_a_chart():
-    loaded = load_inputs(Inputs((str(SWEEP),)))
+    loaded = Session.summed(Inputs((str(SWEEP),)))
     columns = ["method"]
     rows = steady_state(categorical_labels(load([str(SWEEP)]).windows))
-    want = acceptance_over_time(with_group_columns(rows), columns, max_points=views.CHART_POINTS)
-    got = views.over_time_frame(loaded.sums.over_time, columns)
+    want = acceptance_over_time(with_group_columns(rows), columns, max_points=CHART_POINTS)
+    got = views.over_time_frame(loaded.over_time(views.over_time_columns(columns)), columns)
     # The report's 2,000 time buckets put whole into the chart's 120: the same totals per group,
     # about as many points (a report bucket across a chart bucket's edge goes to one side).
     assert abs(got.height - want.height) <= want.height // 20
@@ -157,13 +160,13 @@ def test_the_chart_over_time_is_the_report_series_bucketed_for_a_chart():
 
 
 def test_compare_reads_the_rows_back_from_disk():
-    loaded = load_inputs(Inputs((str(SWEEP),)))
+    loaded = Session.summed(Inputs((str(SWEEP),)))
     rows = steady_state(categorical_labels(load([str(SWEEP)]).windows)).collect()
     a, b = "sweep-draft_model", "sweep-ngram"
-    got = compare(compare_rows(loaded, Filters(), "run_id", a), compare_rows(loaded, Filters(), "run_id", b))
+    got = loaded.compare("run", a, b)
     side = [rows.lazy().filter(pl.col("run_id") == v) for v in (a, b)]
     assert_same_json(compare(*side).to_dict(), got.to_dict())  # floats to their last bits
-    assert views.compare_choices(loaded.sums.cells)["run"] == [a, b]
+    assert loaded.compare_choices(views.COMPARE_DIMENSIONS)["run"] == [a, b]
 
 
 def test_sums_outside_the_selection_are_dropped_and_those_without_a_time_kept():
@@ -181,11 +184,11 @@ def test_sums_outside_the_selection_are_dropped_and_those_without_a_time_kept():
 
 
 def test_the_app_holds_no_rows():
-    loaded = load_inputs(Inputs((str(SWEEP),)))
-    held = [v for v in vars(loaded).values() if isinstance(v, pl.DataFrame | pl.LazyFrame)]
+    loaded = Session.summed(Inputs((str(SWEEP),)))
+    held = [v for v in vars(loaded.ingested).values() if isinstance(v, pl.DataFrame | pl.LazyFrame)]
     assert all(frame.lazy().collect().height < 10_000 for frame in held)  # requests only
     assert isinstance(loaded.ingested, Ingested) and loaded.ingested.windows.collect().is_empty()
-    assert loaded.sums.cells.height < sum(s.windows for s in loaded.sources)
+    assert loaded.sums().cells.height < sum(s.windows for s in loaded.sources)
 
 
 def test_a_filter_keeps_the_breaks_of_what_it_keeps(tmp_path):
@@ -194,7 +197,7 @@ def test_a_filter_keeps_the_breaks_of_what_it_keeps(tmp_path):
     from support.break_scenarios import stale_after_off
 
     folder = stale_after_off(tmp_path / "stale")
-    loaded = load_inputs(Inputs((str(folder),)))
+    loaded = Session.summed(Inputs((str(folder),)))
     want = [b.to_dict() for b in reference([folder], DEFAULT_BY).breaks]
     assert [b["kind"] for b in want] == ["stale_after_off"]
     kept = shown(loaded, DEFAULT_BY, Filters((("method", ("eagle3",)),)))
