@@ -239,3 +239,85 @@ def test_simulate_is_deterministic_and_plain_at_k0():
     assert steps.equals(again)
     plain = steps.filter(pl.col("num_spec_tokens") == 0)
     assert plain.height == 30 and plain["method"].null_count() == 30 and plain["num_drafts"].sum() == 0
+
+
+# --- the session: the CLI's and the dashboard's -------------------------------------------------
+
+
+def _counting_reads(monkeypatch) -> list[str]:
+    """The inputs ``load`` reads from now on, by name (one entry per read)."""
+    import specobs.ingest
+
+    reads: list[str] = []
+    real = specobs.ingest.read_source
+
+    def counted(src, *args, **kwargs):
+        reads.append(src.name)
+        return real(src, *args, **kwargs)
+
+    monkeypatch.setattr(specobs.ingest, "read_source", counted)
+    return reads
+
+
+def test_a_session_reads_its_inputs_once_and_keeps_every_answer(monkeypatch):
+    from specobs.api import Inputs, Session
+
+    reads = _counting_reads(monkeypatch)
+    session = Session.open(Inputs((str(SWEEP),)))
+    read_once = len(reads)
+    assert read_once == len([p for p in SWEEP.iterdir() if p.is_file()])
+    report = session.report("method,k")
+    assert session.report("method,k") is report  # kept: not summed again
+    rec = session.recommend(bootstrap=0)
+    assert session.recommend(bootstrap=0) is rec
+    assert session.report("method") is not report
+    assert len(reads) == read_once  # no verb read an input again
+    assert specobs.analyze(session, by="method,k") is report  # the module's verbs take a session too
+
+
+def test_a_summed_session_answers_filters_from_its_sums(monkeypatch):
+    from specobs.api import Filters, Inputs, Session
+
+    reads = _counting_reads(monkeypatch)
+    session = Session.summed(Inputs((str(SWEEP),)))
+    read_once = len(reads)
+    parquet: list[str] = []
+    real_read_parquet = pl.read_parquet
+
+    def counted_parquet(source, *args, **kwargs):
+        parquet.append(str(source))
+        return real_read_parquet(source, *args, **kwargs)
+
+    monkeypatch.setattr(pl, "read_parquet", counted_parquet)
+    ngram = Filters((("method", ("ngram",)),))
+    whole, only = session.report(("method", "k")), session.report(("method", "k"), filters=ngram)
+    assert {g.labels["method"] for g in only.groups} == {"ngram", None}  # the plain baseline stays
+    assert only.summary.num_drafts < whole.summary.num_drafts
+    assert session.report(("method", "k"), filters=ngram) is only
+    assert session.count_windows(ngram) < session.count_windows()
+    assert session.recommend(bootstrap=0) is not None and session.recommend(bootstrap=0, filters=ngram) is not None
+    spilled = len(parquet)  # the rows on disk, read back once for the recommendation cells
+    assert spilled >= 1
+    session.recommend(bootstrap=0, filters=Filters((("method", ("draft_model",)),)))
+    session.measured(ngram)
+    assert len(parquet) == spilled and len(reads) == read_once  # every filter from what is held
+
+
+def test_filters_are_refused_where_no_sums_are_kept():
+    from specobs.api import Filters, Inputs, Session
+    from specobs.errors import SpecobsError
+
+    session = Session.open(Inputs((str(SWEEP),)))
+    with pytest.raises(SpecobsError, match="summed session"):
+        session.report(filters=Filters((("method", ("ngram",)),)))
+
+
+def test_the_cli_and_a_session_give_the_same_json():
+    from specobs.api import Inputs, Session
+
+    path = str(ROOT / "examples" / "data" / "vllm-cpu-ngram-k3.log")
+    session = Session.open(Inputs((path,)))
+    cli = run_cli("report", path, "--format", "json")
+    assert cli.returncode == 0, cli.stderr.decode()
+    assert json.dumps(specobs.document(session.report()), indent=2) + "\n" == cli.stdout.decode()
+    assert_same_json(json.loads(json.dumps(specobs.document(session.recommend()))), _cli_json("recommend", path))

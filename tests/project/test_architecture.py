@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from support.layers import LAYERS, imports, layer_of, modules, room_cycles, upward
+from support.layers import LAYERS, SURFACE_EXCEPTIONS, imports, layer_of, modules, room_cycles, surface_imports, upward
 
 
 def test_no_module_imports_upward_and_no_rooms_import_each_other():
@@ -48,3 +48,35 @@ def test_the_check_finds_an_upward_import_inside_a_function_and_a_cycle(tmp_path
     assert found == [("specobs.records", "specobs.render", 2)]
     assert room_cycles(package) == [("specobs.capture", "specobs.ingest")]
     assert LAYERS[0][0] == "records" and LAYERS[-1][0] == "entry"
+
+
+def test_surfaces_ask_the_api_and_render_its_records():
+    """The CLI and the dashboard compute nothing: below the entry layer they import only
+    ``specobs.api`` and the records, render and vocabularies it speaks in."""
+    assert [f"{i.importer}:{i.line} → {i.imported}" for i in surface_imports()] == []
+    dashboard = [i.imported for i in imports() if i.importer.startswith("specobs.dashboard")]
+    assert "specobs.api" in dashboard
+    assert not [m for m in dashboard if m.split(".")[1] in ("analysis", "advice", "ingest", "capture", "loops")]
+    assert all(importer == "specobs.cli" for importer, _ in SURFACE_EXCEPTIONS)  # the dashboard has none
+
+
+def test_the_check_finds_a_surface_that_computes(tmp_path):
+    """The checker itself: a surface importing analysis is found (inside a function too); one
+    importing the API, records or render, or another entry point, is not."""
+    package = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "records.py": "",
+            "analysis/__init__.py": "",
+            "render/__init__.py": "from specobs import records\n",
+            "api.py": "from specobs import analysis, records\n",
+            "exporters/__init__.py": "from specobs import analysis\n",
+            "cli.py": "from specobs import api, exporters\nfrom specobs.render import x\n",
+            "dashboard/__init__.py": "",
+            "dashboard/app.py": "from specobs.api import y\ndef page():\n    from specobs.analysis import z\n",
+        },
+    )
+    found = [(i.importer, i.imported, i.line) for i in surface_imports(package)]
+    assert found == [("specobs.dashboard.app", "specobs.analysis", 3)]
+    assert upward(package) == [] and room_cycles(package) == []

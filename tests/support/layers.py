@@ -1,7 +1,8 @@
 """The import rule of docs/architecture.md, checked from the source: every ``specobs`` import
 (module level and inside functions alike; only ``if TYPE_CHECKING:`` blocks are left out) must
 point to the importer's own layer or one below it, and no two rooms may import each other
-through any chain.
+through any chain. Surfaces (the CLI, the dashboard) compute nothing: below their own layer they
+import only the API and what it speaks in (records, render, errors, the vocabularies).
 
     python -m tests.support.layers      # prints every violation; exit 1 when there is one
 """
@@ -18,7 +19,18 @@ PACKAGE = Path(__file__).resolve().parents[2] / "specobs"
 
 #: Bottom to top. A module belongs to the first layer one of whose prefixes it starts with.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("records", ("specobs.errors", "specobs.dimensions", "specobs.schema", "specobs.records", "specobs.buckets")),
+    (
+        "records",
+        (
+            "specobs.errors",
+            "specobs.dimensions",
+            "specobs.schema",
+            "specobs.records",
+            "specobs.buckets",
+            "specobs.formulas",
+            "specobs.validity",
+        ),
+    ),
     ("sources", ("specobs.ingest", "specobs.capture", "specobs.vllm")),
     ("analysis", ("specobs.analysis",)),
     ("advice", ("specobs.advice",)),
@@ -160,6 +172,50 @@ def room_cycles(package: Path = PACKAGE) -> list[tuple[str, ...]]:
     return cycles
 
 
+#: Entry points that only present (docs/architecture.md, "surfaces compute nothing"): they ask
+#: ``specobs.api`` and render its records. The exporters are left out: they are a pipeline of their
+#: own (steps mapped to metrics as they arrive, ``exporters/mapping.py``), not a view of a report.
+#: The vLLM plugin (``specobs.vllm``) is left out too: it wires the capture into the engine.
+SURFACES = ("specobs.cli", "specobs.dashboard", "specobs.__main__")
+#: What a surface may import below the entry layer: the API and what its answers are made of.
+#: Other entry points are allowed (the CLI starts the dashboard and the exporters).
+SURFACE_IMPORTS = (
+    "specobs.api",
+    "specobs.records",
+    "specobs.render",
+    "specobs.errors",
+    "specobs.dimensions",
+    "specobs.schema",
+    "specobs.buckets",
+)
+#: Imports a surface still makes past the API, each with why (importer room, imported room).
+SURFACE_EXCEPTIONS: dict[tuple[str, str], str] = {
+    # `specobs tune` and `specobs sweep` drive engines and servers (the loops); the API has no
+    # verb for them yet.
+    ("specobs.cli", "specobs.loops"): "tune and sweep run the loops",
+    # `specobs simulate` writes event files through the capture's own sink.
+    ("specobs.cli", "specobs.capture"): "simulate writes event files with the capture's sink",
+}
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def surface_imports(package: Path = PACKAGE, surfaces: tuple[str, ...] = SURFACES) -> list[Import]:
+    """Imports by a surface of anything below the entry layer but the API's vocabulary
+    (:data:`SURFACE_IMPORTS`), less the :data:`SURFACE_EXCEPTIONS`."""
+    entry = len(LAYERS) - 1
+    return [
+        i
+        for i in imports(package)
+        if _under(i.importer, surfaces)
+        and layer_of(i.imported) < entry
+        and not _under(i.imported, SURFACE_IMPORTS)
+        and (room_of(i.importer), room_of(i.imported)) not in SURFACE_EXCEPTIONS
+    ]
+
+
 def main() -> int:
     problems = [
         f"{i.importer} (line {i.line}) imports {i.imported}: layer {LAYERS[layer_of(i.importer)][0]} "
@@ -167,7 +223,10 @@ def main() -> int:
         for i in upward()
     ]
     problems += [f"rooms import each other: {' ⇄ '.join(c)}" for c in room_cycles()]
-    print("\n".join(problems) or "no upward import, no cycle between rooms")
+    problems += [
+        f"{i.importer} (line {i.line}) imports {i.imported}: a surface asks specobs.api" for i in surface_imports()
+    ]
+    print("\n".join(problems) or "no upward import, no cycle between rooms, no surface past the API")
     return 1 if problems else 0
 
 
