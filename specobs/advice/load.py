@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from specobs.advice import config_line as speculative
-from specobs.analysis.under_load import NOT_DRAFTING
+from specobs.advice.findings import not_drafting
 from specobs.records import Crossover, LoadAdvice, LoadRatio, RunMetadata, Serving, ServingLevel
 
 #: The crossover a schedule rests on: goodput when an SLO was given and it has one, else throughput.
@@ -147,11 +147,7 @@ def _advice(
             schedule = ((1, draft_up_to, k), (draft_up_to + 1, max(largest, draft_up_to + 1), 0))
         built = speculative.config_for(method, None, k, schedule, speculative.ran(engines, method, {}))
         text, missing = built.text, built.missing
-    tax = tuple(
-        r
-        for r in serving.ratios
-        if r.model == model and r.load == load and r.drafting_share is not None and r.drafting_share < NOT_DRAFTING
-    )
+    tax = tuple(r for r in serving.ratios if r.model == model and r.load == load and not_drafting(r))
     return LoadAdvice(
         model=model, config=config, method=method, num_speculative_tokens=k, load=load, metric=crossing.metric,
         verdict=verdict, stops_paying_at=crossing.level, stops_paying_low=crossing.low,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from specobs.advice.config_line import per_context_option
+from specobs.advice.findings import group_findings_of, report_findings
 from specobs.advice.load import advise
 from specobs.advice.recommend import recommend, recommendation_cells, with_method
 from specobs.analysis import acceptance
@@ -250,7 +251,7 @@ def report_from_sums(
     if from_requests:  # finished requests alone: their own counts are the acceptance (one window each)
         overall, groups = acceptance.summarize_with_total(as_windows(requests), by=by)
         summary = acceptance.summary_of(overall.row(0, named=True))
-    return Report(
+    report = Report(
         by=tuple(by),
         group_columns=tuple(keys),
         summary=summary,
@@ -282,6 +283,13 @@ def report_from_sums(
             if groups.height and column in groups.columns and groups.get_column(column).null_count() == groups.height
         ),
     )
+    return with_findings(report)
+
+
+def with_findings(report: Report) -> Report:
+    """``report`` carrying its findings, computed once here (``advice.findings``): every surface
+    reads the same list."""
+    return replace(report, findings=report_findings(report), group_findings=group_findings_of(report))
 
 
 def _with_option(analysis: Split | None, check_config: bool) -> Split | None:

@@ -2,7 +2,10 @@
 
 The capture writes them to their own files beside the event files
 (``specobs-<run>-tuner-p<pid>-<seq>.jsonl``). A row counts only when every field has its type
-and the action is known; any other line is skipped and named (FILE:LINE).
+and the action is known; any other line is skipped and named (FILE:LINE). ``reason`` is a
+``TunerReason`` value (with ``reason_text`` for ``other``); a log written before reasons were
+typed holds free text there, read as ``other`` keeping its text:
+``{"reason": "measured faster"}`` → ``reason=other, reason_text="measured faster"``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 from specobs.errors import Skipped
 from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.source import Source, first_record_has, read_records
-from specobs.records import TUNER_ACTIONS, SourceReport, TunerDecision
+from specobs.records import TUNER_ACTIONS, SourceReport, TunerDecision, TunerReason, reason_of
 
 FORMAT = "tuner-decisions"
 KEY = "tuner_action"
@@ -51,14 +54,21 @@ def parse(record: Any) -> tuple[TunerDecision | None, str | None]:
             return None, f"{name} is not a number"
     if not isinstance(record.get("reason", ""), str):
         return None, "reason is not a string"
+    if record.get("reason_text") is not None and not isinstance(record["reason_text"], str):
+        return None, "reason_text is not a string"
+    # A TunerReason value, or (a log written before reasons were typed) free text: kept as `other`.
+    reason, text = reason_of(record.get("reason", ""))
+    if text is not None and record.get("reason_text") is None:
+        record = {**record, "reason_text": text}
     engine = record.get("engine")
     return TunerDecision(
         ts=float(record["ts"]), batch_size_min=record["batch_size_min"], batch_size_max=record["batch_size_max"],
         action=action, from_k=record["from_k"], to_k=record["to_k"],
         predicted_gain=record.get("predicted_gain"), predicted_low=record.get("predicted_low"),
         predicted_high=record.get("predicted_high"), measured_gain=record.get("measured_gain"),
-        reason=record.get("reason", ""), run_id=None if record.get("run_id") is None else str(record["run_id"]),
+        reason=reason, run_id=None if record.get("run_id") is None else str(record["run_id"]),
         engine=engine if isinstance(engine, int) and not isinstance(engine, bool) else None,
+        reason_text=record.get("reason_text") if reason == TunerReason.OTHER else None,
     ), None  # fmt: skip
 
 

@@ -44,7 +44,7 @@ from specobs import buckets
 from specobs.advice.paired import Block, StepAttribution, ratio
 from specobs.analysis.intervals import geometric_ratio, log_stats
 from specobs.capture.config import CaptureConfig
-from specobs.records import TUNER_ACTIONS, TunerDecision
+from specobs.records import TUNER_ACTIONS, TunerDecision, TunerReason, reason_of
 
 logger = logging.getLogger("specobs")
 
@@ -166,10 +166,13 @@ class OnlineTuner:
         """The live schedule, one row per bucket (what ``specobs_tuner_num_speculative_tokens`` shows)."""
         return [(b.low, b.high, b.k) for b in self.buckets]
 
-    def _decide(self, bucket: _Bucket, action: str, to_k: int, reason: str, predicted=None, measured=None) -> None:
+    def _decide(
+        self, bucket: _Bucket, action: str, to_k: int, reason: TunerReason | str, predicted=None, measured=None
+    ) -> None:
         gain, low, high = predicted if predicted is not None else (None, None, None)
+        typed, text = reason_of(reason)
         decision = TunerDecision(self.clock(), bucket.low, bucket.high, action, bucket.k, to_k, gain, low, high,
-                                 measured, reason, self.run_id, self.engine)  # fmt: skip
+                                 measured, typed, self.run_id, self.engine, text)  # fmt: skip
         self.decisions.append(decision)
         self.decisions_total[action] += 1
 
@@ -287,7 +290,7 @@ class OnlineTuner:
         if best is None:
             return
         gain, k = best
-        reason = "measured faster than the current k beyond noise"
+        reason = TunerReason.MEASURED_FASTER
         if self.mode == "observe":
             if (bucket.k, k) not in bucket.suggested:
                 bucket.suggested.add((bucket.k, k))
@@ -295,7 +298,7 @@ class OnlineTuner:
         else:
             self.switch(bucket.low, k, reason, gain)
 
-    def switch(self, batch_size: int, k: int, reason: str = "forced", predicted=None) -> None:
+    def switch(self, batch_size: int, k: int, reason: TunerReason | str = TunerReason.FORCED, predicted=None) -> None:
         """Switch the bucket holding ``batch_size`` to ``k`` and verify it over the next window
         (also how an operator or a test forces a choice)."""
         bucket = self.buckets[self._by_batch[batch_size]]
@@ -322,22 +325,21 @@ class OnlineTuner:
         bucket.verifying = None
         baseline = state["baseline"]
         if baseline is None:  # nothing measured before: keep it, there is nothing to compare
-            self._decide(bucket, "confirm", k, "no earlier measurement to compare with")
+            self._decide(bucket, "confirm", k, TunerReason.NO_EARLIER_MEASUREMENT)
             return
         measured = math.exp(window.log_stats()[0]) / baseline - 1
         if measured < 0:
             old = state["from_k"]
-            self._decide(bucket, "rollback", old, f"the window after the switch measured {measured:+.1%}",
-                         measured=measured)  # fmt: skip
+            self._decide(bucket, "rollback", old, TunerReason.WINDOW_MEASURED, measured=measured)
             bucket.cells.pop(k, None)  # its earlier chunks promised a gain the switch did not keep
             bucket.k = old
             self._set(bucket, old)
         else:
-            self._decide(bucket, "confirm", k, f"the window after the switch measured {measured:+.1%}",
-                         measured=measured)  # fmt: skip
+            self._decide(bucket, "confirm", k, TunerReason.WINDOW_MEASURED, measured=measured)
 
-    def refuse(self, reason: str) -> None:
-        """Record that tuning is off for this engine, and why (one decision for the log)."""
+    def refuse(self, reason: TunerReason | str) -> None:
+        """Record that tuning is off for this engine, and why (one decision for the log; free text is
+        kept as ``other``)."""
         bucket = self.buckets[0]
         self._decide(bucket, "refuse", bucket.k, reason)
 
@@ -346,20 +348,27 @@ class OnlineTuner:
         return sum(b.explored for b in self.buckets) / steps if steps else 0.0
 
 
-def refusal(scheduler: Any) -> str | None:
+def refusal(scheduler: Any) -> TunerReason | None:
     """Why the schedule would have no effect in this engine, or None when tuning can run."""
     config = getattr(scheduler, "vllm_config", None)
     parallel = getattr(config, "parallel_config", None)
     if int(getattr(parallel, "data_parallel_size", 1) or 1) > 1:
-        return "data parallel > 1: vLLM disables the batch-size schedule there"
+        return TunerReason.DATA_PARALLEL
     if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0"):
-        return "Model Runner V2 is reported to ignore the batch-size schedule"
+        return TunerReason.MODEL_RUNNER_V2
     if getattr(scheduler, "dynamic_sd_lookup", None) is None:
-        return (
-            "the engine has no batch-size schedule: start it with num_speculative_tokens_per_batch_size "
-            "in --speculative-config (e.g. [[1, MAX_NUM_SEQS, K]])"
-        )
+        return TunerReason.NO_SCHEDULE
     return None
+
+
+#: What the engine's log says when tuning is off (the decision log carries the reason itself).
+_OFF_LOG = {
+    TunerReason.NO_SPECULATIVE_DECODING: "no speculative decoding in this engine",
+    TunerReason.DATA_PARALLEL: "data parallel > 1: vLLM disables the batch-size schedule there",
+    TunerReason.MODEL_RUNNER_V2: "Model Runner V2 is reported to ignore the batch-size schedule",
+    TunerReason.NO_SCHEDULE: "the engine has no batch-size schedule: start it with "
+    "num_speculative_tokens_per_batch_size in --speculative-config (e.g. [[1, MAX_NUM_SEQS, K]])",
+}
 
 
 def start(config: CaptureConfig, scheduler: Any, labels: dict[str, Any], recorder: Any) -> OnlineTuner | None:
@@ -370,9 +379,9 @@ def start(config: CaptureConfig, scheduler: Any, labels: dict[str, Any], recorde
         logger.warning("specobs: SPECOBS_ONLINE_TUNER=%s: expected observe, explore or apply; online tuning off", mode)
         return None
     max_k = int(getattr(scheduler, "num_spec_tokens", 0) or 0)
-    reason = "no speculative decoding in this engine" if max_k <= 0 else refusal(scheduler)
+    reason = TunerReason.NO_SPECULATIVE_DECODING if max_k <= 0 else refusal(scheduler)
     if reason is not None:
-        logger.warning("specobs: online tuning off: %s", reason)
+        logger.warning("specobs: online tuning off: %s", _OFF_LOG.get(reason, reason))
         largest = int(getattr(getattr(scheduler, "scheduler_config", None), "max_num_seqs", 1) or 1)
         refused = TunerDecision(time.time(), 1, largest, "refuse", max_k, max_k, None, None, None, None, reason,
                                 labels.get("run_id"), labels.get("engine"))  # fmt: skip

@@ -9,6 +9,7 @@ from typing import Any
 from specobs.errors import Notice, Skipped
 from specobs.records.checks import IntegrityIssue
 from specobs.records.context_split import Split
+from specobs.records.findings import Finding
 from specobs.records.history import Break, Change, SourceReport
 from specobs.records.load import LoadAdvice, Serving
 from specobs.records.per_request import RequestAcceptance
@@ -53,6 +54,12 @@ class Report(Result):
     #: The same, side by side by the environment dimensions ``by`` names (platform, attention
     #: backend, vLLM release…): each against its own plain engine (None: ``by`` names none).
     side_by_side: Split | None = None
+    #: What the report concludes, in order (``specobs.advice.findings.report_findings``), computed
+    #: once by ``report_builder`` so that every surface reads the same list (None: not computed;
+    #: ``advice.findings.findings_of`` computes it then). Worded by ``render.sentences``.
+    findings: tuple[Finding, ...] | None = field(default=None, compare=False)
+    #: Each group's own acceptance findings, in the order of ``groups`` (None: not computed).
+    group_findings: tuple[tuple[Finding, ...], ...] | None = field(default=None, compare=False)
 
     @property
     def empty(self) -> bool:

@@ -26,6 +26,7 @@ from specobs.records import (
     Result,
     TuneResult,
     jsonable,
+    rounded,
 )
 from specobs.render import report, sentences, tuning
 
@@ -65,13 +66,20 @@ def _worded(result: Any, data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(result, Report):
         data = {**data, "context": _split_worded(result.context, data.get("context")),
                 "side_by_side": _split_worded(result.side_by_side, data.get("side_by_side"))}  # fmt: skip
+        findings = sentences.report_findings(result)
         words = {
-            "findings": [f.text for f in sentences.report_findings(result)],
+            "findings": [f.text for f in findings],
+            # The same findings as data, aligned with `findings`: kind, severity and the numbers.
+            "finding_facts": [rounded(f.finding.to_dict()) for f in findings],
             # Each group's own sentences (printed under its per-position table), beside `groups`
             # so that each of those keeps exactly the summary keys.
             "group_findings": [
-                {**jsonable(g.labels), "findings": [f.text for f in sentences.acceptance_findings(g.summary)]}
-                for g in result.groups
+                {
+                    **jsonable(g.labels),
+                    "findings": [f.text for f in own],
+                    "finding_facts": [rounded(f.finding.to_dict()) for f in own],
+                }
+                for g, own in zip(result.groups, sentences.group_findings(result), strict=True)
             ],
         }
         data = _after(data, "details", words)

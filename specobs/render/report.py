@@ -198,8 +198,13 @@ def _sections(report: Report) -> list[tuple[str, Summary, list[str]]]:
     overall = [
         f.text for f in sentences.report_findings(report) if f.kind != "requests"
     ]  # said in the per-request section
+    carried = {id(g): own for g, own in zip(report.groups, sentences.group_findings(report), strict=True)}
     sections = [
-        (_label(g.labels, cols), g.summary, [f.text for f in sentences.acceptance_findings(g.summary)])
+        (
+            _label(g.labels, cols),
+            g.summary,
+            [f.text for f in carried.get(id(g)) or sentences.acceptance_findings(g.summary)],
+        )
         for g in _shown_groups(report)
     ]
     if len(report.groups) == 1 and len(sections) == 1:

@@ -5,55 +5,77 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from specobs.analysis.acceptance import MATERIAL_IID_GAP, WASTED_THRESHOLD
-from specobs.analysis.cost import COARSE_OUTLIER_FACTOR, OUTLIER_FACTOR
-from specobs.analysis.per_request import MATERIAL_MEAN_GAP
+from specobs.advice import findings as advised
+from specobs.analysis import findings as found
 from specobs.analysis.pitfalls import BREAK_SOURCES
 from specobs.analysis.pitfalls import BY_ID as PITFALL_BY_ID
-from specobs.analysis.under_load import MATERIAL_TREND, NOT_DRAFTING
 from specobs.dimensions import method_label
+from specobs.errors import SpecobsError
 from specobs.records import (
     MEASURED_BASES,
+    AcceptanceLengthFacts,
+    AcceptanceRateFacts,
     AcceptanceTest,
     Baseline,
     Basis,
     Break,
+    BreakFacts,
     BreakKind,
     BucketBasis,
     BucketChoice,
     Cause,
     Change,
+    ChangeFacts,
     Comparison,
-    Crossover,
+    ConditionalTrendFacts,
+    ContradictionFacts,
+    CrossoverVerdict,
     Difference,
     Finding,
+    FindingKind,
+    FlaggedRequestsFacts,
     GroupSummary,
+    IntegrityFacts,
     IntegrityIssue,
+    IntervalBiasFacts,
+    LatencyShift,
     LoadAdvice,
-    LoadRatio,
+    LoadAdviceFacts,
     LoadRecommendation,
     ModelNote,
+    NoFacts,
+    NoSpeculativeDecodingFacts,
     NoteKind,
     Recommendation,
     Recommended,
     Report,
     RequestAcceptance,
+    RequestsOnlyFacts,
+    RequestSpreadFacts,
     RunMetadata,
     RunRef,
     ScheduleTax,
     Serving,
+    ServingFacts,
     ServingLevel,
+    Slo,
     SpeedupBand,
     Split,
     Summary,
     Target,
+    TaxFacts,
     Throughput,
     TunerDecision,
     TuneResult,
+    TunerReason,
     TuneVerification,
+    UndraftedRequestsFacts,
+    UnsteadyFacts,
+    WastedPositionsFacts,
 )
 
 #: How configuration columns read in sentences.
@@ -88,135 +110,127 @@ def batch_range(low: int, high: int) -> str:
     return str(low) if low == high else f"{low}–{high}"
 
 
-# --- the report -----------------------------------------------------------------------------------
+# --- the report's findings (decided in analysis.findings and advice.findings; worded here) ----------
 
 
-def acceptance_findings(s: Summary) -> list[Finding]:
-    """What one group's acceptance numbers mean, in sentences with the numbers in them."""
-    out: list[Finding] = []
-    length = s.mean_acceptance_length
-    if length is None:
-        if s.draft_acceptance_rate is not None:
-            out.append(Finding("acceptance_rate", (
-                f"{s.draft_acceptance_rate:.1%} of drafted tokens were accepted; the number of drafts is not "
-                "known, so the acceptance length cannot be computed (newer vLLM versions print it)."
-            )))  # fmt: skip
-        return out
-    low, high = s.mean_acceptance_length_low, s.mean_acceptance_length_high
+@dataclass(frozen=True)
+class Worded:
+    """A finding with its sentence: ``kind`` and ``text`` (what every surface prints) and the
+    typed ``finding`` it words (its severity and facts)."""
+
+    kind: str
+    text: str
+    finding: Finding
+
+
+def _acceptance_length(f: AcceptanceLengthFacts) -> str:
+    length, low, high = f.mean_acceptance_length, f.low, f.high
     interval = f" (95% interval {low:.2f}–{high:.2f})" if low is not None and high is not None else ""
-    if s.mean_acceptance_length_basis == "reported":
-        text = (
+    if f.reported:
+        return (
             f"Each draft yields {length:.2f} tokens per verification on average{interval}, as printed by the "
             "engine (no counts: the mean is weighted by running requests)."
         )
-    else:
-        text = (
-            f"Each draft yields {length:.2f} tokens per verification on average{interval}: "
-            f"{length - 1:.2f} accepted draft tokens plus the one token the target model adds (requests that "
-            "did not draft in a step add one token)."
+    return (
+        f"Each draft yields {length:.2f} tokens per verification on average{interval}: "
+        f"{length - 1:.2f} accepted draft tokens plus the one token the target model adds (requests that "
+        "did not draft in a step add one token)."
+    )
+
+
+def _acceptance_rate(f: AcceptanceRateFacts) -> str:
+    if not f.drafts_known:
+        return (
+            f"{f.draft_acceptance_rate:.1%} of drafted tokens were accepted; the number of drafts is not "
+            "known, so the acceptance length cannot be computed (newer vLLM versions print it)."
         )
-    out.append(Finding("acceptance_length", text))
-    if s.draft_acceptance_rate is not None:
-        out.append(Finding("acceptance_rate", (
-            f"{s.draft_acceptance_rate:.1%} of drafted tokens are accepted; the rest is draft and verify work "
-            "thrown away."
-        )))  # fmt: skip
-    rates = s.acceptance_rate_per_position or ()
-    wasted = list(s.wasted_positions)
-    if rates and wasted:
-        tail_start = wasted[0]
-        if wasted == list(range(tail_start, len(rates))) and tail_start > 0:
-            cut = s.truncation[tail_start - 1]
-            full = s.truncation[-1].tokens_per_step
-            share = cut.share_of_accepted or 0.0
-            text = (
-                f"{_positions(wasted).capitalize()} accepted in under {WASTED_THRESHOLD:.0%} of drafts: "
-                f"k={tail_start} keeps {share:.0%} of the accepted tokens "
-                f"({cut.tokens_per_step:.2f} tokens per step instead of {full:.2f})."
-            )
-        else:
-            text = f"{_positions(wasted).capitalize()} accepted in under {WASTED_THRESHOLD:.0%} of drafts."
-        out.append(Finding("wasted_positions", text))
-    trend, alpha, gap = s.conditional_trend, s.iid_alpha, s.iid_max_gap
-    cond = s.conditional_acceptance_rate_per_position or ()
-    if trend in ("falling", "rising") and alpha is not None and s.supported_positions:
-        first, last = s.supported_positions[0], s.supported_positions[-1]
-        change = f"{cond[first]:.2f} at position {first + 1}, {cond[last]:.2f} at position {last + 1}"
-        if gap is not None and gap >= MATERIAL_IID_GAP:
-            text = (
-                f"Conditional acceptance is {trend} ({change}): the iid (Leviathan) formula with α={alpha:.2f} "
-                f"misses some positions by up to {gap:.2f}; use the per-position rates, not α, to predict other k."
-            )
-        else:
-            text = (
-                f"Conditional acceptance is slightly {trend} ({change}), but the iid formula with α={alpha:.2f} "
-                f"stays within {gap or 0:.2f} of every position: a fair model here."
-            )
-        out.append(Finding("conditional_trend", text))
-    elif trend == "flat" and alpha is not None:
-        out.append(Finding("conditional_trend", (
-            f"Conditional acceptance is flat across positions (consistent with a constant α={alpha:.2f}): "
+    return (
+        f"{f.draft_acceptance_rate:.1%} of drafted tokens are accepted; the rest is draft and verify work thrown away."
+    )
+
+
+def _wasted_positions(f: WastedPositionsFacts) -> str:
+    text = f"{_positions(f.positions).capitalize()} accepted in under {f.threshold:.0%} of drafts"
+    if f.keep_k is None:
+        return text + "."
+    return (
+        f"{text}: k={f.keep_k} keeps {f.share_of_accepted or 0.0:.0%} of the accepted tokens "
+        f"({f.tokens_per_step:.2f} tokens per step instead of {f.full_tokens_per_step:.2f})."
+    )
+
+
+def _conditional_trend(f: ConditionalTrendFacts) -> str:
+    if f.first_position is None or f.last_position is None:
+        return (
+            f"Conditional acceptance is flat across positions (consistent with a constant α={f.alpha:.2f}): "
             "the iid formula is a fair model here."
-        )))  # fmt: skip
-    bounds = s.position_bounds
-    if bounds:
-        widest = max(bounds[1:], key=lambda b: b.rate_high - b.rate, default=None)
-        if widest is not None and widest.rate_high > widest.rate + 0.005:
-            out.append(Finding("interval_bias", (
-                f"Drafts were shorter than k ({s.draft_tokens_per_draft or 0:.2f} tokens per draft at "
-                f"k={len(bounds)}: a batch-size schedule or short lookups), and this source divides every position "
-                f"by all drafts: positions 2–{len(bounds)} are underestimated; position {widest.position} reads "
-                f"{widest.rate:.2f} but may be up to {widest.rate_high:.2f}. In-engine capture counts the "
-                "drafts that reached each position."
-            )))  # fmt: skip
-    if s.windows_contradicting:
-        out.append(Finding("printed_values_contradict_counts", (
-            f"{s.windows_contradicting:,} window(s) print a mean acceptance length or acceptance rate that their own "
-            "counts contradict (beyond the printed rounding); the counts are used, the printed values are not."
-        )))  # fmt: skip
-    if s.num_drafts_derived:
-        out.append(Finding("drafts_derived", (
-            "The number of drafts is derived from the printed acceptance rates (vLLM's log line does not print it)."
-        )))  # fmt: skip
-    return out
+        )
+    change = (
+        f"{f.first_rate:.2f} at position {f.first_position + 1}, {f.last_rate:.2f} at position {f.last_position + 1}"
+    )
+    if f.iid_misleads:
+        return (
+            f"Conditional acceptance is {f.trend} ({change}): the iid (Leviathan) formula with α={f.alpha:.2f} "
+            f"misses some positions by up to {f.max_gap:.2f}; use the per-position rates, not α, to predict other k."
+        )
+    return (
+        f"Conditional acceptance is slightly {f.trend} ({change}), but the iid formula with α={f.alpha:.2f} "
+        f"stays within {f.max_gap or 0:.2f} of every position: a fair model here."
+    )
 
 
-def change_findings(changes: Sequence[Change]) -> list[Finding]:
-    """Where acceptance changed over time, and whether a configuration change explains it."""
-    out = []
-    for change in changes:
-        c = change.change
-        where = ", ".join(f"{k}={v}" for k, v in change.labels.items() if v is not None)
-        where = f" ({where})" if where else ""
-        direction = "fell" if c.after < c.before else "rose"
-        if change.kind == "drift":
-            low, high = c.rate_interval or (math.nan, math.nan)
-            hours = (c.end_ts - c.ts) / 3600 if c.end_ts is not None and c.ts is not None else math.nan
-            known = {k: v for k, v in change.configuration.items() if v is not None}
-            within = ", ".join(f"{CONFIG_NAMES.get(k, k)} {v}" for k, v in known.items())
-            text = (
-                f"Acceptance length {'slid' if c.after < c.before else 'climbed'} {c.before:.2f} → {c.after:.2f} "
-                f"over {hours:.1f} h from {_when(c.ts)}{where}{' within ' + within if within else ''}: a gradual "
-                f"drift of {c.rate_per_hour or 0:+.3f} per hour (95% interval {low:+.3f} to {high:+.3f}), not a "
-                "step, with nothing in the configuration changing. EAGLE acceptance drifting down for hours and "
-                f"recovering only on restart was reported with prefix caching on ({BREAK_SOURCES['drift']}): "
-                "compare with a freshly restarted engine."
-            )
-        elif change.kind == "configuration_change":
-            switched = ", ".join(f"{CONFIG_NAMES.get(k, k)} {a} → {b}" for k, (a, b) in change.changed.items())
-            text = (
-                f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}{where} when "
-                f"{switched}: a configuration change, not a regression."
-            )
-        else:
-            known = {k: v for k, v in change.configuration.items() if v is not None}
-            within = ", ".join(f"{CONFIG_NAMES.get(k, k)} {v}" for k, v in known.items())
-            text = (
-                f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}{where}"
-                f"{' within ' + within if within else ''}: {change.kind} (z={c.z:.1f})."
-            )
-        out.append(Finding(change.kind, text))
-    return out
+def _interval_bias(f: IntervalBiasFacts) -> str:
+    return (
+        f"Drafts were shorter than k ({f.tokens_per_draft:.2f} tokens per draft at "
+        f"k={f.k}: a batch-size schedule or short lookups), and this source divides every position "
+        f"by all drafts: positions 2–{f.k} are underestimated; position {f.position} reads "
+        f"{f.rate:.2f} but may be up to {f.rate_high:.2f}. In-engine capture counts the "
+        "drafts that reached each position."
+    )
+
+
+def _contradiction(f: ContradictionFacts) -> str:
+    return (
+        f"{f.windows:,} window(s) print a mean acceptance length or acceptance rate that their own "
+        "counts contradict (beyond the printed rounding); the counts are used, the printed values are not."
+    )
+
+
+def _drafts_derived(f: NoFacts) -> str:
+    return "The number of drafts is derived from the printed acceptance rates (vLLM's log line does not print it)."
+
+
+def _change(f: ChangeFacts) -> str:
+    change = f.change
+    c = change.change
+    where = ", ".join(f"{k}={v}" for k, v in change.labels.items() if v is not None)
+    where = f" ({where})" if where else ""
+    direction = "fell" if f.fell else "rose"
+    if change.kind == "drift":
+        low, high = c.rate_interval or (math.nan, math.nan)
+        hours = f.hours if f.hours is not None else math.nan
+        known = {k: v for k, v in change.configuration.items() if v is not None}
+        within = ", ".join(f"{CONFIG_NAMES.get(k, k)} {v}" for k, v in known.items())
+        return (
+            f"Acceptance length {'slid' if f.fell else 'climbed'} {c.before:.2f} → {c.after:.2f} "
+            f"over {hours:.1f} h from {_when(c.ts)}{where}{' within ' + within if within else ''}: a gradual "
+            f"drift of {c.rate_per_hour or 0:+.3f} per hour (95% interval {low:+.3f} to {high:+.3f}), not a "
+            "step, with nothing in the configuration changing. EAGLE acceptance drifting down for hours and "
+            f"recovering only on restart was reported with prefix caching on ({BREAK_SOURCES['drift']}): "
+            "compare with a freshly restarted engine."
+        )
+    if change.kind == "configuration_change":
+        switched = ", ".join(f"{CONFIG_NAMES.get(k, k)} {a} → {b}" for k, (a, b) in change.changed.items())
+        return (
+            f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}{where} when "
+            f"{switched}: a configuration change, not a regression."
+        )
+    known = {k: v for k, v in change.configuration.items() if v is not None}
+    within = ", ".join(f"{CONFIG_NAMES.get(k, k)} {v}" for k, v in known.items())
+    return (
+        f"Acceptance length {direction} {c.before:.2f} → {c.after:.2f} at {_when(c.ts)}{where}"
+        f"{' within ' + within if within else ''}: {change.kind} (z={c.z:.1f})."
+    )
 
 
 #: How a break's cause fields read (beyond :data:`ENVIRONMENT_NAMES`).
@@ -241,57 +255,49 @@ def _run(ref: RunRef | None) -> str:
     return f"{ref.run_id or '?'}" + (f" engine {ref.engine}" if ref.engine is not None else "")
 
 
-def break_findings(breaks: Sequence[Break]) -> list[Finding]:
-    """Acceptance that broke against its own past (``analysis.breaks``), with its likely causes."""
-    out = []
-    for b in breaks:
-        where = ", ".join(f"{k}={v}" for k, v in b.labels.items() if v is not None)
-        where = f" ({where})" if where else ""
-        interval = f"95% interval {b.low:+.2f} to {b.high:+.2f}" if b.low is not None and b.high is not None else ""
-        if b.kind == BreakKind.STALE_AFTER_OFF:
-            out.append(Finding(str(b.kind), (
-                f"Right after drafting was switched off (k=0) and back on, position 1's acceptance rate drops from "
-                f"{b.before - 1 if b.before is not None else 0:.2f} to {b.after - 1:.2f}{where}, run "
-                f"{_run(b.after_run)}: {b.difference or 0:+.2f} on average over {b.resumes} resumes ({interval}). "
-                "The drafter's state looks stale after a K=0 stretch (reported for TensorRT-LLM, "
-                f"{BREAK_SOURCES['stale_after_off']}): prefer a schedule without k=0 ranges at the batch sizes this "
-                "engine crosses, or check the drafter keeps its KV cache in sync while k=0."
-            )))  # fmt: skip
-            continue
-        if b.before is None:
-            text = (
-                f"Acceptance collapsed{where}: the drafter's tokens are almost never accepted (acceptance length "
-                f"{b.after:.2f}, run {_run(b.after_run)}) — a broken drafter, backend or checkpoint, not a weak one."
-            )
-        else:
-            verb = {BreakKind.FALL: "fell", BreakKind.RISE: "rose", BreakKind.COLLAPSE: "collapsed"}[b.kind]
-            text = (
-                f"Acceptance length {verb} {b.before:.2f} → {b.after:.2f}{where} when the engine restarted at "
-                f"{_when(b.ts)} (run {_run(b.before_run)} → {_run(b.after_run)}; {b.difference or 0:+.2f}, "
-                f"{interval}"
-                + (
-                    f", over the first {b.depth} positions both drafted"
-                    if b.depth and b.kind != BreakKind.COLLAPSE
-                    else ""
-                )
-                + ")."
-            )
-        if b.coincident_change is None:
-            text += " A run has no run metadata, so no configuration change can be named."
-        elif b.causes:
-            text += " Changed with it, most likely cause first: " + "; ".join(_cause(c) for c in b.causes) + "."
-        elif b.before is not None:
-            text += (
-                " Nothing in the run metadata changed with it: not a configuration change (a drift the restart "
-                "reset, different traffic, or a change specobs does not record)."
-            )
-        named = {c.pitfall for c in b.causes}
-        for pid in b.pitfalls:
-            if pid not in named:
-                p = PITFALL_BY_ID[pid]
-                text += f" It meets a known pitfall: {p.title} ({p.source}): {p.advice}"
-        out.append(Finding(str(b.kind), text))
-    return out
+def _break(f: BreakFacts) -> str:
+    b = f.brk
+    where = ", ".join(f"{k}={v}" for k, v in b.labels.items() if v is not None)
+    where = f" ({where})" if where else ""
+    interval = f"95% interval {b.low:+.2f} to {b.high:+.2f}" if b.low is not None and b.high is not None else ""
+    if b.kind == BreakKind.STALE_AFTER_OFF:
+        return (
+            f"Right after drafting was switched off (k=0) and back on, position 1's acceptance rate drops from "
+            f"{b.before - 1 if b.before is not None else 0:.2f} to {b.after - 1:.2f}{where}, run "
+            f"{_run(b.after_run)}: {b.difference or 0:+.2f} on average over {b.resumes} resumes ({interval}). "
+            "The drafter's state looks stale after a K=0 stretch (reported for TensorRT-LLM, "
+            f"{BREAK_SOURCES['stale_after_off']}): prefer a schedule without k=0 ranges at the batch sizes this "
+            "engine crosses, or check the drafter keeps its KV cache in sync while k=0."
+        )
+    if b.before is None:
+        text = (
+            f"Acceptance collapsed{where}: the drafter's tokens are almost never accepted (acceptance length "
+            f"{b.after:.2f}, run {_run(b.after_run)}) — a broken drafter, backend or checkpoint, not a weak one."
+        )
+    else:
+        verb = {BreakKind.FALL: "fell", BreakKind.RISE: "rose", BreakKind.COLLAPSE: "collapsed"}[b.kind]
+        text = (
+            f"Acceptance length {verb} {b.before:.2f} → {b.after:.2f}{where} when the engine restarted at "
+            f"{_when(b.ts)} (run {_run(b.before_run)} → {_run(b.after_run)}; {b.difference or 0:+.2f}, "
+            f"{interval}"
+            + (f", over the first {b.depth} positions both drafted" if b.depth and b.kind != BreakKind.COLLAPSE else "")
+            + ")."
+        )
+    if b.coincident_change is None:
+        text += " A run has no run metadata, so no configuration change can be named."
+    elif b.causes:
+        text += " Changed with it, most likely cause first: " + "; ".join(_cause(c) for c in b.causes) + "."
+    elif b.before is not None:
+        text += (
+            " Nothing in the run metadata changed with it: not a configuration change (a drift the restart "
+            "reset, different traffic, or a change specobs does not record)."
+        )
+    named = {c.pitfall for c in b.causes}
+    for pid in b.pitfalls:
+        if pid not in named:
+            p = PITFALL_BY_ID[pid]
+            text += f" It meets a known pitfall: {p.title} ({p.source}): {p.advice}"
+    return text
 
 
 def load_level(load: str, level: float | None) -> str:
@@ -312,22 +318,15 @@ def ratio_text(value: float | None, low: float | None, high: float | None) -> st
     return f"{value:.2f}× [{low:.2f}–{high:.2f}]" if low is not None and high is not None else f"{value:.2f}× (one run)"
 
 
-#: Per crossover metric: its words, the ratio fields of a LoadRatio, and whether higher pays.
-_SERVING_METRICS: dict[str, tuple[str, str, bool]] = {
-    "output_throughput": ("throughput", "throughput", True),
-    "mean_tpot_ms": ("TPOT", "tpot", False),
-    "goodput": ("goodput", "goodput", True),
-}
+#: Per crossover metric: its words.
+_SERVING_METRICS: dict[str, str] = {"output_throughput": "throughput", "mean_tpot_ms": "TPOT", "goodput": "goodput"}
 
 
-def _ratio_of(r: LoadRatio, field: str) -> tuple[float | None, float | None, float | None]:
-    return getattr(r, f"{field}_ratio"), getattr(r, f"{field}_low"), getattr(r, f"{field}_high")
-
-
-def _crossover_verdict(c: Crossover, ratios: Sequence[LoadRatio]) -> str:
+def _crossover_verdict(v: CrossoverVerdict) -> str:
     """Where one metric stops paying, in words: near a level with its interval, or paying (or
     not) at every level measured and where that is beyond noise."""
-    words, field, higher = _SERVING_METRICS[c.metric]
+    c = v.crossover
+    words = _SERVING_METRICS[c.metric]
     span = f"{_level(c.load, c.lowest_level)} to {_level(c.load, c.highest_level)}"
     if c.how == "crossed":
         low = _level(c.load, c.low) if c.low is not None else f"at or below {_level(c.load, c.lowest_level)}"
@@ -335,84 +334,68 @@ def _crossover_verdict(c: Crossover, ratios: Sequence[LoadRatio]) -> str:
         return f"in {words} it stops paying near {_level(c.load, c.level)} (95%: {low} to {high})"
     if c.how not in ("never", "below"):
         return f"in {words}, no level has both a speculative and a plain result"
-    tested = [(*_ratio_of(r, field), r) for r in ratios]
-    better = [r for v, lo, hi, r in tested if lo is not None and hi is not None and (lo > 1 if higher else hi < 1)]
-    worse = [r for v, lo, hi, r in tested if lo is not None and hi is not None and (hi < 1 if higher else lo > 1)]
-    side, beyond, word = ("better than", better, "a gain") if c.how == "never" else ("no better than", worse, "a loss")
-    where = ", ".join(_level(r.load, r.level) for r in beyond)
+    side, word = ("better than", "a gain") if c.how == "never" else ("no better than", "a loss")
+    where = ", ".join(_level(c.load, level) for level in v.beyond_noise_levels)
     return f"in {words} it is {side} plain at every level measured ({span}): " + (
-        f"{word} beyond noise at {where}" if beyond else f"{word} beyond noise at none of them"
+        f"{word} beyond noise at {where}" if v.beyond_noise_levels else f"{word} beyond noise at none of them"
     )
 
 
-def _latency_beyond_noise(ratios: Sequence[LoadRatio]) -> str:
+def _latency_beyond_noise(shifts: Sequence[LatencyShift]) -> str:
     """The tail-latency ratios whose interval excludes parity (p99 and p90 first)."""
     seen = []
-    for r in ratios:
-        for m in sorted(r.latency, key=lambda m: m.measure, reverse=True):
-            if m.ratio is None or m.low is None or m.high is None or m.low <= 1 <= m.high:
-                continue
-            stat, name = m.measure.removesuffix("_ms").split("_", 1)
-            seen.append(f"{stat} {name.upper()} {ratio_text(m.ratio, m.low, m.high)} at {_level(r.load, r.level)}")
+    for m in shifts:
+        stat, name = m.measure.removesuffix("_ms").split("_", 1)
+        seen.append(f"{stat} {name.upper()} {ratio_text(m.ratio, m.low, m.high)} at {_level(m.load, m.level)}")
     return f" Latency beyond noise: {'; '.join(seen[:6])}." if seen else ""
 
 
-def _trend(first: float, last: float) -> str:
-    if last > first * (1 + MATERIAL_TREND):
-        return "grew"
-    if last < first * (1 - MATERIAL_TREND):
-        return "fell"
-    return "held"
-
-
-def _why_under_load(ratios: Sequence[LoadRatio]) -> str:
+def _why_under_load(f: ServingFacts) -> str:
     """Why the ratio moves with load, from the capture: the speculative step's cost against the
     plain step's, and the tokens each draft yields, from the lowest level to the highest."""
-    timed = [r for r in ratios if r.step_time_ratio is not None]
-    accepted = [r for r in ratios if r.acceptance_length is not None]
+    timed = [r for r in f.ratios if r.step_time_ratio is not None]
     if not timed:
         return ""
     steps = ", ".join(f"{r.step_time_ratio:.2f}× at {_level(r.load, r.level)}" for r in timed if r.step_time_ratio)
     text = f" Why: a speculative step cost, against a plain one, {steps}"
-    if len(timed) > 1 and timed[0].step_time_ratio and timed[-1].step_time_ratio:
-        text += f" (its relative cost {_trend(timed[0].step_time_ratio, timed[-1].step_time_ratio)} with load)"
-    if len(accepted) > 1 and accepted[0].acceptance_length and accepted[-1].acceptance_length:
-        first, last = accepted[0].acceptance_length, accepted[-1].acceptance_length
-        text += f", while tokens per draft {_trend(first, last)} ({first:.2f} → {last:.2f})"
+    if f.step_cost is not None:
+        text += f" (its relative cost {f.step_cost.way} with load)"
+    if f.tokens_per_draft is not None:
+        t = f.tokens_per_draft
+        text += f", while tokens per draft {t.way} ({t.first:.2f} → {t.last:.2f})"
     return text + "."
 
 
-def _not_drafting(config: str | None, ratios: Sequence[LoadRatio]) -> str:
+def _not_drafting(f: ServingFacts) -> str:
     """The K=0 tax under load: levels where the speculative server drafted (almost) nothing."""
-    idle = [r for r in ratios if r.drafting_share is not None and r.drafting_share < NOT_DRAFTING]
-    if not idle:
+    if not f.not_drafting:
         return ""
     each = "; ".join(
         f"{_level(r.load, r.level)} (drafting in {r.drafting_share:.0%} of steps): throughput "
         f"{ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
         f"{ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
-        for r in idle
+        for r in f.not_drafting
         if r.drafting_share is not None
     )
-    taxed = [r for r in idle if (r.throughput_high is not None and r.throughput_high < 1)
-             or (r.tpot_low is not None and r.tpot_low > 1)]  # fmt: skip
     verdict = (
-        "a tax beyond noise at " + ", ".join(_level(r.load, r.level) for r in taxed) if taxed else "no tax beyond noise"
+        "a tax beyond noise at " + ", ".join(_level(f.load, level) for level in f.taxed_levels)
+        if f.taxed_levels
+        else "no tax beyond noise"
     )
     return (
-        f" Where {config} drafted (almost) nothing — a k=0 tier of its schedule, or no draft found — the ratios are "
+        f" Where {f.config} drafted (almost) nothing — a k=0 tier of its schedule, or no draft found — the ratios are "
         f"what a speculative server costs when it does not speculate (the K=0 tax): {each}; {verdict}."
     )
 
 
-def _goodput_note(serving: Serving, levels: Sequence[ServingLevel]) -> str:
+def _goodput_note(slo: Slo | None, levels: Sequence[ServingLevel]) -> str:
     """Goodput under the SLO per level, or why it could not be computed."""
-    if serving.slo is None:
+    if slo is None:
         return ""
     known = [lv for lv in levels if lv.goodput is not None]
     if not known:
         return (
-            f" Goodput under the SLO ({serving.slo}) could not be computed: the results lack the per-request data "
+            f" Goodput under the SLO ({slo}) could not be computed: the results lack the per-request data "
             "it needs (TTFT and TPOT need vllm bench serve --save-detailed; failed requests need its errors)."
         )
     by_config: dict[str | None, list[ServingLevel]] = {}
@@ -427,71 +410,55 @@ def _goodput_note(serving: Serving, levels: Sequence[ServingLevel]) -> str:
         )
         for config, group in by_config.items()
     )
-    return f" Under the SLO ({serving.slo}), good requests per second (share of requests that met it) — {each}."
+    return f" Under the SLO ({slo}), good requests per second (share of requests that met it) — {each}."
 
 
-def serving_findings(serving: Serving | None) -> list[Finding]:
-    """Speculation against the plain server under load (``analysis.serving``): measured by
-    vLLM's benchmark client, per configuration, with where it stops paying in throughput, TPOT
-    and goodput, the K=0 tax where it did not draft, and what the capture saw."""
-    if serving is None:
-        return []
-    out = []
-    configurations = dict.fromkeys((c.model, c.config, c.load) for c in serving.crossovers)
-    for key in configurations:
-        model, config, load = key
-        ratios = [r for r in serving.ratios if (r.model, r.config, r.load) == key]
-        crossovers = [c for c in serving.crossovers if (c.model, c.config, c.load) == key]
-        plain = ratios[0].plain_config if ratios else None
-        each = "; ".join(
-            f"{_level(r.load, r.level)}: throughput "
-            f"{ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
-            f"{ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
-            + (f", goodput {ratio_text(r.goodput_ratio, r.goodput_low, r.goodput_high)}" if r.goodput_ratio else "")
-            for r in ratios
+def _serving(f: ServingFacts) -> str:
+    """Speculation against the plain server under load, for one configuration: measured by
+    vLLM's benchmark client, with where it stops paying in throughput, TPOT and goodput, the K=0
+    tax where it did not draft, and what the capture saw."""
+    load = f.load
+    each = "; ".join(
+        f"{_level(r.load, r.level)}: throughput "
+        f"{ratio_text(r.throughput_ratio, r.throughput_low, r.throughput_high)}, TPOT "
+        f"{ratio_text(r.tpot_ratio, r.tpot_low, r.tpot_high)}"
+        + (f", goodput {ratio_text(r.goodput_ratio, r.goodput_low, r.goodput_high)}" if r.goodput_ratio else "")
+        for r in f.ratios
+    )
+    verdicts = "; ".join(_crossover_verdict(v) for v in f.verdicts)
+    repeats = "" if f.repeated else " Some levels have one run a side: no interval there; repeat the runs to get one."
+    plains = {lv.level: lv for lv in f.plain_levels}
+    seen = []
+    for lv in sorted(f.levels, key=lambda lv: lv.level):
+        if not lv.captured_steps or lv.captured_batch_size is None or lv.captured_step_ms is None:
+            continue
+        base = plains.get(lv.level)
+        versus = f" (plain {base.captured_step_ms:.1f} ms)" if base is not None and base.captured_step_ms else ""
+        drafting = (
+            f", drafting in {lv.captured_drafting_share:.0%} of steps" if lv.captured_drafting_share is not None else ""
         )
-        verdicts = "; ".join(_crossover_verdict(c, ratios) for c in crossovers)
-        repeats = (
-            ""
-            if all(c.repeated for c in crossovers)
-            else " Some levels have one run a side: no interval there; repeat the runs to get one."
+        positions = (
+            " (accepted by position " + "/".join(f"{p:.2f}" for p in lv.captured_per_position) + ")"
+            if lv.captured_per_position
+            else ""
         )
-        mine = {lv.level: lv for lv in serving.levels if (lv.model, lv.config, lv.load) == key}
-        plains = {lv.level: lv for lv in serving.levels if (lv.model, lv.config, lv.load) == (model, plain, load)}
-        seen = []
-        for level, lv in sorted(mine.items()):
-            if not lv.captured_steps or lv.captured_batch_size is None or lv.captured_step_ms is None:
-                continue
-            base = plains.get(level)
-            versus = f" (plain {base.captured_step_ms:.1f} ms)" if base is not None and base.captured_step_ms else ""
-            drafting = (
-                f", drafting in {lv.captured_drafting_share:.0%} of steps"
-                if lv.captured_drafting_share is not None
-                else ""
-            )
-            positions = (
-                " (accepted by position " + "/".join(f"{p:.2f}" for p in lv.captured_per_position) + ")"
-                if lv.captured_per_position
-                else ""
-            )
-            split = (
-                f" (draft {lv.captured_draft_ms:.1f} + verify {lv.captured_verify_ms:.1f} ms)"
-                if lv.captured_draft_ms is not None and lv.captured_verify_ms is not None
-                else ""
-            )
-            seen.append(
-                f"{_level(load, level)}: batch {lv.captured_batch_size:.1f}, "
-                f"{lv.captured_acceptance_length or 1:.2f} tokens per draft{positions}{drafting}, "
-                f"{lv.captured_step_ms:.1f} ms per step{split}{versus}"
-            )
-        why = f" Captured in the engine during those runs — {'; '.join(seen)}.{_why_under_load(ratios)}" if seen else ""
-        goodput = _goodput_note(serving, [*mine.values(), *plains.values()])
-        out.append(Finding("serving", (
-            f"Measured under load by vLLM's serving benchmark ({model or 'model ?'}), {config} against "
-            f"{plain or 'the plain server'} — {each}: {verdicts}.{_latency_beyond_noise(ratios)}"
-            f"{_not_drafting(config, ratios)}{goodput}{repeats}{why}"
-        )))  # fmt: skip
-    return out
+        split = (
+            f" (draft {lv.captured_draft_ms:.1f} + verify {lv.captured_verify_ms:.1f} ms)"
+            if lv.captured_draft_ms is not None and lv.captured_verify_ms is not None
+            else ""
+        )
+        seen.append(
+            f"{_level(load, lv.level)}: batch {lv.captured_batch_size:.1f}, "
+            f"{lv.captured_acceptance_length or 1:.2f} tokens per draft{positions}{drafting}, "
+            f"{lv.captured_step_ms:.1f} ms per step{split}{versus}"
+        )
+    why = f" Captured in the engine during those runs — {'; '.join(seen)}.{_why_under_load(f)}" if seen else ""
+    goodput = _goodput_note(f.slo, [*f.levels, *f.plain_levels])
+    return (
+        f"Measured under load by vLLM's serving benchmark ({f.model or 'model ?'}), {f.config} against "
+        f"{f.plain_config or 'the plain server'} — {each}: {verdicts}.{_latency_beyond_noise(f.latency)}"
+        f"{_not_drafting(f)}{goodput}{repeats}{why}"
+    )
 
 
 def _batch_bound(value: int | None, fallback: str) -> str:
@@ -501,7 +468,7 @@ def _batch_bound(value: int | None, fallback: str) -> str:
 def load_advice_text(a: LoadAdvice) -> str:
     """One configuration's advice under load, from its measured crossover, in words."""
     name = f"{a.config} ({a.method or 'method ?'} k={a.num_speculative_tokens or '?'})"
-    metric = _SERVING_METRICS[a.metric][0]
+    metric = _SERVING_METRICS[a.metric]
     span = f"{_level(a.load, a.lowest_level)} to {_level(a.load, a.highest_level)}"
     if a.verdict == "plain":
         lost = (
@@ -582,79 +549,57 @@ def load_explanations(rec: LoadRecommendation) -> list[str]:
     return [load_advice_text(a) for a in rec.under_load]
 
 
-def load_advice_findings(advice: Sequence[LoadAdvice]) -> list[Finding]:
-    """Where each configuration should draft under load (``advice.load``)."""
-    return [Finding("schedule_under_load", load_advice_text(a)) for a in advice]
+def _schedule_under_load(f: LoadAdviceFacts) -> str:
+    return load_advice_text(f.advice)
 
 
-def cost_findings(tax: Sequence[ScheduleTax], unsteady: Mapping[str, int]) -> list[Finding]:
-    """The k = 0 tax (``analysis.cost.schedule_tax``) and the steps left out of timing."""
-    out = []
-    for t in tax:
-        sizes = ", ".join(map(str, t.batch_sizes))
-        if t.tax_seconds <= 0:
-            text = (
-                f"With drafting switched off (k=0) the {t.method} engine took {t.off_seconds * 1e3:.1f} ms per "
-                f"step against {t.plain_seconds * 1e3:.1f} ms in the plain engine ({t.tax_share:+.0%}, batch "
-                f"{sizes}): no measurable k=0 tax, and a k=0 step does more than a plain one, so the engines differ "
-                "by more than that (separate processes can differ by 20–40% on shared machines)."
-            )
-        else:
-            text = (
-                f"With drafting switched off (k=0) the {t.method} engine still takes {t.off_seconds * 1e3:.1f} ms "
-                f"per step against {t.plain_seconds * 1e3:.1f} ms in the plain engine ({t.tax_seconds * 1e3:+.1f} "
-                f"ms, {t.tax_share:+.0%}, batch {sizes}): a schedule's k=0 ranges pay this; no speculative config "
-                "does not. Separate engine processes can differ by 20–40% on shared machines, so part of it may be "
-                "the engines' own noise."
-            )
-        out.append(Finding("schedule_tax", text))
-    if unsteady:
-        parts = [f"{n:,} {why}" for why, n in sorted(unsteady.items())]
-        out.append(Finding("unsteady_steps", (
-            f"Left out of timing and cost fits: {' and '.join(parts)} step(s), each over {OUTLIER_FACTOR:g}× the "
-            f"median step time of its configuration ({COARSE_OUTLIER_FACTOR:g}× the time per token of its engine's "
-            "steps at that k where the configuration is too small to judge): compilation, graph capture and first "
-            "allocations are not steady state."
-        )))  # fmt: skip
-    return out
-
-
-#: Input formats whose windows are engine steps (the others print logging or scrape intervals).
-STEP_FORMATS = ("events-jsonl", "events-parquet")
-
-
-def input_findings(report: Report) -> list[Finding]:
-    """What the input holds when it is not engine steps or intervals with drafts: a plain
-    engine's alone (no speculative decoding; a valid input, not an error), or finished
-    requests alone (their own counts are the acceptance)."""
-    s = report.summary
-    if report.summary_from_requests and report.requests is not None:
-        o = report.requests.overall
-        return [Finding("requests_only", (
-            f"The input holds only finished requests ({o.num_requests:,} of them, with per-request speculative "
-            "decoding metrics): the acceptance above is summed from their own counts "
-            f"({s.num_drafts or 0:,} verify steps, one window per request). Without engine steps or logging "
-            "intervals there is no timing and nothing for specobs recommend to fit."
-        ))]  # fmt: skip
-    drafted = s.num_drafts or s.num_draft_tokens or s.mean_acceptance_length is not None
-    if not s.num_windows or drafted or s.draft_acceptance_rate is not None or report.requests is not None:
-        return []
-    formats = {src.format for src in report.sources if src.windows}
-    unit = (
-        "steps" if formats and formats <= set(STEP_FORMATS)
-        else "logging intervals" if not formats & set(STEP_FORMATS)
-        else "steps and intervals"
-    )  # fmt: skip
-    k = s.num_spec_tokens
-    what = (
-        f"a plain engine's {s.num_windows:,} {unit} (k = 0, nothing drafted)"
-        if not k
-        else f"{s.num_windows:,} {unit} of an engine configured with k up to {k} that drafted nothing"
+def _schedule_tax(f: TaxFacts) -> str:
+    t = f.tax
+    sizes = ", ".join(map(str, t.batch_sizes))
+    if not f.measurable:
+        return (
+            f"With drafting switched off (k=0) the {t.method} engine took {t.off_seconds * 1e3:.1f} ms per "
+            f"step against {t.plain_seconds * 1e3:.1f} ms in the plain engine ({t.tax_share:+.0%}, batch "
+            f"{sizes}): no measurable k=0 tax, and a k=0 step does more than a plain one, so the engines differ "
+            "by more than that (separate processes can differ by 20–40% on shared machines)."
+        )
+    return (
+        f"With drafting switched off (k=0) the {t.method} engine still takes {t.off_seconds * 1e3:.1f} ms "
+        f"per step against {t.plain_seconds * 1e3:.1f} ms in the plain engine ({t.tax_seconds * 1e3:+.1f} "
+        f"ms, {t.tax_share:+.0%}, batch {sizes}): a schedule's k=0 ranges pay this; no speculative config "
+        "does not. Separate engine processes can differ by 20–40% on shared machines, so part of it may be "
+        "the engines' own noise."
     )
-    return [Finding("no_speculative_decoding", (
-        f"The input holds no speculative decoding: {what}, so there is no acceptance to report"
-        + ("; its timing is in the table below." if report.timing else ".")
-    ))]  # fmt: skip
+
+
+def _unsteady_steps(f: UnsteadyFacts) -> str:
+    parts = [f"{n:,} {why}" for why, n in sorted(f.steps.items())]
+    return (
+        f"Left out of timing and cost fits: {' and '.join(parts)} step(s), each over {f.outlier_factor:g}× the "
+        f"median step time of its configuration ({f.coarse_outlier_factor:g}× the time per token of its engine's "
+        "steps at that k where the configuration is too small to judge): compilation, graph capture and first "
+        "allocations are not steady state."
+    )
+
+
+def _requests_only(f: RequestsOnlyFacts) -> str:
+    return (
+        f"The input holds only finished requests ({f.num_requests:,} of them, with per-request speculative "
+        "decoding metrics): the acceptance above is summed from their own counts "
+        f"({f.num_drafts:,} verify steps, one window per request). Without engine steps or logging "
+        "intervals there is no timing and nothing for specobs recommend to fit."
+    )
+
+
+def _no_speculative_decoding(f: NoSpeculativeDecodingFacts) -> str:
+    what = (
+        f"a plain engine's {f.num_windows:,} {f.unit} (k = 0, nothing drafted)"
+        if not f.max_k
+        else f"{f.num_windows:,} {f.unit} of an engine configured with k up to {f.max_k} that drafted nothing"
+    )
+    return f"The input holds no speculative decoding: {what}, so there is no acceptance to report" + (
+        "; its timing is in the table below." if f.timed else "."
+    )
 
 
 def nothing_to_tune(names: str, windows: int, requests: int) -> str:
@@ -675,62 +620,38 @@ def nothing_to_tune(names: str, windows: int, requests: int) -> str:
     return f"{names}: no speculative decoding to tune (no drafts in the input)"
 
 
-def report_findings(report: Report) -> list[Finding]:
-    """The overall findings of a report: what the input holds when it is not what the report
-    is about, config integrity (it says what the numbers mean), then acceptance, changes over
-    time, then costs."""
+def _request_spread(f: RequestSpreadFacts) -> str:
+    spread = ""
+    if f.p10 is not None and f.p50 is not None and f.p90 is not None:
+        spread = f" (median {f.p50:.2f}; 10% of requests at or below {f.p10:.2f}, 10% at or above {f.p90:.2f})"
+    if f.long_requests == "alike":
+        why = "close to it: long and short requests accept alike"
+    else:
+        who = f"long requests accept {f.long_requests} than short ones"
+        why = f"long requests weigh more in the token-weighted mean, so {who}"
     return (
-        input_findings(report)
-        + integrity_findings(report.integrity)
-        + acceptance_findings(report.summary)
-        + break_findings(report.breaks)
-        + change_findings(report.changes)
-        + cost_findings(report.tax, report.unsteady)
-        + request_findings(report.requests)
-        + serving_findings(report.serving)
-        + load_advice_findings(report.load_advice)
+        f"Per request, the acceptance length averages {f.request_weighted:.2f} over {f.num_drafted:,} "
+        f"request(s){spread}; weighted by verify steps (what the engine gets) it is {f.token_weighted:.2f}, {why}."
     )
 
 
-def request_findings(r: RequestAcceptance | None) -> list[Finding]:
-    """The spread of acceptance across requests, and why its two means differ."""
-    if r is None:
-        return []
-    o = r.overall
-    out: list[Finding] = []
-    rw, tw = o.request_weighted_mean_acceptance_length, o.token_weighted_mean_acceptance_length
-    if rw is not None and tw is not None:
-        spread = ""
-        if o.p10 is not None and o.p50 is not None and o.p90 is not None:
-            spread = f" (median {o.p50:.2f}; 10% of requests at or below {o.p10:.2f}, 10% at or above {o.p90:.2f})"
-        if abs(rw - tw) < MATERIAL_MEAN_GAP:
-            why = "close to it: long and short requests accept alike"
-        else:
-            who = (
-                "long requests accept more than short ones" if tw > rw else "long requests accept less than short ones"
-            )
-            why = f"long requests weigh more in the token-weighted mean, so {who}"
-        drafted = o.num_requests - o.num_requests_without_drafts
-        out.append(Finding("requests", (
-            f"Per request, the acceptance length averages {rw:.2f} over {drafted:,} "
-            f"request(s){spread}; weighted by verify steps (what the engine gets) it is {tw:.2f}, {why}."
-        )))  # fmt: skip
-    if r.num_flagged:
-        worst = r.flagged[0]
-        out.append(Finding("requests_flagged", (
-            f"{r.num_flagged:,} request(s) accepted far less than others of their workload and prompt length (under "
-            f"half their class's draft acceptance rate, beyond noise): the worst, request {worst.request_key}, "
-            f"accepted {worst.draft_acceptance_rate:.0%} of {worst.num_draft_tokens:,} draft tokens against "
-            f"{worst.class_draft_acceptance_rate:.0%} for its class. Low acceptance on one request often means "
-            "unusual output (another language, a loop, garbled text): check those outputs, listed under "
-            "requests.flagged."
-        )))  # fmt: skip
-    if o.num_requests_without_drafts:
-        out.append(Finding("requests", (
-            f"{o.num_requests_without_drafts:,} of {o.num_requests:,} finished request(s) never verified a draft "
-            "(the drafter proposed nothing for them, or they ended first): left out of the per-request distribution."
-        )))  # fmt: skip
-    return out
+def _requests_flagged(f: FlaggedRequestsFacts) -> str:
+    worst = f.worst
+    return (
+        f"{f.num_flagged:,} request(s) accepted far less than others of their workload and prompt length (under "
+        f"half their class's draft acceptance rate, beyond noise): the worst, request {worst.request_key}, "
+        f"accepted {worst.draft_acceptance_rate:.0%} of {worst.num_draft_tokens:,} draft tokens against "
+        f"{worst.class_draft_acceptance_rate:.0%} for its class. Low acceptance on one request often means "
+        "unusual output (another language, a loop, garbled text): check those outputs, listed under "
+        "requests.flagged."
+    )
+
+
+def _undrafted_requests(f: UndraftedRequestsFacts) -> str:
+    return (
+        f"{f.num_without_drafts:,} of {f.num_requests:,} finished request(s) never verified a draft "
+        "(the drafter proposed nothing for them, or they ended first): left out of the per-request distribution."
+    )
 
 
 def _who(issue: IntegrityIssue) -> str:
@@ -740,67 +661,154 @@ def _who(issue: IntegrityIssue) -> str:
     return f" ({named})" if named else ""
 
 
-def integrity_findings(issues: Sequence[IntegrityIssue]) -> list[Finding]:
+def _integrity(f: IntegrityFacts) -> str:
+    i = f.issue
+    who = _who(i)
+    if i.kind == "schedule_ignored":
+        return (
+            f"The batch-size schedule is being ignored{who}: in {i.affected:,} of {i.checked:,} steps where it "
+            f"allows fewer than k={i.max_k} tokens (k={i.corrected or 0:.1f} on average), drafts were longer "
+            f"({i.observed or 0:.2f} tokens per draft). The engine drafts the maximum k whatever the batch size "
+            "(reported for Model Runner V2): the schedule's savings at large batches are not happening."
+        )
+    if i.kind == "schedule_disabled":
+        return (
+            f"The batch-size schedule was configured{who} with data parallel size {i.affected}, where vLLM "
+            f"disables it (ranks could pick different k and deadlock): every step drafts the static "
+            f"k={i.max_k}. Run one engine per rank without data parallel to use a schedule."
+        )
+    if i.kind == "synthetic_rejection":
+        return (
+            f"Rejection sampling is synthetic{who} (rejection_sample_method=synthetic): vLLM accepts drafts at "
+            "configured rates, so these acceptance numbers measure the configuration, not the drafter."
+        )
+    if i.kind == "known_pitfall":
+        p = PITFALL_BY_ID[i.pitfall or ""]
+        rate = (
+            f" (draft acceptance rate {i.observed:.1%})"
+            if p.acceptance_below is not None and i.observed is not None
+            else ""
+        )
+        return f"Known pitfall{who}: {p.title}{rate}. {p.advice} Source: {p.source}"
+    if i.kind == "short_drafts":
+        return (
+            f"Drafts fill {i.observed or 0:.0%} of k{who} ({i.affected:,} draft tokens where k allowed "
+            f"{i.checked:,}, k up to {i.max_k}): the drafter often proposes fewer than k tokens (ngram finds "
+            "shorter matches, a schedule or an early stop), so the last positions are rarely tried while "
+            "verification is sized for k."
+        )
+    if i.kind == "missing_hooks":
+        release = f"vLLM {i.vllm_version}" if i.vllm_version else "This vLLM release"
+        return (
+            f"{release} lacks {i.affected} hook point(s) specobs uses{who}, so these numbers are absent from "
+            f"its rows (unknown, not zero): {'; '.join(i.lost)}. docs/vllm.md lists what each release has."
+        )
+    if i.kind == "host_timed":
+        return (
+            f"{i.affected:,} of {i.checked:,} GPU steps were timed on the host clock (timing_clock host or "
+            "mixed): a timed call ran inside a graph capture, where HIP refuses device events. Their draft and "
+            "verify times include launch and queueing, not only device work."
+        )
+    # accepted_past_end
+    return (
+        f"{i.affected:,} accepted draft tokens ({f.share or 0.0:.1%} of accepted){who} were counted by vLLM although "
+        "a stop (max_tokens, EOS) then cut them off the request: the draft acceptance rate is "
+        f"{i.observed or 0:.1%} as counted, {i.corrected or 0:.1%} without them. Short outputs inflate it most."
+    )
+
+
+#: The wording of each kind of facts: one dispatch (a kind's facts type names its sentence;
+#: ``requests`` has two: the spread, and the requests that never drafted).
+_WORDS: dict[type, Callable[[Any], str]] = {
+    AcceptanceLengthFacts: _acceptance_length,
+    AcceptanceRateFacts: _acceptance_rate,
+    WastedPositionsFacts: _wasted_positions,
+    ConditionalTrendFacts: _conditional_trend,
+    IntervalBiasFacts: _interval_bias,
+    ContradictionFacts: _contradiction,
+    ChangeFacts: _change,
+    BreakFacts: _break,
+    TaxFacts: _schedule_tax,
+    UnsteadyFacts: _unsteady_steps,
+    IntegrityFacts: _integrity,
+    RequestSpreadFacts: _request_spread,
+    FlaggedRequestsFacts: _requests_flagged,
+    UndraftedRequestsFacts: _undrafted_requests,
+    RequestsOnlyFacts: _requests_only,
+    NoSpeculativeDecodingFacts: _no_speculative_decoding,
+    ServingFacts: _serving,
+    LoadAdviceFacts: _schedule_under_load,
+}
+#: Kinds whose sentence needs no facts.
+_PLAIN_WORDS: dict[str, Callable[[Any], str]] = {FindingKind.DRAFTS_DERIVED: _drafts_derived}
+
+
+def word(f: Finding) -> str:
+    """A finding's sentence, with its numbers in it."""
+    wording = _WORDS.get(type(f.facts)) or _PLAIN_WORDS.get(str(f.kind))
+    if wording is None:
+        raise SpecobsError(f"no wording for a {f.kind} finding with {type(f.facts).__name__}")
+    return wording(f.facts)
+
+
+def worded(findings: Iterable[Finding]) -> list[Worded]:
+    """Each finding with its sentence."""
+    return [Worded(str(f.kind), word(f), f) for f in findings]
+
+
+def acceptance_findings(s: Summary) -> list[Worded]:
+    """What one group's acceptance numbers mean, in sentences with the numbers in them."""
+    return worded(found.acceptance_findings(s))
+
+
+def change_findings(changes: Sequence[Change]) -> list[Worded]:
+    """Where acceptance changed over time, and whether a configuration change explains it."""
+    return worded(found.change_findings(changes))
+
+
+def break_findings(breaks: Sequence[Break]) -> list[Worded]:
+    """Acceptance that broke against its own past (``analysis.breaks``), with its likely causes."""
+    return worded(found.break_findings(breaks))
+
+
+def cost_findings(tax: Sequence[ScheduleTax], unsteady: Mapping[str, int]) -> list[Worded]:
+    """The k = 0 tax (``analysis.cost.schedule_tax``) and the steps left out of timing."""
+    return worded(found.cost_findings(tax, unsteady))
+
+
+def integrity_findings(issues: Sequence[IntegrityIssue]) -> list[Worded]:
     """One finding per config-integrity issue (``analysis.integrity``)."""
-    out = []
-    for i in issues:
-        who = _who(i)
-        if i.kind == "schedule_ignored":
-            text = (
-                f"The batch-size schedule is being ignored{who}: in {i.affected:,} of {i.checked:,} steps where it "
-                f"allows fewer than k={i.max_k} tokens (k={i.corrected or 0:.1f} on average), drafts were longer "
-                f"({i.observed or 0:.2f} tokens per draft). The engine drafts the maximum k whatever the batch size "
-                "(reported for Model Runner V2): the schedule's savings at large batches are not happening."
-            )
-        elif i.kind == "schedule_disabled":
-            text = (
-                f"The batch-size schedule was configured{who} with data parallel size {i.affected}, where vLLM "
-                f"disables it (ranks could pick different k and deadlock): every step drafts the static "
-                f"k={i.max_k}. Run one engine per rank without data parallel to use a schedule."
-            )
-        elif i.kind == "synthetic_rejection":
-            text = (
-                f"Rejection sampling is synthetic{who} (rejection_sample_method=synthetic): vLLM accepts drafts at "
-                "configured rates, so these acceptance numbers measure the configuration, not the drafter."
-            )
-        elif i.kind == "known_pitfall" and i.pitfall in PITFALL_BY_ID:
-            p = PITFALL_BY_ID[i.pitfall]
-            rate = (
-                f" (draft acceptance rate {i.observed:.1%})"
-                if p.acceptance_below is not None and i.observed is not None
-                else ""
-            )
-            text = f"Known pitfall{who}: {p.title}{rate}. {p.advice} Source: {p.source}"
-        elif i.kind == "short_drafts":
-            text = (
-                f"Drafts fill {i.observed or 0:.0%} of k{who} ({i.affected:,} draft tokens where k allowed "
-                f"{i.checked:,}, k up to {i.max_k}): the drafter often proposes fewer than k tokens (ngram finds "
-                "shorter matches, a schedule or an early stop), so the last positions are rarely tried while "
-                "verification is sized for k."
-            )
-        elif i.kind == "missing_hooks":
-            release = f"vLLM {i.vllm_version}" if i.vllm_version else "This vLLM release"
-            text = (
-                f"{release} lacks {i.affected} hook point(s) specobs uses{who}, so these numbers are absent from "
-                f"its rows (unknown, not zero): {'; '.join(i.lost)}. docs/vllm.md lists what each release has."
-            )
-        elif i.kind == "host_timed":
-            text = (
-                f"{i.affected:,} of {i.checked:,} GPU steps were timed on the host clock (timing_clock host or "
-                "mixed): a timed call ran inside a graph capture, where HIP refuses device events. Their draft and "
-                "verify times include launch and queueing, not only device work."
-            )
-        elif i.kind == "accepted_past_end":
-            share = i.affected / i.checked if i.checked else 0.0
-            text = (
-                f"{i.affected:,} accepted draft tokens ({share:.1%} of accepted){who} were counted by vLLM although "
-                "a stop (max_tokens, EOS) then cut them off the request: the draft acceptance rate is "
-                f"{i.observed or 0:.1%} as counted, {i.corrected or 0:.1%} without them. Short outputs inflate it most."
-            )
-        else:
-            continue
-        out.append(Finding(i.kind, text))
-    return out
+    return worded(found.integrity_findings(issues))
+
+
+def request_findings(r: RequestAcceptance | None) -> list[Worded]:
+    """The spread of acceptance across requests, and why its two means differ."""
+    return worded(found.request_findings(r))
+
+
+def serving_findings(serving: Serving | None) -> list[Worded]:
+    """Speculation against the plain server under load (``analysis.under_load``), per configuration."""
+    return worded(advised.serving_findings(serving))
+
+
+def load_advice_findings(advice: Sequence[LoadAdvice]) -> list[Worded]:
+    """Where each configuration should draft under load (``advice.load``)."""
+    return worded(advised.load_advice_findings(advice))
+
+
+def input_findings(report: Report) -> list[Worded]:
+    """What the input holds when it is not engine steps or intervals with drafts."""
+    return worded(advised.input_findings(report))
+
+
+def report_findings(report: Report) -> list[Worded]:
+    """The overall findings of a report (those it carries: ``advice.findings.report_findings``), worded."""
+    return worded(advised.findings_of(report))
+
+
+def group_findings(report: Report) -> list[list[Worded]]:
+    """Each group's own findings (``report.groups`` order), worded."""
+    return [worded(fs) for fs in advised.group_findings_of(report)]
 
 
 # --- the recommendation ---------------------------------------------------------------------------
@@ -1357,6 +1365,28 @@ def _clock(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%H:%M:%S")
 
 
+#: Each reason of the online tuner in words (``other`` says its own text; ``window_measured`` its number).
+TUNER_REASONS = {
+    TunerReason.MEASURED_FASTER: "measured faster than the current k beyond noise",
+    TunerReason.FORCED: "forced",
+    TunerReason.NO_EARLIER_MEASUREMENT: "no earlier measurement to compare with",
+    TunerReason.NO_SPECULATIVE_DECODING: "no speculative decoding in this engine",
+    TunerReason.DATA_PARALLEL: "data parallel > 1: vLLM disables the batch-size schedule there",
+    TunerReason.MODEL_RUNNER_V2: "Model Runner V2 is reported to ignore the batch-size schedule",
+    TunerReason.NO_SCHEDULE: (
+        "the engine has no batch-size schedule: start it with num_speculative_tokens_per_batch_size "
+        "in --speculative-config (e.g. [[1, MAX_NUM_SEQS, K]])"
+    ),
+}
+
+
+def tuner_reason(d: TunerDecision) -> str:
+    """Why the online tuner decided ``d``, in words."""
+    if d.reason == TunerReason.WINDOW_MEASURED and d.measured_gain is not None:
+        return f"the window after the switch measured {d.measured_gain:+.1%}"
+    return TUNER_REASONS.get(d.reason) or d.reason_text or str(d.reason)
+
+
 def tuner_state(decisions: Sequence[TunerDecision]) -> list[str]:
     """Per bucket and engine, the k the tuner runs now and since when: "k=4 at batch 1–3 since
     10:42:05 UTC: +12% [+8% to +15%] predicted, +11% measured"."""
@@ -1372,7 +1402,7 @@ def tuner_state(decisions: Sequence[TunerDecision]) -> list[str]:
     for key, d in latest.items():
         where = f"batch {batch_range(d.batch_size_min, d.batch_size_max)}"
         if d.action == "rollback":
-            out.append(f"k={d.to_k} at {where} since {_clock(d.ts)} UTC: rolled back ({d.reason}).")
+            out.append(f"k={d.to_k} at {where} since {_clock(d.ts)} UTC: rolled back ({tuner_reason(d)}).")
             continue
         start = applied.get(key, d)
         text = f"k={d.to_k} at {where} since {_clock(start.ts)} UTC"
@@ -1381,7 +1411,7 @@ def tuner_state(decisions: Sequence[TunerDecision]) -> list[str]:
         if d.action == "confirm" and d.measured_gain is not None:
             text += f", {d.measured_gain:+.1%} measured after the switch"
         out.append(text + ".")
-    out += [f"Online tuning off: {d.reason}." for d in decisions if d.action == "refuse"]
+    out += [f"Online tuning off: {tuner_reason(d)}." for d in decisions if d.action == "refuse"]
     return out
 
 
@@ -1431,7 +1461,7 @@ def tuner_rows(decisions: Sequence[TunerDecision], most: int = 20) -> list[list[
             predicted = _gain(d.predicted_gain, d.predicted_low, d.predicted_high)
         measured = "–" if d.measured_gain is None else f"{d.measured_gain:+.1%}"
         rows.append([_clock(d.ts), batch_range(d.batch_size_min, d.batch_size_max), d.action,
-                     f"{d.from_k} → {d.to_k}", predicted, measured, d.reason])  # fmt: skip
+                     f"{d.from_k} → {d.to_k}", predicted, measured, tuner_reason(d)])  # fmt: skip
     return rows
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -18,9 +19,14 @@ from prometheus_client import CollectorRegistry
 from specobs.capture.sinks import JsonlSink, MemorySink
 from specobs.exporters.prometheus import PrometheusMetrics
 from specobs.ingest import load
+from specobs.ingest.decisions import parse
 from specobs.loops.online import OnlineTuner, refusal
+from specobs.records import TunerDecision, TunerReason
+from specobs.render.sentences import tuner_reason, tuner_rows, tuner_state
 
 LARGEST = 16
+#: A decision to vary: an apply at batch 1.
+DECISION = TunerDecision(1.8e9, 1, 1, "apply", 2, 3, 0.1, 0.05, 0.15, None, TunerReason.FORCED, "r", 0)
 
 
 def run_engine(tuner: OnlineTuner, table: list[int], rate, *, steps: int, batch: int = 1, seed: int = 0) -> list:
@@ -151,7 +157,10 @@ def test_engines_where_the_schedule_has_no_effect_are_refused(monkeypatch, sched
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     reason = refusal(scheduler)
-    assert (reason is None) if words is None else (words in reason)
+    if words is None:
+        assert reason is None
+    else:  # the decision log carries the reason typed; render words it
+        assert reason is not None and words in tuner_reason(replace(DECISION, reason=reason))
 
 
 def test_a_bad_mode_is_refused():
@@ -197,3 +206,47 @@ def test_apply_decides_on_paired_blocks_under_a_load_that_comes_and_goes():
     assert applied and all(d.predicted_low > 0.03 for d in applied)
     assert tuner.buckets[0].k == 3
     assert tuner.paired_gain(tuner.buckets[0], 2) is not None  # the neighbours, measured in pairs
+
+
+@pytest.mark.parametrize(
+    ("reason", "measured", "words"),
+    [
+        (TunerReason.MEASURED_FASTER, None, "measured faster than the current k beyond noise"),
+        (TunerReason.FORCED, None, "forced"),
+        (TunerReason.NO_EARLIER_MEASUREMENT, None, "no earlier measurement to compare with"),
+        (TunerReason.WINDOW_MEASURED, -0.034, "the window after the switch measured -3.4%"),
+        (TunerReason.WINDOW_MEASURED, 0.12, "the window after the switch measured +12.0%"),
+        (TunerReason.NO_SPECULATIVE_DECODING, None, "no speculative decoding in this engine"),
+    ],
+)
+def test_a_typed_reason_is_worded_from_its_numbers_and_read_back(reason, measured, words):
+    decision = replace(DECISION, reason=reason, measured_gain=measured)
+    assert tuner_reason(decision) == words
+    row = decision.to_row()
+    assert row["reason"] == str(reason) and row["reason_text"] is None
+    read, why = parse(json.loads(json.dumps(row)))
+    assert why is None and read == decision
+
+
+def test_a_decision_log_written_with_free_text_reasons_still_reads_and_says_them():
+    old = {"tuner_action": "rollback", "ts": 1.8e9, "batch_size_min": 4, "batch_size_max": 7, "from_k": 3,
+           "to_k": 1, "measured_gain": -0.05, "reason": "the window after the switch measured -5.0%",
+           "run_id": "r", "engine": 0}  # fmt: skip
+    read, why = parse(old)
+    assert why is None and read is not None
+    assert read.reason == TunerReason.OTHER and read.reason_text == old["reason"]
+    assert tuner_reason(read) == old["reason"]
+    assert "rolled back (the window after the switch measured -5.0%)" in tuner_state([read])[0]
+    assert tuner_rows([read])[0][-1] == old["reason"]
+    again, _ = parse(json.loads(json.dumps(read.to_row())))  # saved again: still the same decision
+    assert again == read
+
+
+def test_the_tuner_decides_with_typed_reasons():
+    table = [3] * LARGEST
+    tuner = OnlineTuner("apply", table, 4, chunk_steps=10)
+    tuner.switch(1, 2)
+    tuner.refuse("an operator said so")
+    assert [(d.reason, d.reason_text) for d in tuner.decisions] == [
+        (TunerReason.FORCED, None), (TunerReason.OTHER, "an operator said so"),
+    ]  # fmt: skip

@@ -21,8 +21,9 @@ from support.paths import ROOT
 from specobs.advice.compare import compare
 from specobs.advice.recommend import recommend
 from specobs.advice.report_builder import analyze, recommendation_input
+from specobs.analysis.findings import finding
 from specobs.ingest import load
-from specobs.records import Finding, Report, Summary, TunerDecision, TuneResult
+from specobs.records import Report, Severity, Summary, TunerDecision, TuneResult
 from specobs.render import emit, fit
 from specobs.render.fit import Col, layout, shorten_path
 from specobs.render.sentences import headline
@@ -135,15 +136,19 @@ def test_findings_rank_integrity_then_regressions_then_the_tax_one_kind_at_a_tim
     kinds = ["acceptance_length", "acceptance_rate", "conditional_trend", "configuration_change", "schedule_tax",
              "schedule_tax", "requests", "accepted_past_end", "accepted_past_end", "regression", "unsteady_steps",
              "a_new_kind"]  # fmt: skip
-    findings = [Finding(kind, f"{kind} {i}") for i, kind in enumerate(kinds)]
-    top = rank(findings)
-    assert [f.text for f in top] == ["accepted_past_end 7", "regression 9", "schedule_tax 4"]
+    # The iid model holds (severity `context`) unless it misleads (`model`: decided with the finding).
+    fair = [finding(kind, severity=Severity.CONTEXT if kind == "conditional_trend" else None) for kind in kinds]
+    named = {id(f): f"{kind} {i}" for i, (kind, f) in enumerate(zip(kinds, fair, strict=True))}
+    top = rank(fair)
+    assert [named[id(f)] for f in top] == ["accepted_past_end 7", "regression 9", "schedule_tax 4"]
     assert len(top) == SUMMARY_FINDINGS
-    every = [f.text for f in rank(findings, most=20)]
+    every = [named[id(f)] for f in rank(fair, most=20)]
     # first of each kind by rank, then the repeats by rank; what the summary says itself, and bookkeeping, never
     assert every == ["accepted_past_end 7", "regression 9", "schedule_tax 4", "requests 6", "a_new_kind 11",
                      "accepted_past_end 8", "schedule_tax 5"]  # fmt: skip
-    misleads = [f.text for f in rank(findings, most=20, iid_misleads=True)]
+    misleading = [finding(kind, severity=Severity.MODEL if kind == "conditional_trend" else None) for kind in kinds]
+    named = {id(f): f"{kind} {i}" for i, (kind, f) in enumerate(zip(kinds, misleading, strict=True))}
+    misleads = [named[id(f)] for f in rank(misleading, most=20)]
     assert misleads.index("conditional_trend 2") == 3  # after the tax, before the spread across requests
 
 

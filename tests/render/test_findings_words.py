@@ -1,0 +1,50 @@
+"""Render only words: every finding is decided in analysis or advice, and worded here from its facts."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+from support.paths import ROOT
+
+from specobs.advice.report_builder import analyze
+from specobs.ingest import load
+from specobs.records import AcceptanceLengthFacts, Finding, FindingKind, NoFacts, Severity
+from specobs.render import document, sentences
+
+RENDER = ROOT / "specobs" / "render"
+DATA = ROOT / "examples" / "data"
+
+
+def test_no_finding_is_constructed_in_render():
+    for path in sorted(RENDER.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        named = [getattr(c.func, "id", None) or getattr(c.func, "attr", None) for c in calls]
+        assert "Finding" not in named, f"{path.relative_to(ROOT)} constructs a Finding: decide it in analysis/advice"
+
+
+def test_word_says_a_finding_from_its_facts():
+    f = Finding(FindingKind.ACCEPTANCE_LENGTH, Severity.CONTEXT, AcceptanceLengthFacts(2.5, 2.4, 2.6, False))
+    assert sentences.word(f) == (
+        "Each draft yields 2.50 tokens per verification on average (95% interval 2.40–2.60): 1.50 accepted draft "
+        "tokens plus the one token the target model adds (requests that did not draft in a step add one token)."
+    )
+    assert sentences.word(Finding(FindingKind.DRAFTS_DERIVED, Severity.PROVENANCE, NoFacts())).startswith(
+        "The number of drafts is derived"
+    )
+
+
+@pytest.mark.parametrize("path", ["vllm-cpu-sweep", "vllm-cpu-sweep.log", "vllm-cpu-serve-sweep"])
+def test_the_json_findings_and_their_facts_align(path):
+    report = analyze(load([str(DATA / path)]))
+    data = json.loads(json.dumps(document(report)))
+    assert report.findings is not None and len(data["findings"]) == len(data["finding_facts"]) == len(report.findings)
+    assert [f["kind"] for f in data["finding_facts"]] == [str(f.kind) for f in report.findings]
+    assert data["findings"] == [sentences.word(f) for f in report.findings]
+    assert all(set(f) == {"kind", "severity", "facts"} for f in data["finding_facts"])
+    for group in data["group_findings"]:
+        assert len(group["findings"]) == len(group["finding_facts"])
+    keys = list(data)
+    assert keys.index("finding_facts") == keys.index("findings") + 1
