@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specobs.advice.model import Acceptance, drafter_kind
+from specobs.formulas import tokens_per_step
 from specobs.records import KBand, SpeedupBand
 
 
@@ -77,7 +78,13 @@ def k_band(acc: Acceptance, k: int, klass: CostClass) -> tuple[float, float, flo
     mid = acc.accepted_per_draft(k)
     cheap = 1 + q * length * klass.per_position[0] + q * klass.per_step[0] + klass.overhead[0]
     dear = 1 + q * length + q * length * klass.per_position[1] + q * klass.per_step[1] + klass.overhead[1]
-    return 1 + mid, 1 + low, 1 + high, (1 + q * low) / dear, (1 + q * high) / cheap
+    return (
+        tokens_per_step(mid),
+        tokens_per_step(low),
+        tokens_per_step(high),
+        tokens_per_step(low, q) / dear,
+        tokens_per_step(high, q) / cheap,
+    )
 
 
 def speedup_band(

@@ -41,7 +41,7 @@ import polars as pl
 from specobs.analysis.acceptance import summarize, summary_of, with_group_columns
 from specobs.analysis.breaks import causes
 from specobs.analysis.cost import steady_state, step_cells, timing_by_batch
-from specobs.analysis.intervals import Z95, t95
+from specobs.analysis.intervals import Z95, satterthwaite, t95, welch_term
 from specobs.analysis.split import split, stretch_sums
 from specobs.analysis.under_load import direction, serving_changes
 from specobs.records import (
@@ -60,6 +60,7 @@ from specobs.records import (
     Summary,
     Throughput,
 )
+from specobs.records.comparison import ThroughputBasis, ThroughputInterval
 from specobs.schema import ENVIRONMENT_LABELS
 
 #: A pause longer than this between consecutive timed rows of one side starts a new run.
@@ -294,8 +295,8 @@ def _throughput(a: _Side, b: _Side) -> Throughput | None:
     )
     only_a = ta.join(tb, on="batch_bucket", how="anti", nulls_equal=True)["batch_bucket"].to_list()
     only_b = tb.join(ta, on="batch_bucket", how="anti", nulls_equal=True)["batch_bucket"].to_list()
-    basis = "generated tokens per second of step time, steady-state steps, per batch bucket in both"
-    interval = "95%, Student's t (Welch–Satterthwaite) on the spread between runs"
+    basis = ThroughputBasis.DECODE_PER_BUCKET
+    interval = ThroughputInterval.WELCH_BETWEEN_RUNS
     per_bucket = tuple(BucketThroughput(**row) for row in buckets.drop("_var_a", "_var_b").iter_rows(named=True))
     tested = buckets.filter(pl.col("tested"))
     use = tested if tested.height else buckets
@@ -319,12 +320,13 @@ def _throughput(a: _Side, b: _Side) -> Throughput | None:
         step_seconds_ratio=(w * pl.col("step_seconds_ratio").log()).sum().exp(),
         variance=(w**2 * (pl.col("_var_a") + pl.col("_var_b"))).sum(),
         welch=(
-            w**4 * (pl.col("_var_a") ** 2 / (pl.col("runs_a") - 1) + pl.col("_var_b") ** 2 / (pl.col("runs_b") - 1))
+            w**4
+            * (welch_term(pl.col("_var_a"), pl.col("runs_a") - 1) + welch_term(pl.col("_var_b"), pl.col("runs_b") - 1))
         ).sum(),
     ).row(0, named=True)
     low = high = df = direction = None
     if tested.height and combined["variance"] > 0:
-        df = combined["variance"] ** 2 / combined["welch"]
+        df = satterthwaite(combined["variance"], combined["welch"])
         half = t95(df) * math.sqrt(combined["variance"])
         low, high = math.exp(combined["log_ratio"] - half), math.exp(combined["log_ratio"] + half)
         direction = "fell" if high < 1 else "rose" if low > 1 else "unchanged"

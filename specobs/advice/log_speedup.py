@@ -30,7 +30,7 @@ from typing import Any
 
 import polars as pl
 
-from specobs.analysis.intervals import t95
+from specobs.analysis.intervals import t95, welch_df
 from specobs.records import ServedSpeedup
 
 #: Intervals each side needs at a number of running requests before that N is matched.
@@ -94,7 +94,7 @@ def _ratio(spec: Mapping[int, _Side], plain: Mapping[int, _Side], running: Itera
         return None
     a, b = s_var / s_mean**2, p_var / p_mean**2
     se = math.sqrt(a + b)
-    df = (a + b) ** 2 / ((a * a / s_df if a else 0.0) + (b * b / p_df if b else 0.0)) if a + b else math.inf
+    df = welch_df([(a, s_df), (b, p_df)])
     ratio = s_mean / p_mean
     half = t95(df) * se if math.isfinite(se) else math.inf
     n_spec, n_plain = sum(spec[n].n for n in matched), sum(plain[n].n for n in matched)

@@ -39,6 +39,7 @@ from specobs.analysis import acceptance
 from specobs.analysis.acceptance import Term, grouped_terms
 from specobs.analysis.cost import is_decode
 from specobs.analysis.intervals import wilson_bounds
+from specobs.formulas import tokens_per_step
 from specobs.records import Baseline, ModelNote, NoteKind
 
 #: One drafter pass per drafted token. MTP is here: the models that ship it (DeepSeek-V3, MiMo,
@@ -286,7 +287,7 @@ class Acceptance:
         return by_k[min(by_k, key=lambda m: (abs(m - k), -m))]
 
     def tokens_per_request_step(self, k: int, bound: str = "mid") -> float:
-        return 1.0 + self.drafts_at(k) * self.accepted_per_draft(k, bound) if k else 1.0
+        return tokens_per_step(self.accepted_per_draft(k, bound), self.drafts_at(k)) if k else 1.0
 
     def scored_per_request_step(self, k: int) -> float:
         return 1.0 + self.drafts_at(k) * self.draft_length(k) if k else 1.0

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
-from specobs.analysis.intervals import t_quantile
+from specobs.analysis.intervals import jackknife_half_width, sample_variance, t_quantile
 
 #: Rounds after which the race looks at its comparisons (from its minimum on).
 LOOKS = (3, 4, 5, 6, 8, 10, 12, 15, 18, 22, 27, 33, 40, 50, 60, 75, 90, 110, 135, 165, 200)
@@ -174,10 +174,7 @@ def ratio(a: Sequence[Block], b: Sequence[Block], level: float = 0.95, *, by_uni
     def leave_out(u: int) -> float:
         return log_ratio(u)
 
-    leave_one_out = [leave_out(u) for u in units]
-    mean = math.fsum(leave_one_out) / n
-    variance = (n - 1) / n * math.fsum((x - mean) ** 2 for x in leave_one_out)
-    half = t_quantile(n - 1, level) * math.sqrt(variance)
+    half = jackknife_half_width([leave_out(u) for u in units], level)
     return Ratio(math.exp(theta), _exp(theta - half), _exp(theta + half), n, level)
 
 
@@ -193,9 +190,7 @@ def rate_interval(blocks: Sequence[Block], level: float = 0.95) -> tuple[float, 
     estimate = tokens / seconds
     if n < 2:
         return estimate, 0.0, math.inf
-    leave_one_out = [math.log((tokens - t) / (seconds - s)) for t, s in units.values()]
-    mean = math.fsum(leave_one_out) / n
-    half = t_quantile(n - 1, level) * math.sqrt((n - 1) / n * math.fsum((x - mean) ** 2 for x in leave_one_out))
+    half = jackknife_half_width([math.log((tokens - t) / (seconds - s)) for t, s in units.values()], level)
     return estimate, estimate * _exp(-half), estimate * _exp(half)
 
 
@@ -205,7 +200,7 @@ def spread(blocks: Sequence[Block]) -> float:
     if len(values) < 2:
         return math.nan
     mean = math.fsum(values) / len(values)
-    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)) / mean
+    return math.sqrt(sample_variance(values, mean)) / mean
 
 
 __all__ = [

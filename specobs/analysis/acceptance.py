@@ -36,6 +36,7 @@ from polars.lazyframe.group_by import LazyGroupBy
 from specobs import buckets, dimensions
 from specobs.analysis.intervals import Z95, wilson
 from specobs.errors import SpecobsError
+from specobs.formulas import acceptance_length, per_position_rates, rate_or_none, tokens_per_step
 from specobs.records import PositionBound, Summary, Truncation
 
 #: Default grouping: every source, engine, model and method separately.
@@ -262,9 +263,10 @@ def _term_list(k: int) -> list[Term]:
     # than the rounding: the counts are used, and the report says so.
     printed_length = pl.col("reported_mean_acceptance_length")
     printed_rate = pl.col("reported_draft_acceptance_rate")
-    contradicts = (
-        length_known & printed_length.is_not_null() & ((1 + accepted / drafts - printed_length).abs() > PRINTED_SLACK)
-    ) | (rate_known & (tokens > 0) & printed_rate.is_not_null() & ((accepted / tokens - printed_rate).abs() > 0.0006))
+    length_off = (acceptance_length(accepted, drafts) - printed_length).abs() > PRINTED_SLACK
+    contradicts = (length_known & printed_length.is_not_null() & length_off) | (
+        rate_known & (tokens > 0) & printed_rate.is_not_null() & ((accepted / tokens - printed_rate).abs() > 0.0006)
+    )
     weight = pl.col("batch_size").fill_null(1).cast(pl.Float64)
 
     def masked(value: pl.Expr, mask: pl.Expr) -> pl.Expr:
@@ -373,10 +375,10 @@ def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
     rate_low, rate_high = wilson(pl.col("accepted"), pl.col("drafts"))
     cond_low, cond_high = wilson(pl.col("accepted"), pl.col("reached"))
     return long.with_columns(
-        rate=pl.when(pl.col("drafts") > 0).then(pl.col("accepted") / pl.col("drafts")),
+        rate=rate_or_none(pl.col("accepted"), pl.col("drafts")),
         rate_low=rate_low,
         rate_high=rate_high,
-        conditional=pl.when(pl.col("reached") > 0).then(pl.col("accepted") / pl.col("reached")),
+        conditional=rate_or_none(pl.col("accepted"), pl.col("reached")),
         conditional_low=cond_low,
         conditional_high=cond_high,
     )
@@ -487,7 +489,7 @@ def _finish(agg: pl.DataFrame, positions: pl.DataFrame, keys: list[str]) -> pl.D
         )
     # Mean acceptance length: from counts where known, else the printed value weighted by batch.
     drafts = pl.col("drafts_for_length").cast(pl.Float64)
-    from_counts = 1 + pl.col("acc_for_length") / drafts
+    from_counts = acceptance_length(pl.col("acc_for_length"), drafts)
     from_reported = pl.col("reported_weighted") / pl.col("reported_weight")
     agg = agg.with_columns(
         mean_acceptance_length=pl.when(drafts > 0)
@@ -572,7 +574,7 @@ def _length_standard_error(row: dict) -> float | None:
         return None
     candidates = []
     pos_drafts = row.get("drafts_for_pos") or 0
-    rates = [(a or 0) / pos_drafts for a in (row.get("num_accepted_tokens_per_pos") or [])] if pos_drafts else []
+    rates = per_position_rates(row.get("num_accepted_tokens_per_pos"), pos_drafts)
     if rates:
         mean = sum(rates)
         second = sum((2 * i + 1) * r for i, r in enumerate(rates))
@@ -651,7 +653,13 @@ def truncation(rates: Sequence[float | None]) -> list[dict]:
     running = 0.0
     for k, r in enumerate(known, start=1):
         running += r
-        out.append({"k": k, "tokens_per_step": 1 + running, "share_of_accepted": running / total if total else None})
+        out.append(
+            {
+                "k": k,
+                "tokens_per_step": tokens_per_step(running),
+                "share_of_accepted": running / total if total else None,
+            }
+        )
     return out
 
 

@@ -35,9 +35,10 @@ from typing import Any
 import polars as pl
 
 from specobs.analysis import acceptance
-from specobs.analysis.intervals import Z95, t95
+from specobs.analysis.intervals import Z95, mean_and_standard_error, mean_interval
 from specobs.analysis.pitfalls import COLLAPSED_BELOW, field_names, matching, metadata_meets
 from specobs.analysis.timeseries import split_threshold
+from specobs.formulas import acceptance_length
 from specobs.records import Break, BreakKind, Cause, Change, IntegrityIssue, RunMetadata, RunRef
 
 #: What stays the same across a lineage's restarts.
@@ -349,20 +350,19 @@ def stale_breaks(resumes: pl.DataFrame) -> list[Break]:
         before = part["before_accepted"] / part["before_drafts"]
         after = part["after_accepted"] / part["after_drafts"]
         diffs = (after - before).to_list()
-        mean = sum(diffs) / n
-        sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-        se = sd / math.sqrt(n)
+        mean, se = mean_and_standard_error(diffs)
+        _, low, high = mean_interval(diffs)
         t = mean / se if se > 0 else 0.0
         totals = part.select(pl.col("before_accepted", "before_drafts", "after_accepted", "after_drafts").sum())
         ba, bd, aa, ad = (float(v) for v in totals.row(0))
-        rb, ra = ba / bd, aa / ad
+        rb = ba / bd
         if t > -STALE_Z or -mean < MIN_CHANGE * rb:
             continue
         labels = dict(zip(keys, values, strict=True))
-        half = t95(n - 1) * se
         ref = RunRef(labels["run_id"], labels["engine"], None, None, int(part["after_drafts"].sum()))
+        length_before, length_after = acceptance_length(ba, bd), acceptance_length(aa, ad)
         out.append(Break(BreakKind.STALE_AFTER_OFF, {c: labels[c] for c in LINEAGE}, part["ts"].cast(pl.Float64).min(),  # type: ignore[arg-type]
-                         1 + rb, 1 + ra, mean, mean - half, mean + half, t, 1, None, ref, (), False,
+                         length_before, length_after, mean, low, high, t, 1, None, ref, (), False,
                          resumes=n))  # fmt: skip
     return out
 

@@ -9,14 +9,16 @@ outliers: :func:`steady_state`) are left out of every timing here and of the cos
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
 
 import polars as pl
 
 from specobs.analysis.acceptance import Term, cells, grouped_terms, is_cells, key_hash, with_group_columns
-from specobs.records import ScheduleTax
 
-T = TypeVar("T", float, pl.Expr)
+# The cost formulas' home is specobs.formulas; named here too (the exporters' mapping imports them from here).
+from specobs.formulas import cost_ratio as cost_ratio
+from specobs.formulas import draft_positions as draft_positions
+from specobs.formulas import draft_share as draft_share
+from specobs.records import ScheduleTax
 
 
 def is_decode() -> pl.Expr:
@@ -70,29 +72,6 @@ def decode_sums(frame: pl.LazyFrame | pl.DataFrame, keys: Sequence[str | pl.Expr
     )
 
 
-def draft_positions(draft_tokens: T, batch_size: T) -> T:
-    """Drafted positions per request of a step: its draft tokens over its batch size. A drafter
-    pass over the batch makes one position for every drafting request, so this counts the
-    passes' positions (k for a batch that drafted k tokens each, whatever its size)."""
-    return draft_tokens / batch_size
-
-
-def cost_ratio(draft_seconds: T, positions: T, verify_seconds: T, verify_steps: T) -> T:
-    """The cost ratio, Leviathan's c: draft seconds per drafted position per request
-    (:func:`draft_positions`, summed) over verify seconds per step — what one drafter pass
-    costs against one target forward. The one definition, for sums held as floats (the
-    exporter's running totals) or as polars expressions (the report); the recording rule
-    ``specobs:cost_ratio:rate5m`` writes it in PromQL."""
-    return (draft_seconds / positions) / (verify_seconds / verify_steps)
-
-
-def draft_share(draft_seconds: T, draft_steps: T, step_seconds: T, step_steps: T) -> T:
-    """Share of step time spent drafting: mean draft seconds per step over mean step seconds
-    (shown beside the cost ratio everywhere: the ratio prices a pass, the share says how much
-    of the step drafting takes)."""
-    return (draft_seconds / draft_steps) / (step_seconds / step_steps)
-
-
 def timing_terms() -> list[Term]:
     """The sums :func:`timing_by_batch` divides, over the timed rows (``num_timed_steps`` > 0)
     only: summed per group of rows, or per cell and then over cells (:func:`step_cells`)."""
@@ -142,10 +121,10 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
     step time, cost ratio, rejected-draft share, and generated tokens per second of step time
     (null where not measured).
 
-    ``cost_ratio`` is :func:`cost_ratio`: draft seconds per drafted position per request (draft
+    ``cost_ratio`` is :func:`specobs.formulas.cost_ratio`: draft seconds per drafted position per request (draft
     tokens ÷ batch size, summed) over verify seconds per step, over the timed steps (the same
     definition as the exporter's ``specobs_cost_ratio`` gauge and the recording rule);
-    ``draft_share`` is :func:`draft_share` (the exporter's ``specobs_draft_share``).
+    ``draft_share`` is :func:`specobs.formulas.draft_share` (the exporter's ``specobs_draft_share``).
     ``rejected_draft_share`` is the share of step time spent drafting tokens the target then
     rejected: draft time × (1 − accepted / drafted tokens) over step time, i.e. draft time is
     attributed to tokens evenly — exact for autoregressive drafters, an upper bound for

@@ -1,14 +1,23 @@
-"""Confidence intervals as polars expressions (95% by default)."""
+"""Confidence intervals (95% by default): the one home of the interval estimators.
+
+Wilson (proportions), Student's t quantiles, the t interval of a mean (:func:`mean_interval`),
+Welch–Satterthwaite degrees of freedom (:func:`welch_df`, and :func:`welch_term` /
+:func:`satterthwaite` for sums kept as polars expressions), the ratio of geometric means
+(:func:`geometric_ratio`) and the jackknife (:func:`jackknife_half_width`). Elsewhere these are
+called, never written out again (``tests/project/test_formula_homes.py``)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from statistics import NormalDist
+from typing import TypeVar
 
 import polars as pl
 
 Z95 = 1.959963984540054
+
+T = TypeVar("T", float, pl.Expr)
 
 
 def wilson(successes: pl.Expr, trials: pl.Expr, z: float = Z95) -> tuple[pl.Expr, pl.Expr]:
@@ -81,14 +90,67 @@ def t_quantile(df: float, level: float = 0.95) -> float:
     return _cornish_fisher(z, nu)
 
 
+def sample_variance(values: Sequence[float], mean: float | None = None) -> float:
+    """The sample variance ``Σ (x − mean)² / (n − 1)`` (``mean`` computed when not given; NaN
+    with fewer than two values)."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    if mean is None:
+        mean = math.fsum(values) / n
+    return math.fsum((x - mean) ** 2 for x in values) / (n - 1)
+
+
+def mean_and_standard_error(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, standard error of the mean ``sd / √n``); NaN for what fewer values cannot give."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = math.fsum(values) / n
+    return mean, math.sqrt(sample_variance(values, mean)) / math.sqrt(n) if n > 1 else math.nan
+
+
+def welch_term(variance: T, df: T) -> T:
+    """One part's term of the Welch–Satterthwaite denominator: ``variance² / df``."""
+    return variance * variance / df
+
+
+def satterthwaite(variance: T, terms: T) -> T:
+    """Welch–Satterthwaite degrees of freedom of a sum of variances ``variance`` whose
+    :func:`welch_term` sum to ``terms``: ``(Σ v)² / Σ (v² / df)``."""
+    return variance * variance / terms
+
+
+def welch_df(parts: Iterable[tuple[float, float]]) -> float:
+    """Welch–Satterthwaite degrees of freedom of a sum of independent variances, from
+    ``(variance, degrees of freedom)`` per part: ``(Σ v)² / Σ (v² / df)`` (a part of zero
+    variance adds nothing; infinite when the sum is zero).
+
+    >>> round(welch_df([(1.0, 9), (1.0, 9)]), 6)
+    18.0
+    """
+    parts = list(parts)
+    total = sum(v for v, _ in parts)
+    if not total:
+        return math.inf
+    return satterthwaite(total, sum(welch_term(v, df) if v else 0.0 for v, df in parts))
+
+
+def jackknife_half_width(leave_one_out: Sequence[float], level: float = 0.95) -> float:
+    """Half width of the jackknife interval from the ``n`` leave-one-out estimates:
+    ``t(n − 1) · √((n − 1)/n · Σ (θ₋ᵢ − θ̄)²)``."""
+    n = len(leave_one_out)
+    mean = math.fsum(leave_one_out) / n
+    return t_quantile(n - 1, level) * math.sqrt((n - 1) / n * math.fsum((x - mean) ** 2 for x in leave_one_out))
+
+
 def log_stats(values: Sequence[float]) -> tuple[float, float, int]:
     """Mean and sample variance of the logs of the positive ``values``, and how many there are
     (NaN variance with fewer than two)."""
     logs = [math.log(v) for v in values if v > 0]
     n = len(logs)
     mean = math.fsum(logs) / n if n else math.nan
-    var = math.fsum((x - mean) ** 2 for x in logs) / (n - 1) if n > 1 else math.nan
-    return mean, var, n
+    return mean, sample_variance(logs, mean), n
 
 
 def geometric_ratio(
@@ -108,10 +170,8 @@ def geometric_ratio(
     se = math.sqrt(sb + sa)
     if conservative:
         df: float = min(nb, na) - 1
-    elif se > 0:
-        df = (sb + sa) ** 2 / (sb * sb / (nb - 1) + sa * sa / (na - 1))
     else:
-        df = math.inf
+        df = welch_df([(sb, nb - 1), (sa, na - 1)])
     half = t95(df) * se
     return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
 
@@ -125,6 +185,5 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     mean = math.fsum(values) / n
     if n == 1:
         return mean, -math.inf, math.inf
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t95(n - 1) * sd / math.sqrt(n)
+    half = t95(n - 1) * math.sqrt(sample_variance(values, mean)) / math.sqrt(n)
     return mean, mean - half, mean + half

@@ -29,7 +29,7 @@ from typing import Any
 
 import polars as pl
 
-from specobs import buckets, schema
+from specobs import buckets, formulas, schema
 from specobs.records import FlaggedRequest, LengthBin, RequestAcceptance, RequestGroup
 
 #: Width of the acceptance-length histogram's bins (tokens per step).
@@ -49,8 +49,7 @@ GROUPINGS = {
 
 def acceptance_length() -> pl.Expr:
     """``1 + num_accepted_tokens / num_spec_steps``; null without spec steps."""
-    steps = pl.col("num_spec_steps")
-    return pl.when(steps > 0).then(1.0 + pl.col("num_accepted_tokens") / steps).otherwise(None)
+    return formulas.acceptance_length_or_none(pl.col("num_accepted_tokens"), pl.col("num_spec_steps"))
 
 
 def length_bucket(column: str) -> pl.Expr:
@@ -79,10 +78,7 @@ def _aggregations() -> list[pl.Expr]:
         pl.col("num_draft_tokens").sum().alias("num_draft_tokens"),
         accepted.sum().alias("num_accepted_tokens"),
         length.mean().alias("request_weighted_mean_acceptance_length"),
-        pl.when(total_steps > 0)
-        .then(1.0 + accepted.sum() / total_steps)
-        .otherwise(None)
-        .alias("token_weighted_mean_acceptance_length"),
+        formulas.acceptance_length_or_none(accepted.sum(), total_steps).alias("token_weighted_mean_acceptance_length"),
         *[length.quantile(q, "linear").alias(f"p{round(q * 100)}") for q in PERCENTILES],
         pl.col("num_prompt_tokens").mean().alias("mean_prompt_tokens"),
         pl.col("num_output_tokens").mean().alias("mean_output_tokens"),
@@ -148,8 +144,8 @@ def as_windows(requests: pl.DataFrame) -> pl.DataFrame:
     longest = [frame["_longest"].max(), steps["per_step_drafted"].max(), 1]
     width = max(int(n) for n in longest if isinstance(n, int))
     per_step = steps.group_by("_row").agg(
-        *[(drafted > i).sum().alias(f"_n{i}") for i in range(width)],
-        *[((drafted > i) & (accepted >= i)).sum().alias(f"_m{i}") for i in range(width)],
+        *[formulas.reached(drafted, i).sum().alias(f"_n{i}") for i in range(width)],
+        *[formulas.tried(drafted, accepted, i).sum().alias(f"_m{i}") for i in range(width)],
         _drafted_most=drafted.max().fill_null(0),
     )
     frame = frame.join(per_step, on="_row", how="left").sort("_row")

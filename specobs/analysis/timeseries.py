@@ -39,6 +39,7 @@ import polars as pl
 
 from specobs.analysis.acceptance import MIN_SUPPORT, with_group_columns
 from specobs.analysis.intervals import Z95
+from specobs.formulas import acceptance_length, tokens_per_step
 from specobs.records import Change, ChangePoint
 
 #: Above this many windows, the series is bucketed in time to at most this many points.
@@ -122,7 +123,7 @@ def series_from_sums(sums: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
         )
         lazy = lazy.drop("_bucket")
     return (
-        lazy.with_columns(mean_acceptance_length=1 + pl.col("num_accepted_tokens") / pl.col("num_drafts"))
+        lazy.with_columns(mean_acceptance_length=acceptance_length(pl.col("num_accepted_tokens"), pl.col("num_drafts")))
         .sort([*keys, "end_ts", "source_line"], nulls_last=True)
         .collect()
     )
@@ -186,7 +187,7 @@ def _split_scores(
             s2_b, s2_a = resid_b / (count_before - 1), resid_a / (count_after - 1)
         var_b = np.maximum(s2_b * count_before / before["d"] ** 2, 1e-12)
         var_a = np.maximum(s2_a * count_after / after["d"] ** 2, 1e-12)
-        len_b, len_a = 1 + ratio_b, 1 + ratio_a
+        len_b, len_a = tokens_per_step(ratio_b), tokens_per_step(ratio_a)  # acceptance lengths of A / D
         z = (len_a - len_b) / np.sqrt(var_b + var_a)
     index = np.arange(1, n + 1)
     enough = (before["d"] >= min_drafts) & (after["d"] >= min_drafts)
@@ -321,7 +322,7 @@ def change_points(
     drafts = series["num_drafts"].cast(pl.Float64).to_numpy()
     times = series["end_ts"].to_list()
     clock = series["end_ts"].cast(pl.Float64).to_numpy() if series["end_ts"].null_count() == 0 else None
-    lengths = 1 + accepted / drafts
+    lengths = acceptance_length(accepted, drafts)
     found: list[ChangePoint] = []
 
     def drift(lo: int, hi: int, threshold: float) -> ChangePoint | None:

@@ -38,6 +38,7 @@ import polars as pl
 from specobs import schema
 from specobs.analysis.intervals import geometric_ratio
 from specobs.errors import SpecobsError
+from specobs.formulas import acceptance_length_or_none, per_position_rates
 from specobs.records import Crossover, LoadRatio, MeasureRatio, Serving, ServingLevel, Slo
 
 #: The measures an SLO may bound (vLLM's ``--goodput`` keys).
@@ -283,14 +284,12 @@ def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo |
             pl.col("spec_decode_num_drafts").list.first(),
             pl.col("goodput").list.first(),
             captured_batch_size=pl.when(pl.col("captured_steps") > 0).then(pl.col("_batch") / pl.col("captured_steps")),
-            captured_acceptance_length=pl.when(pl.col("_drafts") > 0).then(1 + pl.col("_accepted") / pl.col("_drafts")),
+            captured_acceptance_length=acceptance_length_or_none(pl.col("_accepted"), pl.col("_drafts")),
             captured_step_ms=pl.when(pl.col("_timed") > 0).then(1000 * pl.col("_seconds") / pl.col("_timed")),
             captured_drafting_share=pl.when(pl.col("captured_steps") > 0).then(
                 pl.col("_drafting") / pl.col("captured_steps")
             ),
-            captured_per_position=pl.when(pl.col("_drafts") > 0).then(
-                pl.col(_PER_POSITION).list.eval(pl.element().cast(pl.Float64)) / pl.col("_drafts")
-            ),
+            captured_per_position=per_position_rates(pl.col(_PER_POSITION), pl.col("_drafts")),
             captured_draft_ms=pl.when(pl.col("_split") > 0).then(1000 * pl.col("_draft_s") / pl.col("_split")),
             captured_verify_ms=pl.when(pl.col("_split") > 0).then(1000 * pl.col("_verify_s") / pl.col("_split")),
             slo_attained=pl.when(pl.col("goodput").list.first().is_not_null() & (pl.col("_sent") > 0)).then(

@@ -37,6 +37,7 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import Notice, Skipped
+from specobs.formulas import acceptance_length
 from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.source import Source, read_whole
 from specobs.records import SourceReport
@@ -206,7 +207,7 @@ def _problem(row: Mapping[str, Any]) -> str | None:
     if mean is not None:
         if not isinstance(mean, int | float) or isinstance(mean, bool) or not math.isfinite(mean):
             return "mean_acceptance_length is not a number"
-        expected = 1.0 + accepted / steps if steps else 1.0
+        expected = acceptance_length(accepted, steps) if steps else 1.0
         if abs(mean - expected) > 1e-9 * max(1.0, expected):
             return f"mean_acceptance_length {mean} is not 1 + accepted/steps = {expected}"
     return None

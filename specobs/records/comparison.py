@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from specobs.records.context_split import Split
@@ -100,12 +101,24 @@ class BucketThroughput(Result):
     tested: bool
 
 
+class ThroughputBasis(StrEnum):
+    """What ``Throughput.ratio`` compares (``Throughput.basis``; the value is the JSON's words)."""
+
+    DECODE_PER_BUCKET = "generated tokens per second of step time, steady-state steps, per batch bucket in both"
+
+
+class ThroughputInterval(StrEnum):
+    """How ``Throughput.low`` and ``high`` were found (``Throughput.interval``)."""
+
+    WELCH_BETWEEN_RUNS = "95%, Student's t (Welch–Satterthwaite) on the spread between runs"
+
+
 @dataclass(frozen=True)
 class Throughput(Result):
     """B/A generated tokens per second at matched batch buckets, with a 95% interval."""
 
-    basis: str
-    interval: str
+    basis: ThroughputBasis
+    interval: ThroughputInterval
     ratio: float | None
     low: float | None
     high: float | None

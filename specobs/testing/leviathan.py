@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specobs.formulas import tokens_per_step_of_rates
+
 
 def iid_expected_tokens(alpha: float, gamma: int) -> float:
     """E(γ) = (1 − α^(γ+1)) / (1 − α): tokens per step with iid acceptance α."""
@@ -37,7 +39,7 @@ def best_gamma(alpha: float, cost_ratio: float, max_gamma: int = 16) -> tuple[in
 
 def per_position_expected_tokens(rates: Sequence[float], k: int) -> float:
     """1 + Σ_{i<k} r_i: tokens per step when drafting stops after k tokens."""
-    return 1.0 + sum(rates[:k])
+    return tokens_per_step_of_rates(rates, k)
 
 
 def per_position_speedup(rates: Sequence[float], k: int, cost_ratio: float) -> float:

@@ -48,6 +48,7 @@ from specobs.capture.handoff import HANDOFF_ATTR, Joiner, WorkerTiming, stamp, s
 from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.timing import clock_for_device, clock_of
+from specobs.formulas import one_draft_per_position, per_position
 from specobs.schema import METADATA_LABELS, REQUEST_KEY, request_key
 from specobs.vllm.hookpoints import HOOK_POINTS, RUNNER_V1, RUNNER_V2, SCHEDULER, VLLM_CONFIG, lost
 from specobs.vllm.spec_config import MODEL_FREE
@@ -93,7 +94,7 @@ class _Drafts:
 
     The hot path (once per request) only counts the pair (drafted, accepted) in
     ``lengths``; the step's sums and its per-position lists are built from those counts once
-    per step by :func:`_per_position` (a step has a handful of distinct pairs).
+    per step by :func:`specobs.formulas.per_position` (a step has a handful of distinct pairs).
     """
 
     __slots__ = ("context", "delivered", "lengths", "own", "requests", "sampled")
@@ -144,53 +145,6 @@ def _context(requests: Any, request_ids: Any) -> tuple[float | None, int | None]
         return (total / found, longest) if found else (None, None)
     except Exception:  # a scheduler shaped otherwise: the row goes on without its context
         return None, None
-
-
-def _trials(drafted: int, accepted: int) -> int:
-    """Positions a draft was tried at: i < drafted with every earlier position accepted (i <= accepted)."""
-    return max(min(accepted + 1, drafted), 0)
-
-
-def _per_position(lengths: dict[tuple[int, int], int], k: int) -> tuple[int, list[int], list[int], list[int]]:
-    """Drafts of one step and, per position, a_i, n_i and m_i.
-
-    ``lengths`` counts drafts by (drafted, accepted) length. Element i of the lists counts
-    drafts accepted past i (a_i), drafted past i (n_i), and drafted past i with positions
-    0..i-1 accepted (m_i, the trials of the conditional rate). The lists are at least k long,
-    longer when a draft made at an earlier, larger k is verified here. Their sums are the
-    step's accepted and drafted tokens.
-
-    One histogram per list (drafts ending at each length), then one pass of suffix sums::
-
-        _per_position({(3, 1): 2, (2, 2): 1}, 3) == (3, [3, 1, 0], [3, 3, 2], [3, 3, 0])
-    """
-    positions = k
-    for drafted, accepted in lengths:
-        if drafted > positions:
-            positions = drafted
-        if accepted > positions:
-            positions = accepted
-    size = positions + 1
-    accepted_len, drafted_len, tried_len = [0] * size, [0] * size, [0] * size
-    drafts = 0
-    for (drafted, accepted), count in lengths.items():
-        drafts += count
-        accepted_len[accepted] += count
-        if accepted < drafted:  # rejected at position `accepted`: tried up to there
-            drafted_len[drafted] += count
-            tried_len[accepted + 1] += count
-        else:  # all accepted: tried at every drafted position
-            drafted = max(drafted, 0)
-            drafted_len[drafted] += count
-            tried_len[drafted] += count
-    accepted_pos, drafts_pos, tried_pos = [0] * positions, [0] * positions, [0] * positions
-    a = n = m = 0
-    for i in range(positions - 1, -1, -1):  # element i: observations longer than i
-        a += accepted_len[i + 1]
-        n += drafted_len[i + 1]
-        m += tried_len[i + 1]
-        accepted_pos[i], drafts_pos[i], tried_pos[i] = a, n, m
-    return drafts, accepted_pos, drafts_pos, tried_pos
 
 
 class Capture:
@@ -376,7 +330,7 @@ class Capture:
             k = getattr(scheduler, "num_spec_tokens", 0)
         k = int(k or 0)
         # Drafts made at an earlier step's k can be longer than this step's: lists grow to fit.
-        num_drafts, accepted_pos, drafts_pos, tried_pos = _per_position(drafts.lengths, k)
+        num_drafts, accepted_pos, drafts_pos, tried_pos = per_position(drafts.lengths, k)
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
         generated = sum(map(len, sampled)) if isinstance(sampled, list) else None
         labels = self.labels(scheduler)
@@ -411,8 +365,7 @@ class Capture:
             self._describe(scheduler, recorder)
         recorder.record(row)
         for request_id, drafted, accepted in drafts.requests:
-            length = max(k, drafted, accepted)
-            tried = _trials(drafted, accepted)
+            accepted_one, drafted_one, tried_one = one_draft_per_position(drafted, accepted, k)
             own = drafts.own.get(request_id) if drafts.own else None
             recorder.record(
                 StepRow(
@@ -426,9 +379,9 @@ class Capture:
                     num_drafts=1,
                     num_draft_tokens=drafted,
                     num_accepted_tokens=accepted,
-                    num_accepted_tokens_per_pos=[1] * accepted + [0] * (length - accepted),
-                    num_drafts_per_pos=[1] * drafted + [0] * (length - drafted),
-                    num_drafts_accepted_before_pos=[1] * tried + [0] * (length - tried),
+                    num_accepted_tokens_per_pos=accepted_one,
+                    num_drafts_per_pos=drafted_one,
+                    num_drafts_accepted_before_pos=tried_one,
                 )
             )
         if self.config.online_tuner:

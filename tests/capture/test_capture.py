@@ -582,7 +582,7 @@ def test_trials_are_read_and_missing_ones_are_null(tmp_path):
 
     import polars as pl
 
-    from specobs.ingest import events
+    from specobs import validity
 
     lines = [
         GOOD,
@@ -599,7 +599,7 @@ def test_trials_are_read_and_missing_ones_are_null(tmp_path):
     assert frame[BEFORE].to_list() == [[4, 2, 1], None, None, [4, 3, 2], [4, 3, 0]]
     # Consistent files take the vectorised path (no line-by-line parsing).
     steps = pl.read_ndjson(path, schema=schema.STEPS)
-    assert not steps.select(events._contradictory().any()).item()
+    assert not steps.select(validity.contradictory().any()).item()
 
 
 def test_the_online_tuner_reads_its_earlier_variable_names_too():
