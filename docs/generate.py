@@ -282,32 +282,14 @@ def series_budget_table() -> str:
 
 
 def otel_table() -> str:
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    """Every instrument ``OtelMetrics`` makes: one per row of the family table, as the SDK names its kind."""
+    from specobs.ingest.specobs_metrics import COUNTER, FAMILIES, GAUGE
 
-    from specobs.exporters.otel import OtelMetrics
-
-    reader = InMemoryMetricReader()
-    metrics = OtelMetrics(MeterProvider(metric_readers=[reader]))
-    with _sweep_file("ngram").open(encoding="utf-8") as lines:
-        for line in list(lines)[:500]:
-            row = json.loads(line)
-            if row.get("request_id") is None:
-                metrics.observe_step(row)
-    with _metadata_file("ngram").open(encoding="utf-8") as lines:
-        metrics.observe_metadata(json.loads(next(lines)))
-    metrics.observe_request(_REQUEST)
-    data = reader.get_metrics_data()
-    rows: list[tuple[str, ...]] = []
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                kind = type(metric.data).__name__.lower().replace("sum", "counter")
-                attributes: list[str] = []
-                for point in metric.data.data_points:
-                    attributes += [k for k in point.attributes if k not in attributes]
-                rows.append((code(metric.name), kind, code(metric.unit), ", ".join(attributes), metric.description))
-    metrics.shutdown()
+    kinds = {COUNTER: "counter", GAUGE: "gauge"}
+    rows = [
+        (code(f.otel), kinds.get(f.kind, "histogram"), code(f.unit), ", ".join(f.labels) or "—", f.help)
+        for f in FAMILIES
+    ]
     return table(
         ("instrument", "kind", "unit", "attributes", "description"), sorted(rows, key=lambda r: r[0].strip("`"))
     )

@@ -3,9 +3,10 @@
 Both exporters publish what this module makes of a row, so they cannot drift apart (they used to
 map a step each by hand, and OpenTelemetry had no label cap, count check or NaN guard):
 
-- :data:`SPECS` names every metric once: its Prometheus family, its OpenTelemetry instrument, kind,
-  labels, unit and help. Names differ only by each system's conventions (``specobs_drafts_total``
-  and ``specobs.drafts``; a Prometheus summary is an OpenTelemetry histogram).
+- Every metric is one row of the family table (:mod:`specobs.ingest.specobs_metrics`: its
+  Prometheus family, OpenTelemetry instrument, kind, labels, unit, help and source); :data:`SPECS`
+  are the rows this mapping feeds. Names differ only by each system's conventions
+  (``specobs_drafts_total`` and ``specobs.drafts``; a Prometheus summary is an OpenTelemetry histogram).
 - :class:`StepMapper` turns a row into one :class:`StepUpdate` (labels, counts, per-position counts,
   timings of a single step, k). Label values come from the input, so they are capped
   (:class:`LabelCap`: a budget of distinct values, ``other`` past it, counted per label). Values
@@ -34,22 +35,32 @@ import operator
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from specobs import buckets, dimensions, schema
 from specobs.analysis.acceptance import drafts_per_position
 from specobs.analysis.cost import cost_ratio, draft_positions, draft_share
+from specobs.ingest import specobs_metrics as m
+from specobs.ingest.specobs_metrics import (
+    ACCEPTED_PER_POSITION,
+    CONFIG_INFO,
+    COST_RATIO,
+    DRAFT_SHARE,
+    DRAFTS_PER_POSITION,
+    DROPPED_VALUES,
+    ENGINE_INFO,
+    INFO_FIELDS,
+    LABEL_OVERFLOW,
+    LABELS,
+    REQUEST_ACCEPTANCE,
+    REQUEST_ACCEPTANCE_BOUNDS,
+)
+from specobs.ingest.specobs_metrics import Family as Spec
 
-#: The labels of every step series: the engine's identity (``dimensions.SERIES``).
-LABELS = tuple(d.prometheus for d in dimensions.having(dimensions.SERIES) if d.prometheus)
 MAX_POSITIONS = 16
 #: ``specobs_speculative_config_info`` series per (model, engine, method): the k values seen
 #: last (a schedule or a tuner switches between a few; each new one replaces the oldest).
 MAX_K_SERIES = 4
-#: Run-metadata fields (:class:`specobs.records.RunMetadata`) that ``specobs_engine_info`` publishes
-#: as labels, beside the identity labels and ``num_speculative_tokens``.
-INFO_FIELDS = dimensions.fields_of(dimensions.INFO)
 #: Info fields that are counts (parallel sizes): an integer is their value, a text is not.
 INTEGER_INFO = frozenset(n for n in INFO_FIELDS if n in schema.RUN_DIMENSIONS and schema.RUN_DIMENSIONS[n].is_integer())
 #: Distinct values each input-derived label may take before the rest are folded into ``other``.
@@ -67,104 +78,23 @@ DROP_REASONS = (NON_FINITE, NEGATIVE, WRONG_TYPE, INCONSISTENT)
 #: Labels whose folds are counted from the start (``num_speculative_tokens`` from its first fold).
 CAPPED_LABELS = LABELS
 
-COUNTER, TIMING, GAUGE, HISTOGRAM = "counter", "timing", "gauge", "histogram"
-#: Upper bounds (``le``) of ``specobs_request_acceptance_length``'s buckets, in tokens per verify
-#: step (``+Inf`` follows): 1.1 and below is a request whose drafts were all but rejected.
-REQUEST_ACCEPTANCE_BOUNDS = (1.1, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
-
-
-@dataclass(frozen=True, eq=False)
-class Spec:
-    """One metric as both exporters publish it."""
-
-    name: str  #: Prometheus family name (a counter's samples add ``_total`` and ``_created``)
-    otel: str  #: OpenTelemetry instrument name
-    kind: str  #: COUNTER, TIMING (Prometheus summary, OpenTelemetry histogram), GAUGE or HISTOGRAM (both)
-    labels: tuple[str, ...]
-    unit: str  #: OpenTelemetry unit (Prometheus names carry theirs)
-    help: str
-
-
-def _counter(name: str, otel: str, unit: str, help: str, labels: tuple[str, ...] = LABELS) -> Spec:
-    return Spec(name, otel, COUNTER, labels, unit, help)
-
-
+#: The families a steps row feeds, from the one table (:mod:`specobs.ingest.specobs_metrics`).
 #: The counters of every (model_name, engine, method), in the order :attr:`StepUpdate.counts` holds
 #: them: steps, ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``,
 #: ``num_generated_tokens``, and the drafted positions per request of a step with draft time
 #: (``analysis.cost.draft_positions``).
-COUNTER_SPECS = (
-    _counter("specobs_steps", "specobs.steps", "{step}", "Engine steps observed."),
-    _counter("specobs_drafts", "specobs.drafts", "{draft}", "Drafts verified."),
-    _counter("specobs_draft_tokens", "specobs.draft_tokens", "{token}", "Draft tokens proposed and verified."),
-    _counter("specobs_accepted_tokens", "specobs.accepted_tokens", "{token}", "Draft tokens accepted."),
-    _counter("specobs_generated_tokens", "specobs.generated_tokens", "{token}", "Tokens generated."),
-    _counter(
-        "specobs_draft_positions", "specobs.draft_positions", "{position}",
-        "Drafted positions per request (draft tokens / batch size) of the steps whose draft time was observed.",
-    ),
-)  # fmt: skip
+COUNTER_SPECS = (m.STEPS_OBSERVED, m.DRAFTS, m.DRAFT_TOKENS, m.ACCEPTED_TOKENS, m.GENERATED_TOKENS, m.DRAFT_POSITIONS)
 #: Where the drafted positions are in :data:`COUNTER_SPECS` (the cost ratio's denominator).
 POSITIONS_INDEX = 5
-ACCEPTED_PER_POSITION = _counter(
-    "specobs_accepted_tokens_per_position", "specobs.accepted_tokens.position", "{draft}",
-    "Drafts whose first position+1 tokens were accepted.", (*LABELS, "position"),
-)  # fmt: skip
-DRAFTS_PER_POSITION = _counter(
-    "specobs_drafts_per_position", "specobs.drafts.position", "{draft}",
-    "Drafts that reached the position (drafted more than position tokens).", (*LABELS, "position"),
-)  # fmt: skip
 #: The timings of a single step, in the order of :attr:`StepUpdate.timing`'s seconds.
-TIMING_SPECS = tuple(
-    Spec(name, otel, TIMING, (*LABELS, "batch_size_bucket"), "s", help)
-    for name, otel, help in (
-        ("specobs_draft_seconds", "specobs.draft.duration", "Time in the proposer per step."),
-        ("specobs_verify_seconds", "specobs.verify.duration", "Target forward and rejection sampling per step."),
-        ("specobs_step_seconds", "specobs.step.duration", "Whole engine step."),
-    )
-)
-COST_RATIO = Spec(
-    "specobs_cost_ratio", "specobs.cost_ratio", GAUGE, LABELS, "1",
-    "Draft seconds per drafted position per request over verify seconds per step: one drafter pass "
-    "against one target forward (Leviathan's c).",
-)  # fmt: skip
-DRAFT_SHARE = Spec(
-    "specobs_draft_share", "specobs.draft_share", GAUGE, LABELS, "1",
-    "Share of step time spent drafting: mean draft seconds over mean step seconds.",
-)  # fmt: skip
-CONFIG_INFO = Spec(
-    "specobs_speculative_config_info", "specobs.speculative_config_info", GAUGE,
-    (*LABELS, "num_speculative_tokens"), "1", "1 while a speculative engine is observed.",
-)  # fmt: skip
-LABEL_OVERFLOW = _counter(
-    "specobs_label_overflow", "specobs.label_overflow", "{observation}",
-    'Observations whose label value was published as "other" (over the budget of distinct values, '
-    "too long, or with whitespace).",
-    ("label",),
-)  # fmt: skip
-DROPPED_VALUES = _counter(
-    "specobs_dropped_values", "specobs.dropped_values", "{value}",
-    "Row values never added to a metric: not finite, negative, not a count (wrong_type), or a row whose counts "
-    "contradict each other (inconsistent, the whole row).",
-    ("reason",),
-)  # fmt: skip
-ENGINE_INFO = Spec(
-    "specobs_engine_info", "specobs.engine_info", GAUGE, (*LABELS, "num_speculative_tokens", *INFO_FIELDS), "1",
-    "1 per engine (model_name, engine): what it runs on and with, from its latest run metadata (a restart with "
-    "another configuration replaces the series; an empty label is a value the metadata did not have).",
-)  # fmt: skip
-REQUEST_ACCEPTANCE = Spec(
-    "specobs_request_acceptance_length", "specobs.request.acceptance_length", HISTOGRAM, LABELS, "{token}",
-    "Acceptance length of each finished request that verified drafts: 1 + its accepted draft tokens / its "
-    "verify steps (vLLM's per-request mean acceptance length, bonus token included).",
-)  # fmt: skip
+TIMING_SPECS = (m.DRAFT_SECONDS, m.VERIFY_SECONDS, m.STEP_SECONDS)
 #: What a steps row becomes, in the order the exporters publish it.
-STEP_SPECS = (*COUNTER_SPECS, ACCEPTED_PER_POSITION, DRAFTS_PER_POSITION, *TIMING_SPECS, COST_RATIO, DRAFT_SHARE,
-              CONFIG_INFO)  # fmt: skip
+STEP_SPECS = m.of_source(m.STEPS)
 #: What a run-metadata record and a finished request (a ``requests`` row) become.
 ENGINE_SPECS = (ENGINE_INFO, REQUEST_ACCEPTANCE)
 #: What the mapping counts about itself.
-HEALTH_SPECS = (LABEL_OVERFLOW, DROPPED_VALUES)
+HEALTH_SPECS = m.of_source(m.MAPPING)
+#: Every family a row feeds (steps, run metadata, finished requests) and the mapping's own counts.
 SPECS = (*STEP_SPECS, *ENGINE_SPECS, *HEALTH_SPECS)
 
 _POSITION_LABELS = tuple(str(p) for p in range(MAX_POSITIONS))

@@ -6,13 +6,16 @@ OTLP exporter itself); nothing is set up when neither is set. The instruments (n
 units, attributes) and the variables are tabled in docs/exporters.md and docs/vllm.md, generated
 from this module (``python docs/generate.py``).
 
-A row goes through the same mapping as Prometheus (:mod:`specobs.exporters.mapping`): the same
-label caps, count checks and NaN guard, the same sums. Counters, the cost ratio, the draft share
-and the config info are observable instruments read from those sums at each export (one step
-costs plain additions, not an SDK call per field); the three timings are histograms, recorded per
-step (OpenTelemetry has no summary), whose ``sum`` and ``count`` are the Prometheus summaries'.
-What the mapping leaves out is counted in ``specobs.label_overflow{label}`` and
-``specobs.dropped_values{reason}``.
+Every family of the one table (:data:`specobs.ingest.specobs_metrics.FAMILIES`) is one instrument,
+fed through the same dispatch and the same mapping as Prometheus
+(:class:`~specobs.exporters.families.Exported`, :mod:`specobs.exporters.mapping`): the same
+label caps, count checks and NaN guard, the same sums. Counters and gauges (the step counters, the
+cost ratio, draft share and config info, the tuning gauges, the online tuner's families, the
+recorder's and the sidecar's health counters) are observable instruments read from that state at
+each export (one step costs plain additions, not an SDK call per field); the three timings are
+histograms, recorded per step (OpenTelemetry has no summary), whose ``sum`` and ``count`` are the
+Prometheus summaries'. What the mapping leaves out is counted in ``specobs.label_overflow{label}``
+and ``specobs.dropped_values{reason}``.
 
 Data-point attributes: ``model_name``, ``engine``, ``method`` (``position`` on the per-position
 counters, ``batch_size_bucket`` on the durations, ``num_speculative_tokens`` on the config info,
@@ -30,27 +33,21 @@ capture knows it; a field it lacks is left out): ``service.name`` = specobs, ``s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from specobs import dimensions, schema
+from specobs import dimensions
 from specobs.capture.config import EnvironmentVariable
-from specobs.capture.sinks import is_step, side_kind
-from specobs.exporters.mapping import (
+from specobs.exporters.families import Counts, Exported, Sink
+from specobs.exporters.mapping import MAX_LABEL_LENGTH, TIMING_SPECS, RequestUpdate, StepUpdate
+from specobs.ingest.specobs_metrics import (
     COUNTER,
-    ENGINE_INFO,
+    FAMILIES,
     HISTOGRAM,
-    MAX_LABEL_LENGTH,
     REQUEST_ACCEPTANCE,
     REQUEST_ACCEPTANCE_BOUNDS,
-    SPECS,
-    STEP_SPECS,
     TIMING,
-    TIMING_SPECS,
-    EngineInfo,
-    Spec,
-    StepMapper,
-    StepSums,
+    Family,
 )
 
 OTEL_EXPORTER_OTLP_ENDPOINT = EnvironmentVariable(
@@ -107,58 +104,60 @@ def otlp_configured() -> bool:
     return bool(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT.raw() or OTEL_EXPORTER_OTLP_ENDPOINT.raw())
 
 
-class OtelMetrics:
-    """The specobs instruments on a meter; ``observe_step`` feeds them from a steps row."""
+class OtelMetrics(Exported):
+    """The specobs families as instruments on a meter (one per row of the family table); the
+    ``observe_*`` methods and :meth:`write` (the one dispatch) feed them."""
 
-    def __init__(self, meter_provider: Any, label_budget: dict[str, int] | None = None) -> None:
-        """``label_budget`` as :class:`~specobs.exporters.prometheus.PrometheusMetrics` takes it."""
+    def __init__(
+        self, meter_provider: Any, label_budget: dict[str, int] | None = None, health: Counts | None = None
+    ) -> None:
+        """``label_budget`` and ``health`` as :class:`~specobs.exporters.prometheus.PrometheusMetrics`
+        takes them."""
         from opentelemetry.metrics import Observation  # the optional dependency (specobs[otel])
 
+        super().__init__(label_budget, health)
         self._observation = Observation
         meter = meter_provider.get_meter("specobs")
         self.provider = meter_provider
-        self.mapper = StepMapper(label_budget)
-        self.sums = StepSums()
-        self.info = EngineInfo()
-        #: timing spec → its histogram; (labels, bucket) → the attributes of a duration point
-        self.histograms: dict[Spec, Any] = {}
+        #: timing or histogram family → its histogram; (labels, bucket) → the attributes of a duration point
+        self.histograms: dict[Family, Any] = {}
         self._timed_attributes: dict[tuple[tuple[str, str, str], str], dict[str, str]] = {}
         #: labels → the attributes of a request point (bounded by the label caps)
         self._request_attributes: dict[tuple[str, str, str], dict[str, str]] = {}
-        for spec in SPECS:
-            if spec.kind == TIMING:
-                self.histograms[spec] = meter.create_histogram(spec.otel, unit=spec.unit, description=spec.help)
+        for family in FAMILIES:
+            if family.kind == TIMING:
+                self.histograms[family] = meter.create_histogram(family.otel, unit=family.unit, description=family.help)
                 continue
-            if spec.kind == HISTOGRAM:  # the Prometheus buckets, so both count the same requests per bucket
-                self.histograms[spec] = meter.create_histogram(
-                    spec.otel, unit=spec.unit, description=spec.help,
+            if family.kind == HISTOGRAM:  # the Prometheus buckets, so both count the same requests per bucket
+                self.histograms[family] = meter.create_histogram(
+                    family.otel, unit=family.unit, description=family.help,
                     explicit_bucket_boundaries_advisory=list(REQUEST_ACCEPTANCE_BOUNDS),
                 )  # fmt: skip
                 continue
-            create = meter.create_observable_counter if spec.kind == COUNTER else meter.create_observable_gauge
-            create(spec.otel, callbacks=[self._callback(spec)], unit=spec.unit, description=spec.help)
+            create = meter.create_observable_counter if family.kind == COUNTER else meter.create_observable_gauge
+            create(family.otel, callbacks=[self._callback(family)], unit=family.unit, description=family.help)
 
-    def _callback(self, spec: Spec) -> Callable[[Any], Iterable[Any]]:
-        """What an observable instrument reports at export: its series in the mapping's sums."""
-        source = (
-            self.sums.points if spec in STEP_SPECS else self.info.points if spec is ENGINE_INFO else self.mapper.points
-        )
+    def _callback(self, family: Family) -> Callable[[Any], Iterable[Any]]:
+        """What an observable instrument reports at export: its series among its source's points."""
         observation = self._observation
+        source = family.source
 
         def observe(_options: Any) -> Iterable[Any]:
             return [
-                observation(point.value, dict(zip(spec.labels, point.labels, strict=True)))
-                for point in source()
-                if point.spec is spec
+                observation(point.value, dict(zip(family.labels, point.labels, strict=True)))
+                for point in self.points(source)
+                if point.spec is family
             ]
 
         return observe
 
     @classmethod
-    def from_environment(cls, resource_attributes: dict[str, str] | None = None) -> OtelMetrics | None:
+    def from_environment(
+        cls, resource_attributes: dict[str, str] | None = None, health: Counts | None = None
+    ) -> OtelMetrics | None:
         """A provider exporting over OTLP/HTTP when the OTLP variables are set; else None (nothing
         is imported or started). ``resource_attributes``: attribute names as published (see
-        :func:`resource_attributes`), added to ``service.name``."""
+        :func:`resource_attributes`), added to ``service.name``; ``health``: the recorder's counters."""
         if not otlp_configured():
             return None
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -169,40 +168,26 @@ class OtelMetrics:
         interval = OTEL_METRIC_EXPORT_INTERVAL.number()
         reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
         resource = Resource.create({"service.name": SERVICE_NAME, **(resource_attributes or {})})
-        return cls(MeterProvider(resource=resource, metric_readers=[reader]))
+        return cls(MeterProvider(resource=resource, metric_readers=[reader]), health=health)
 
-    def observe_step(self, row: dict[str, Any]) -> None:
-        """One steps row (a capture row or an event-file record)."""
-        self.observe_window(row, steps=1)
-
-    def observe_window(self, row: dict[str, Any], steps: int | None = None) -> None:
-        """A window of counts (a log interval) or a single step; timings only when timed."""
-        update = self.mapper.map(row, steps)
-        if update is None:
+    def _timed(self, update: StepUpdate) -> None:
+        """A single step's durations, one histogram record each."""
+        timing = update.timing
+        if timing is None:
             return
-        self.sums.add(update)
-        if update.timing is not None:
-            bucket, seconds = update.timing
-            key = (update.labels, bucket)
-            attributes = self._timed_attributes.get(key)
-            if attributes is None:  # bounded: the label caps times the batch buckets
-                attributes = self._timed_attributes[key] = dict(
-                    zip(TIMING_SPECS[0].labels, (*update.labels, bucket), strict=True)
-                )
-            for spec, value in zip(TIMING_SPECS, seconds, strict=True):
-                if value is not None:
-                    self.histograms[spec].record(value, attributes)
+        bucket, seconds = timing
+        key = (update.labels, bucket)
+        attributes = self._timed_attributes.get(key)
+        if attributes is None:  # bounded: the label caps times the batch buckets
+            attributes = self._timed_attributes[key] = dict(
+                zip(TIMING_SPECS[0].labels, (*update.labels, bucket), strict=True)
+            )
+        for family, value in zip(TIMING_SPECS, seconds, strict=True):
+            if value is not None:
+                self.histograms[family].record(value, attributes)
 
-    def observe_metadata(self, record: Any) -> bool:
-        """An engine's run metadata: ``specobs.engine_info`` of its ``(model_name, engine)``
-        becomes this one (False: older than the one published, ignored)."""
-        return self.info.set(self.mapper.map_metadata(record))
-
-    def observe_request(self, row: dict[str, Any]) -> None:
-        """A finished request: one observation of ``specobs.request.acceptance_length``."""
-        update = self.mapper.map_request(row)
-        if update is None:
-            return
+    def _requested(self, update: RequestUpdate) -> None:
+        """A finished request's acceptance length, one histogram record."""
         attributes = self._request_attributes.get(update.labels)
         if attributes is None:
             attributes = self._request_attributes[update.labels] = dict(
@@ -217,22 +202,11 @@ class OtelMetrics:
         self.provider.shutdown()
 
 
-class OtelSink:
-    """Recorder sink feeding the OpenTelemetry instruments."""
+class OtelSink(Sink):
+    """Recorder sink feeding the OpenTelemetry instruments (:meth:`Exported.write`); closing it
+    flushes and shuts the provider down."""
 
-    def __init__(self, metrics: OtelMetrics) -> None:
-        self.metrics = metrics
-
-    def write(self, rows: Sequence[dict[str, Any]]) -> None:
-        for row in rows:
-            if is_step(row):  # no per-request shares of a step, no decisions
-                self.metrics.observe_step(row)
-                continue
-            kind = side_kind(row)
-            if kind == schema.METADATA_KEY:
-                self.metrics.observe_metadata(row)
-            elif kind == schema.REQUEST_KEY:
-                self.metrics.observe_request(row)
+    metrics: OtelMetrics
 
     def close(self) -> None:
         self.metrics.force_flush()

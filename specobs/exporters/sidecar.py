@@ -31,33 +31,39 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from specobs import schema
 from specobs.advice.recommend import recommend
 from specobs.errors import Notice, Skipped
+from specobs.exporters.families import Exported, counted
 from specobs.exporters.follow import Follower, Lines, _Followed
-from specobs.exporters.prometheus import PrometheusMetrics
+from specobs.exporters.prometheus import families
 from specobs.ingest import decisions, detect, events, metadata_files, read_source
 from specobs.ingest import request_rows as request_files
 from specobs.ingest.events import steps_to_windows
 from specobs.ingest.source import Source
+from specobs.ingest.specobs_metrics import SIDECAR, of_source
 
 logger = logging.getLogger("specobs")
 RECENT_ROWS = 20_000
+#: The column of a refit's rows that holds the order they were read in.
+ARRIVAL = "arrival"
 #: ``reason`` of ``specobs_skipped_records_total``: the event reader's reasons, and ``error`` for a
 #: row the metrics update could not take.
 SKIP_REASONS = (*events.REASONS, "error")
 
 
 class Sidecar:
-    """Follows inputs and keeps a :class:`PrometheusMetrics` up to date."""
+    """Follows inputs and keeps an exporter's metrics up to date (a
+    :class:`~specobs.exporters.prometheus.PrometheusMetrics` or an
+    :class:`~specobs.exporters.otel.OtelMetrics`: both are fed through the same dispatch)."""
 
     def __init__(
         self,
         paths: list[str],
-        metrics: PrometheusMetrics,
+        metrics: Exported,
         *,
         from_end: bool = False,
         tuning_interval: float = 60.0,
@@ -229,23 +235,22 @@ class Sidecar:
             methods = [None if m is None else cap("method", str(m)) for m in windows["method"]]
             windows = windows.with_columns(
                 model=pl.Series(models, dtype=pl.String), method=pl.Series(methods, dtype=pl.String)
-            )
+            ).with_row_index(ARRIVAL)
             latest = {}
             for (model,), part in windows.group_by(["model"]):
                 rec = recommend(part, bootstrap=0)
                 if rec is None:
                     continue
-                running = (
-                    part.filter(pl.col("num_spec_tokens") > 0)
-                    .group_by("method")
-                    .agg(pl.col("num_spec_tokens").max())
-                    .iter_rows()
-                )
-                latest[str(model or "")] = (rec, dict(running))
+                latest[str(model or "")] = (rec, running_k(part))
             self.metrics.replace_recommendations(latest)  # a model no longer seen stops being published
         except Exception as exc:
             self.errors += 1
             self._warn("tuning", f"specobs exporter: tuning failed ({type(exc).__name__}: {exc})")
+
+    def counts(self) -> dict[str, Any]:
+        """What the sidecar read and could not: ``rows``, ``errors`` and ``skipped`` (reason →
+        records), the ``specobs_exporter_*`` and ``specobs_skipped_records`` families."""
+        return {"rows": self.rows_seen, "errors": self.errors, "skipped": dict(self.skipped)}
 
     def _warn(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -262,6 +267,21 @@ class Sidecar:
         self.follower.close()
 
 
+def running_k(windows: pl.DataFrame) -> dict[str, int]:
+    """Method → the k it runs now: the ``num_spec_tokens`` its most recently read row reported
+    (rows in the order read, :data:`ARRIVAL`). Not the largest k seen: a batch-size schedule or
+    the online tuner runs a smaller k in some buckets, and the largest would name a k that no
+    longer runs. A row without a speculative k (none, 0) is passed over::
+
+        running_k(rows with method ngram and k 6, 6, 3 in that order) == {"ngram": 3}
+    """
+    ran = windows.filter(pl.col("num_spec_tokens") > 0)
+    if ran.is_empty():
+        return {}
+    last = ran.group_by("method").agg(pl.col("num_spec_tokens").sort_by(ARRIVAL).last())
+    return {method: int(k) for method, k in last.iter_rows()}
+
+
 def _reason(why: str) -> str:
     """The ``specobs_skipped_records_total`` reason of a side-file record a reader skipped, from its why."""
     if why.startswith("not valid JSON"):
@@ -274,23 +294,14 @@ def _reason(why: str) -> str:
 
 
 class SidecarHealth(Collector):
-    """``specobs_exporter_rows_total`` and ``specobs_exporter_errors_total``: what the sidecar read
-    and the inputs it could not, for its own /metrics."""
+    """The sidecar's own families for its /metrics (``specobs_exporter_rows_total``,
+    ``specobs_exporter_errors_total``, ``specobs_skipped_records_total{reason}``), built from the
+    family table like every other (:meth:`Exported.attach_sidecar` publishes them through an
+    exporter's own families instead: OpenTelemetry's, or Prometheus' without this collector)."""
 
     def __init__(self, sidecar: Sidecar) -> None:
         self.sidecar = sidecar
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        yield CounterMetricFamily("specobs_exporter_rows", "Rows read by the exporter.", value=self.sidecar.rows_seen)
-        yield CounterMetricFamily(
-            "specobs_exporter_errors", "Inputs the exporter could not read.", value=self.sidecar.errors
-        )
-        skipped = CounterMetricFamily(
-            "specobs_skipped_records",
-            "Event-file records skipped whole (invalid JSON, wrong type, negative, non-finite, inconsistent counts) "
-            "or rows the metrics update could not take (error).",
-            labels=["reason"],
-        )
-        for reason, count in self.sidecar.skipped.items():
-            skipped.add_metric([reason], count)
-        yield skipped
+    def collect(self) -> Iterator[Metric]:
+        published = of_source(SIDECAR)
+        yield from families(published, counted(published, self.sidecar.counts()))

@@ -15,9 +15,10 @@ def capture_sinks(
 ) -> list:
     """Every sink ``config`` asks for: event files, and the exporters when configured.
 
-    ``health`` (the recorder's counters) feeds ``specobs_dropped_events_total`` and
-    ``specobs_hook_errors_total``; the Prometheus port is offset by the engine index so that
-    data-parallel engine cores on one host do not collide. ``resource``: the engine's labels and
+    ``health`` (the recorder's counters) feeds ``specobs_dropped_events_total``,
+    ``specobs_hook_errors_total`` and ``specobs_untimed_steps_total`` on both exporters; the
+    Prometheus port is offset by the engine index so that data-parallel engine cores on one host do
+    not collide. ``resource``: the engine's labels and
     run-metadata fields (``RunMetadata`` names), which OpenTelemetry carries as resource attributes
     (:data:`specobs.exporters.otel.RESOURCE_ATTRIBUTES`). The run-metadata record and finished
     requests reach both exporters as rows (``specobs_engine_info``, ``specobs_request_acceptance_length``).
@@ -29,7 +30,7 @@ def capture_sinks(
         serve(metrics, f"{host or '127.0.0.1'}:{int(port) + engine}")
         sinks.append(PrometheusSink(metrics))
     if config.otel:
-        otel = OtelMetrics.from_environment(resource_attributes(resource or {}))
+        otel = OtelMetrics.from_environment(resource_attributes(resource or {}), health=health)
         if otel is not None:
             sinks.append(OtelSink(otel))
     return sinks

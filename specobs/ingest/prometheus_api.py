@@ -34,19 +34,25 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
-from specobs.ingest import vllm_metrics
+from specobs.ingest import specobs_metrics, vllm_metrics
 
 FORMAT = "prometheus-api"
 #: vLLM's counters (:data:`specobs.ingest.vllm_metrics.SPEC_DECODE`).
 VLLM = vllm_metrics.SPEC_DECODE
+#: specobs' own counters, where vLLM's are missing: windows column → sample name (from the family
+#: table, :mod:`specobs.ingest.specobs_metrics`, that the exporters publish).
 SPECOBS = {
-    "num_drafts": "specobs_drafts_total",
-    "num_draft_tokens": "specobs_draft_tokens_total",
-    "num_accepted_tokens": "specobs_accepted_tokens_total",
-    "per_pos": "specobs_accepted_tokens_per_position_total",
+    "num_drafts": specobs_metrics.DRAFTS.total,
+    "num_draft_tokens": specobs_metrics.DRAFT_TOKENS.total,
+    "num_accepted_tokens": specobs_metrics.ACCEPTED_TOKENS.total,
+    "per_pos": specobs_metrics.ACCEPTED_PER_POSITION.total,
 }
-TIMINGS = {"draft_seconds": "specobs_draft_seconds", "verify_seconds": "specobs_verify_seconds",
-           "step_seconds": "specobs_step_seconds"}  # fmt: skip
+#: specobs' timing summaries: windows column → family name (``_sum`` and ``_count`` are read).
+TIMINGS = {
+    "draft_seconds": specobs_metrics.DRAFT_SECONDS.name,
+    "verify_seconds": specobs_metrics.VERIFY_SECONDS.name,
+    "step_seconds": specobs_metrics.STEP_SECONDS.name,
+}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

@@ -258,4 +258,3 @@ __all__ = [
     "BY_NAME", "COUNTER", "FAMILIES", "GAUGE", "HISTOGRAM", "INFO_FIELDS", "LABELS", "REQUEST_ACCEPTANCE_BOUNDS",
     "SAMPLE_NAMES", "SOURCES", "TIMING", "Family", "family_of_sample", "of_source",
 ]  # fmt: skip
-

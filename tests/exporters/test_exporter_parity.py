@@ -1,12 +1,16 @@
-"""Prometheus and OpenTelemetry publish the same series from the same rows, hostile ones included.
+"""Prometheus and OpenTelemetry publish every family of the table, with the same series from
+the same input, hostile rows included.
 
-Both exporters go through one mapping (specobs/exporters/mapping.py); this reads what each
-actually publishes — the Prometheus exposition text, and OpenTelemetry through the SDK's
-in-memory reader and through OTLP/HTTP to a real receiver — and compares series by series.
+Both exporters publish the one family table (specobs/ingest/specobs_metrics.py) through one
+dispatch (specobs/exporters/families.py) and one mapping (specobs/exporters/mapping.py); this
+reads what each actually publishes — the Prometheus exposition text, and OpenTelemetry through the
+SDK's in-memory reader and through OTLP/HTTP to a real receiver — and compares them family by
+family, looping over the table: every family has series, and the same ones on both sides.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from http.server import HTTPServer
@@ -16,8 +20,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 from support.otlp import ROW, _Receiver
+from support.paths import ROOT
 
 from specobs.exporters.prometheus import PrometheusMetrics
+from specobs.exporters.sidecar import Sidecar
+from specobs.ingest.specobs_metrics import FAMILIES
 
 pytest.importorskip("opentelemetry.sdk", reason="needs specobs[otel]")
 
@@ -26,8 +33,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExpor
 
 from specobs.exporters.otel import OtelMetrics
 
-#: OpenTelemetry instrument → Prometheus family: the names are a contract on both sides, so the
-#: pairing is written out here rather than read from the mapping.
+#: OpenTelemetry instrument → Prometheus family, as published: the names are a contract on both
+#: sides, so the pairing is written out here and the table is held to it.
 NAMES = {
     "specobs.steps": "specobs_steps",
     "specobs.drafts": "specobs_drafts",
@@ -47,8 +54,19 @@ NAMES = {
     "specobs.request.acceptance_length": "specobs_request_acceptance_length",
     "specobs.label_overflow": "specobs_label_overflow",
     "specobs.dropped_values": "specobs_dropped_values",
+    "specobs.predicted_speedup": "specobs_predicted_speedup",
+    "specobs.recommended.num_speculative_tokens": "specobs_recommended_num_speculative_tokens",
+    "specobs.dropped_events": "specobs_dropped_events",
+    "specobs.hook_errors": "specobs_hook_errors",
+    "specobs.untimed_steps": "specobs_untimed_steps",
+    "specobs.tuner.num_speculative_tokens": "specobs_tuner_num_speculative_tokens",
+    "specobs.tuner.decisions": "specobs_tuner_decisions",
+    "specobs.exporter.rows": "specobs_exporter_rows",
+    "specobs.exporter.errors": "specobs_exporter_errors",
+    "specobs.skipped_records": "specobs_skipped_records",
 }
 BUDGET = {"model_name": 3}
+SWEEP = ROOT / "examples" / "data" / "vllm-cpu-sweep"
 OTHER_ENGINE = {**ROW, "engine": 1, "method": "ngram", "batch_size": 3000, "num_spec_tokens": 4,
                 "num_draft_tokens": 8, "num_accepted_tokens": 3, "num_accepted_tokens_per_pos": [2, 1, 0, 0],
                 "num_drafts_per_pos": [4, 2, 2, 0]}  # fmt: skip
@@ -108,16 +126,56 @@ REQUEST_ROWS = [
 ]  # fmt: skip
 
 
-def feed(metrics: PrometheusMetrics | OtelMetrics) -> None:
+#: The online tuner's decision log: counted per action; apply and rollback set a bucket's k.
+DECISIONS = [
+    {"tuner_action": "apply", "batch_size_min": 1, "batch_size_max": 1, "from_k": 3, "to_k": 5},
+    {"tuner_action": "confirm", "batch_size_min": 1, "batch_size_max": 1, "from_k": 3, "to_k": 5},
+    {"tuner_action": "apply", "batch_size_min": 4, "batch_size_max": 7, "from_k": 3, "to_k": 2},
+    {"tuner_action": "rollback", "batch_size_min": 4, "batch_size_max": 7, "from_k": 2, "to_k": 3},
+    {"tuner_action": "bogus", "batch_size_min": 8, "batch_size_max": 15, "to_k": 9},  # not an action: left out
+]
+#: The recorder's health counters, read at scrape or export.
+HEALTH = {"dropped_events": 7, "hook_errors": 2, "untimed_steps": 5}
+#: Lines of the file the sidecar follows: steps of the bundled ngram run, and records it must skip.
+BAD_LINES = [b"{not json", b'{"ts": 1.0, "model": "x", "num_drafts": -2}', b'{"ts": 1.0, "num_drafts": "two"}']
+
+
+@pytest.fixture(scope="module")
+def followed(tmp_path_factory) -> str:
+    """An event file of 200 steps of the bundled ngram run (k = 4, and 2 in 18 of them), as model
+    ``tiny`` (under the label budget), with three bad records among them."""
+    (source,) = SWEEP.glob("specobs-*ngram*.jsonl")
+    rows = [json.loads(line) for line in source.read_bytes().splitlines()[:200]]
+    lines = [json.dumps({**row, "model": "tiny"}).encode() for row in rows]
+    path = tmp_path_factory.mktemp("sidecar") / "specobs-parity-p1.jsonl"
+    path.write_bytes(b"\n".join([*lines[:100], *BAD_LINES, *lines[100:]]) + b"\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def recommendation():
+    """A real refit of the bundled sweep (the tuning gauges' input)."""
+    from specobs.advice.recommend import recommend
+    from specobs.ingest import load
+
+    return recommend(load([str(SWEEP)]).windows, bootstrap=0)
+
+
+def feed(metrics: PrometheusMetrics | OtelMetrics, followed: str, recommendation) -> None:
+    """The same input for every family: a sidecar following a file (its rows, refit and own counts),
+    step rows and windows, then the capture's rows through the one dispatch (steps, run metadata,
+    finished requests, tuner decisions), and a recommendation with the k each method runs."""
+    sidecar = Sidecar([followed], metrics, tuning_interval=3600)
+    assert sidecar.poll_once() == 200
+    sidecar.stop()
+    metrics.attach_sidecar(sidecar.counts)
     for row, window in ROWS:
         if window:
             metrics.observe_window(row)
         else:
-            metrics.observe_step(row)
-    for record in METADATA_RECORDS:
-        metrics.observe_metadata(record)
-    for row in REQUEST_ROWS:
-        metrics.observe_request(row)
+            metrics.write([row])
+    metrics.write([*METADATA_RECORDS, *REQUEST_ROWS, *DECISIONS])
+    metrics.set_recommendation(recommendation, "tiny", {"ngram": 6, "eagle": 3})
 
 
 def prometheus_series(registry: CollectorRegistry) -> dict[tuple, float]:
@@ -192,27 +250,39 @@ def otlp_series(requests) -> dict[tuple, float]:
 
 
 def assert_same(prometheus: dict[tuple, float], otel: dict[tuple, float]) -> None:
-    assert set(otel) == set(prometheus), (set(prometheus) - set(otel), set(otel) - set(prometheus))
-    for key, value in prometheus.items():
-        assert otel[key] == pytest.approx(value, rel=1e-12), key
+    """Family by family over the table: each has series, the same on both sides, with the same values."""
+    for family in FAMILIES:
+        ours = {key: value for key, value in prometheus.items() if key[0] == family.name}
+        theirs = {key: value for key, value in otel.items() if key[0] == family.name}
+        assert ours, f"{family.name}: no series from the input (feed it)"
+        assert set(theirs) == set(ours), (family.name, set(ours) - set(theirs), set(theirs) - set(ours))
+        for key, value in ours.items():
+            assert theirs[key] == pytest.approx(value, rel=1e-12), key
+    assert {key[0] for key in otel} == {key[0] for key in prometheus} == {family.name for family in FAMILIES}
+
+
+def test_the_table_keeps_the_published_names():
+    """Every family in the table, under the names both sides have published."""
+    assert {family.otel: family.name for family in FAMILIES} == NAMES
+    assert len(FAMILIES) == len(NAMES) == 28
 
 
 @pytest.fixture(scope="module")
-def prometheus() -> dict[tuple, float]:
+def prometheus(followed, recommendation) -> dict[tuple, float]:
     registry = CollectorRegistry()
-    feed(PrometheusMetrics(registry, label_budget=BUDGET))
+    feed(PrometheusMetrics(registry, health=lambda: HEALTH, label_budget=BUDGET), followed, recommendation)
     return prometheus_series(registry)
 
 
-def test_both_publish_the_same_series_through_the_sdk_reader(prometheus):
+def test_both_publish_the_same_series_through_the_sdk_reader(prometheus, followed, recommendation):
     reader = InMemoryMetricReader()
-    metrics = OtelMetrics(MeterProvider(metric_readers=[reader]), label_budget=BUDGET)
-    feed(metrics)
+    metrics = OtelMetrics(MeterProvider(metric_readers=[reader]), label_budget=BUDGET, health=lambda: HEALTH)
+    feed(metrics, followed, recommendation)
     assert_same(prometheus, otel_series(reader.get_metrics_data()))
     metrics.shutdown()
 
 
-def test_both_publish_the_same_series_over_otlp(prometheus):
+def test_both_publish_the_same_series_over_otlp(prometheus, followed, recommendation):
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
     server = HTTPServer(("127.0.0.1", 0), _Receiver)
@@ -220,8 +290,8 @@ def test_both_publish_the_same_series_over_otlp(prometheus):
     _Receiver.requests = []
     exporter = OTLPMetricExporter(endpoint=f"http://127.0.0.1:{server.server_port}/v1/metrics")
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=60_000)
-    metrics = OtelMetrics(MeterProvider(metric_readers=[reader]), label_budget=BUDGET)
-    feed(metrics)
+    metrics = OtelMetrics(MeterProvider(metric_readers=[reader]), label_budget=BUDGET, health=lambda: HEALTH)
+    feed(metrics, followed, recommendation)
     assert metrics.force_flush()
     metrics.shutdown()
     server.shutdown()
@@ -249,7 +319,7 @@ def test_the_hostile_rows_were_checked_capped_and_counted(prometheus):
     assert value("specobs_label_overflow", label="model_name") == 7 + 1
     assert value("specobs_label_overflow", label="graph_mode") == 1
     assert value("specobs_label_overflow", label="method") == 1
-    assert value("specobs_label_overflow", label="num_speculative_tokens") == 21 - 16  # k 3 … 23, 16 kept
+    assert value("specobs_label_overflow", label="num_speculative_tokens") == 22 - 16  # k 2 … 23, 16 kept
     tiny = {"model_name": "tiny", "engine": "0", "method": "eagle"}
     # Steps: 3 good rows, a window of 5, 5 rows with bad values, the 20 rows of k; no contradiction.
     assert value("specobs_steps", **tiny) == 3 + 5 + 5 + 20
@@ -291,3 +361,36 @@ def test_metadata_and_requests_were_replaced_capped_and_counted(prometheus):
     assert cumulative == [2, 3, 4, 6, 7, 8, 9, 9, 10, 11, 13]
     assert value("count", model_name="tiny", engine="1", method="ngram") == 1
     assert value("count", model_name="other", engine="0", method="eagle") == 1  # the prompt-like model name
+
+
+def test_the_tuning_decision_health_and_sidecar_families_hold_their_input(prometheus, recommendation):
+    """The families the table added to OpenTelemetry (equal on both sides by the tests above), by hand."""
+
+    def value(name, **labels):
+        return prometheus.get((name, frozenset(labels.items()), "value"))
+
+    def series(name):
+        return sorted(sorted(labels) for family, labels, _ in prometheus if family == name)
+
+    # Decisions: two applies, a confirm, a rollback; "bogus" is no action. Bucket 1 was set to 5;
+    # bucket 4-7 to 2, then rolled back to 3; nothing set bucket 8-15.
+    assert series("specobs_tuner_decisions") == [[("action", a)] for a in ("apply", "confirm", "rollback")]
+    assert [value("specobs_tuner_decisions", action=a) for a in ("apply", "confirm", "rollback")] == [2, 1, 1]
+    assert series("specobs_tuner_num_speculative_tokens") == [[("batch_size_bucket", b)] for b in ("1", "4-7")]
+    assert value("specobs_tuner_num_speculative_tokens", batch_size_bucket="1") == 5
+    assert value("specobs_tuner_num_speculative_tokens", batch_size_bucket="4-7") == 3
+    assert [value(f"specobs_{key}") for key in HEALTH] == [7, 2, 5]
+    # The sidecar read 200 rows and skipped the three bad records, one per reason.
+    assert value("specobs_exporter_rows") == 200 and value("specobs_exporter_errors") == 0
+    skipped = {dict(k[1])["reason"]: v for k, v in prometheus.items() if k[0] == "specobs_skipped_records"}
+    assert skipped == {"invalid_json": 1, "wrong_type": 1, "negative": 1, "non_finite": 0, "inconsistent": 0,
+                       "error": 0}  # fmt: skip
+    # The speedup of k = 6 weighted by each bucket's traffic steps; ngram's recommended k per bucket.
+    ngram = [p for p in recommendation.predicted if p.method == "ngram" and p.num_speculative_tokens == 6]
+    weighted = sum(p.estimate * p.steps for p in ngram) / sum(p.steps for p in ngram)
+    assert value("specobs_predicted_speedup", model_name="tiny", method="ngram") == pytest.approx(weighted)
+    assert 0.5 < weighted < 3
+    assert value("specobs_predicted_speedup", model_name="tiny", method="eagle") is None  # not in the refit
+    recommended = {dict(labels)["batch_size_bucket"]: v for (name, labels, _), v in prometheus.items()
+                   if name == "specobs_recommended_num_speculative_tokens" and dict(labels)["method"] == "ngram"}  # fmt: skip
+    assert recommended == {"1": 5, "2-3": 5, "4-7": 3, "8-15": 3, "16-31": 4}
