@@ -26,7 +26,7 @@ import polars as pl
 
 from specobs import buckets, dimensions
 from specobs.analysis.acceptance import CONTEXT_BUCKET, summarize, summary_of, with_context_bucket
-from specobs.analysis.intervals import t95
+from specobs.analysis.intervals import sample_variance, t95, welch_df
 from specobs.analysis.pitfalls import matching
 from specobs.analysis.runs import FILLED, with_run_dimensions
 from specobs.records import ContextTrend, RunMetadata, Split, SplitBest, SplitRow
@@ -226,8 +226,8 @@ def matched_ratio(
             continue
         steps = sum(n for _, n in b[bucket]) + sum(n for _, n in a[bucket])
         mb, ma = math.fsum(lb) / len(lb), math.fsum(la) / len(la)
-        vb = math.fsum((x - mb) ** 2 for x in lb) / (len(lb) - 1) / len(lb) if len(lb) > 1 else None
-        va = math.fsum((x - ma) ** 2 for x in la) / (len(la) - 1) / len(la) if len(la) > 1 else None
+        vb = sample_variance(lb, mb) / len(lb) if len(lb) > 1 else None
+        va = sample_variance(la, ma) / len(la) if len(la) > 1 else None
         parts.append((mb - ma, steps, vb, va, len(lb), len(la)))
     if not parts:
         return None, None, None
@@ -240,11 +240,12 @@ def matched_ratio(
     variance = math.fsum((p[1] / total) ** 2 * (p[2] + p[3]) for p in tested)  # type: ignore[operator]
     if variance <= 0:
         return math.exp(log_ratio), None, None
-    welch = math.fsum(
-        (p[1] / total) ** 4 * (p[2] ** 2 / (p[4] - 1) + p[3] ** 2 / (p[5] - 1))  # type: ignore[operator]
+    df = welch_df(
+        part
         for p in tested
+        for part in (((p[1] / total) ** 2 * p[2], p[4] - 1), ((p[1] / total) ** 2 * p[3], p[5] - 1))  # type: ignore[operator]
     )
-    half = t95(variance**2 / welch if welch > 0 else math.inf) * math.sqrt(variance)
+    half = t95(df) * math.sqrt(variance)
     return math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half)
 
 

@@ -37,9 +37,10 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from specobs import buckets, dimensions, schema
+from specobs import buckets, dimensions, schema, validity
 from specobs.analysis.acceptance import drafts_per_position
 from specobs.analysis.cost import cost_ratio, draft_positions, draft_share
+from specobs.formulas import acceptance_length
 from specobs.ingest import specobs_metrics as m
 from specobs.ingest.specobs_metrics import (
     ACCEPTED_PER_POSITION,
@@ -73,8 +74,9 @@ OTHER = "other"
 PUBLISHED_CACHE = 4096
 #: Why a value never reaches a metric (``specobs_dropped_values_total{reason}``): the names the
 #: event reader (``specobs.ingest.events.REASONS``) gives the same faults.
-NON_FINITE, NEGATIVE, WRONG_TYPE, INCONSISTENT = "non_finite", "negative", "wrong_type", "inconsistent"
-DROP_REASONS = (NON_FINITE, NEGATIVE, WRONG_TYPE, INCONSISTENT)
+NON_FINITE, NEGATIVE, WRONG_TYPE = validity.NON_FINITE, validity.NEGATIVE, validity.WRONG_TYPE
+INCONSISTENT = validity.INCONSISTENT
+DROP_REASONS = validity.VALUE_REASONS  # the event reader's reasons, in one home
 #: Labels whose folds are counted from the start (``num_speculative_tokens`` from its first fold).
 CAPPED_LABELS = LABELS
 
@@ -275,7 +277,7 @@ class StepMapper:
             return None
         if isinstance(value, float) and value.is_integer() and value >= 0:
             return int(value)
-        self.drop(_why(value))
+        self.drop(validity.count_fault(value))
         return None
 
     def _counts(self, values: Any) -> Sequence[int] | None:
@@ -287,7 +289,7 @@ class StepMapper:
             return None
         for value in values:
             if not (type(value) is int and value >= 0):
-                self.drop(_why(value))
+                self.drop(validity.count_fault(value))
                 return None
         return values
 
@@ -299,7 +301,7 @@ class StepMapper:
             return None
         if _finite(value) and value >= 0:
             return value
-        self.drop(_why(value))
+        self.drop(validity.count_fault(value))
         return None
 
     def map_metadata(self, record: Mapping[str, Any] | Any) -> InfoUpdate:
@@ -317,7 +319,7 @@ class StepMapper:
         elif type(k) is int and k >= 0:
             k_label = cap("num_speculative_tokens", str(k))
         else:
-            self.drop(_why(k))
+            self.drop(validity.count_fault(k))
             k_label = ""
         fields = []
         for name in INFO_FIELDS:
@@ -344,11 +346,13 @@ class StepMapper:
             return None
         drafted = self._count(row.get("num_draft_tokens"))
         k = _positive(row.get("num_spec_tokens"))
-        if (drafted is not None and accepted > drafted) or (k is not None and accepted > steps * k):
+        if (drafted is not None and validity.accepted_exceeds_drafted(accepted, drafted)) or (
+            k is not None and accepted > steps * k
+        ):
             self.drop(INCONSISTENT)
             return None
         labels, _, _ = self._labels_and_k(row)
-        return RequestUpdate(labels, 1.0 + accepted / steps)
+        return RequestUpdate(labels, acceptance_length(accepted, steps))
 
     def map(self, row: dict[str, Any], steps: int | None = None) -> StepUpdate | None:
         """A steps row (``steps=1``) or a window of counts (``num_timed_steps`` of them); None when
@@ -359,7 +363,7 @@ class StepMapper:
         draft_tokens = get(row.get("num_draft_tokens"))
         accepted = get(row.get("num_accepted_tokens")) or 0
         generated = get(row.get("num_generated_tokens")) or 0
-        if draft_tokens is not None and accepted > draft_tokens:
+        if draft_tokens is not None and validity.accepted_exceeds_drafted(accepted, draft_tokens):
             self.drop(INCONSISTENT)
             return None
         draft_tokens = draft_tokens or 0
@@ -394,15 +398,6 @@ class StepMapper:
                 drafted = draft_positions(draft_tokens, requests)  # a step with draft time
         counts = (timed or 0, drafts, draft_tokens, accepted, generated, drafted)
         return StepUpdate(labels, counts, positions, timing, k_label)
-
-
-def _why(value: Any) -> str:
-    """The reason a value is no count or timing."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return WRONG_TYPE
-    if not math.isfinite(value):
-        return NON_FINITE
-    return NEGATIVE if value < 0 else WRONG_TYPE
 
 
 class _Group:

@@ -28,12 +28,7 @@ VALIDITY = "validity.py"
 
 #: Copies in modules another change owns, each to be replaced by a call to its home (then removed
 #: from here: :func:`test_every_known_copy_is_still_there` fails once one is gone).
-KNOWN_COPIES: dict[tuple[str, str], str] = {
-    ("exporters/mapping.py", "acceptance length"): "formulas.acceptance_length (map_request)",
-    ("exporters/mapping.py", "reason codes"): "validity.VALUE_REASONS / validity.count_fault",
-    ("analysis/split.py", "sample variance"): "intervals.sample_variance (matched_ratio)",
-    ("analysis/split.py", "Welch–Satterthwaite"): "intervals.welch_df (matched_ratio)",
-}
+KNOWN_COPIES: dict[tuple[str, str], str] = {}
 
 
 def _text(node: ast.AST) -> str:
