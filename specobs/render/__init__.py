@@ -67,19 +67,18 @@ def _worded(result: Any, data: dict[str, Any]) -> dict[str, Any]:
         data = {**data, "context": _split_worded(result.context, data.get("context")),
                 "side_by_side": _split_worded(result.side_by_side, data.get("side_by_side"))}  # fmt: skip
         findings = sentences.report_findings(result)
+        groups = list(zip(result.groups, sentences.group_findings(result), strict=True))
         words = {
             "findings": [f.text for f in findings],
             # The same findings as data, aligned with `findings`: kind, severity and the numbers.
             "finding_facts": [rounded(f.finding.to_dict()) for f in findings],
             # Each group's own sentences (printed under its per-position table), beside `groups`
             # so that each of those keeps exactly the summary keys.
-            "group_findings": [
-                {
-                    **jsonable(g.labels),
-                    "findings": [f.text for f in own],
-                    "finding_facts": [rounded(f.finding.to_dict()) for f in own],
-                }
-                for g, own in zip(result.groups, sentences.group_findings(result), strict=True)
+            "group_findings": [{**jsonable(g.labels), "findings": [f.text for f in own]} for g, own in groups],
+            # ...and as data, aligned with `group_findings` (each entry with its `findings`).
+            "group_finding_facts": [
+                {**jsonable(g.labels), "finding_facts": [rounded(f.finding.to_dict()) for f in own]}
+                for g, own in groups
             ],
         }
         data = _after(data, "details", words)

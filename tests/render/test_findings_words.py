@@ -44,7 +44,11 @@ def test_the_json_findings_and_their_facts_align(path):
     assert [f["kind"] for f in data["finding_facts"]] == [str(f.kind) for f in report.findings]
     assert data["findings"] == [sentences.word(f) for f in report.findings]
     assert all(set(f) == {"kind", "severity", "facts"} for f in data["finding_facts"])
-    for group in data["group_findings"]:
-        assert len(group["findings"]) == len(group["finding_facts"])
+    for group, facts in zip(data["group_findings"], data["group_finding_facts"], strict=True):
+        assert len(group["findings"]) == len(facts["finding_facts"])
+        assert {k: v for k, v in group.items() if k != "findings"} == {
+            k: v for k, v in facts.items() if k != "finding_facts"
+        }
     keys = list(data)
     assert keys.index("finding_facts") == keys.index("findings") + 1
+    assert keys.index("group_finding_facts") == keys.index("group_findings") + 1
