@@ -311,7 +311,7 @@ def test_a_panic_in_a_compiled_library_is_one_line_exit_70():
         "import polars as pl\n"
         "import specobs.api as api\n"
         "def boom(*a, **k):\n    raise pl.exceptions.PanicException('index out of bounds: the len is 0')\n"
-        "api.analyze = boom"
+        "api.Session.report = boom"
     )
     err = result.stderr.decode()
     assert result.returncode == 70, err
