@@ -299,7 +299,12 @@ def otel_table() -> str:
 
 #: Paths whose values are keyed by data (a method name, a batch bucket): described, not walked.
 OPAQUE = {
-    "report": {"change_points[].changed"},
+    "report": {
+        "change_points[].changed",
+        # The facts differ per kind (specobs/records/findings.py), described in prose in docs/report.md.
+        "finding_facts[].facts",
+        "group_finding_facts[].finding_facts[].facts",
+    },
     # The config checks are null where no vLLM is installed.
     "recommend": {"method_comparison[].speedups", "recommended.config_check", "bands[].config_check"},
     "tune": {"schedule", "noise.idle_cpu_seconds", "noise.busy_seconds"},
@@ -316,13 +321,17 @@ OPAQUE = {
 }
 #: Objects with the keys of another one: only the first is listed key by key.
 SAME_AS = {
-    "report": {"groups[]": "summary", "details.groups[]": "details.summary"},
+    "report": {
+        "groups[]": "summary",
+        "details.groups[]": "details.summary",
+        "group_finding_facts[].finding_facts[]": "finding_facts[]",
+    },
     "recommend": {},
     "tune": {},
     "compare": {"b": "a", "timing.b": "timing.a", "configuration.b": "configuration.a"},
 }
 #: Lists whose objects start with the group's labels (which ``--by`` chooses).
-LABELLED = {"groups[]", "details.groups[]", "group_findings[]", "timing[]", "change_points[]"}
+LABELLED = {"groups[]", "details.groups[]", "group_findings[]", "group_finding_facts[]", "timing[]", "change_points[]"}
 _LABELS = (
     "starting with the group's labels (with the default `--by`: {labels}; "
     "`--by batch` adds `batch_bucket`, `run` adds `run_id`, `k` adds `num_spec_tokens`)"
@@ -390,8 +399,10 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "tuner_decisions": "the online tuner's decision log (`SPECOBS_ONLINE_TUNER`; docs/tune.md), oldest first: "
         "`ts`, "
         "`batch_size_min`, `batch_size_max`, `action` (suggest, apply, confirm, rollback, refuse), `from_k`, "
-        "`to_k`, `predicted_gain` with `predicted_low`/`predicted_high`, `measured_gain`, `reason`, `run_id`, "
-        "`engine`; empty without one",
+        "`to_k`, `predicted_gain` with `predicted_low`/`predicted_high`, `measured_gain`, `reason` (why: "
+        "`measured_faster`, `forced`, `no_earlier_measurement`, `window_measured`, `no_speculative_decoding`, "
+        "`data_parallel`, `model_runner_v2`, `no_schedule`, or `other` for free text from logs written before "
+        "reasons were typed), `reason_text` (that free text; null otherwise), `run_id`, `engine`; empty without one",
         "requests": "acceptance per finished request (`requests` rows: capture request files, server responses, "
         "saved offline outputs; docs/schema.md), null without any: `overall`, then `by_prompt_length`, "
         "`by_output_length` (power-of-two token buckets), `by_workload` and `by_method`, each a list of groups with "
@@ -441,6 +452,20 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "what the input holds when it is a plain engine's alone or finished requests alone, config integrity, "
         "acceptance over all inputs, changes over time, costs, per-request acceptance",
         "group_findings[]": "one object per group (same order as `groups`), " + _LABELS + ", then `findings`",
+        "finding_facts[]": "the same findings as data, one per sentence of `findings`, in the same order: `kind`, "
+        "`severity`, `facts`",
+        "finding_facts[].kind": "the finding's kind (`specobs.records.FindingKind`: `acceptance_length`, "
+        "`conditional_trend`, `schedule_tax`, `regression`, `serving`, …)",
+        "finding_facts[].severity": "`integrity`, `regression`, `tax`, `limit`, `model`, `spread`, `provenance`, "
+        "`other` (the summary's order, `FINDING_RANK` in specobs/advice/findings.py), or `context` (never in the "
+        "summary)",
+        "finding_facts[].facts": "the numbers the sentence says and the decision behind it (per kind: "
+        "specobs/records/findings.py)",
+        "group_finding_facts[]": "one object per group (same order as `group_findings`), "
+        + _LABELS
+        + ", then `finding_facts`, aligned with that group's `findings`",
+        "group_finding_facts[].finding_facts": "the group's findings as data, aligned with its `findings`",
+        "group_finding_facts[].finding_facts[]": "as `finding_facts[]`",
         "group_findings[].findings": "the group's own sentences, as the rich report prints them under the group's "
         "per-position table (acceptance length, rate, wasted positions, the iid diagnosis, interval bias); empty for "
         "a group without drafts",
