@@ -32,7 +32,7 @@ from specobs import dimensions, schema
 from specobs.advice import recommend as recommending
 from specobs.advice.compare import compare as compare_windows
 from specobs.advice.load import advise
-from specobs.advice.model import cells as model_cells
+from specobs.advice.model import step_blocks
 from specobs.advice.report_builder import ReportSums, context_split, recommendation_input, report_from_sums, report_sums
 from specobs.advice.validate import measured_throughput
 from specobs.analysis import acceptance
@@ -499,7 +499,7 @@ class Session:
 
         return self._answer(key, compute)
 
-    def recommendation_cells(self, filters: Filters = EVERYTHING) -> pl.DataFrame | None:
+    def recommendation_blocks(self, filters: Filters = EVERYTHING) -> pl.DataFrame | None:
         """A summed session's recommendation cells (blocks of consecutive steps) inside
         ``filters``, a cell by the time bucket of its last step; None when nothing was read.
 
@@ -542,7 +542,7 @@ class Session:
         key = ("recommend", filters, max_k, margin, cost_ratio, bootstrap, seed, method, model, check_config, objective)
 
         def summed() -> Recommendation | None:
-            cells = self.recommendation_cells(filters)
+            cells = self.recommendation_blocks(filters)
             if cells is None or cells.is_empty():
                 return None
             return recommending.recommend(
@@ -639,7 +639,7 @@ class Session:
         (``advice.validate.measured_throughput`` of the recommendation cells); None without cells."""
 
         def compute() -> pl.DataFrame | None:
-            cells = self.recommendation_cells(filters)
+            cells = self.recommendation_blocks(filters)
             if cells is None or cells.is_empty():
                 return None
             return measured_throughput(cells, by_bucket=True)
@@ -653,7 +653,7 @@ def _recommendation_part(frame: pl.DataFrame, grid: TimeGrid | None) -> pl.DataF
     steps = frame.lazy()
     if "request_id" in frame.columns:
         steps = steps.filter(pl.col("request_id").is_null())
-    return with_time_bucket(model_cells(with_draining(steps).collect(), RECOMMENDATION_LABELS), grid)
+    return with_time_bucket(step_blocks(with_draining(steps).collect(), RECOMMENDATION_LABELS), grid)
 
 
 def _end_times(read: Ingested) -> tuple[float | None, float | None]:

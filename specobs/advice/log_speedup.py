@@ -50,12 +50,12 @@ class _Side:
     accepted: float
 
 
-def _by_running(cells: pl.DataFrame) -> dict[int, _Side]:
-    """Per running-request count N: the intervals' throughput statistics (from the cells' sums)."""
-    if cells.is_empty() or "throughput_n" not in cells.columns:
+def _by_running(blocks: pl.DataFrame) -> dict[int, _Side]:
+    """Per running-request count N: the intervals' throughput statistics (from the blocks' sums)."""
+    if blocks.is_empty() or "throughput_n" not in blocks.columns:
         return {}
     rows = (
-        cells.filter(pl.col("batch_size").is_not_null() & (pl.col("throughput_n") > 0))
+        blocks.filter(pl.col("batch_size").is_not_null() & (pl.col("throughput_n") > 0))
         .group_by("batch_size")
         .agg(
             pl.col("throughput_n").sum().alias("n"),
@@ -107,12 +107,12 @@ def _tokens_per_step(spec: Mapping[int, _Side], running: Iterable[int]) -> float
     return generated / (generated - accepted) if generated > accepted > 0 else None
 
 
-def plain_cells(cells: pl.DataFrame, target: Mapping[str, Any]) -> pl.DataFrame:
+def plain_blocks(blocks: pl.DataFrame, target: Mapping[str, Any]) -> pl.DataFrame:
     """The plain engine's served intervals (no speculative config) on ``target``'s model, platform
     and device."""
-    if "throughput_n" not in cells.columns:
-        return cells.clear()
-    frame = cells.filter(pl.col("method").is_null() & (pl.col("num_spec_tokens").fill_null(-1) == 0))
+    if "throughput_n" not in blocks.columns:
+        return blocks.clear()
+    frame = blocks.filter(pl.col("method").is_null() & (pl.col("num_spec_tokens").fill_null(-1) == 0))
     frame = frame.filter(pl.col("throughput_n") > 0)
     for key in TARGET:
         if target.get(key) is not None:
@@ -134,8 +134,8 @@ def served_speedups(
     plain_sides = _by_running(plain)
     if not plain_sides:
         return ()
-    for (k,), cells in spec.filter(pl.col("num_spec_tokens") > 0).group_by(["num_spec_tokens"], maintain_order=True):
-        sides = _by_running(cells)
+    for (k,), blocks in spec.filter(pl.col("num_spec_tokens") > 0).group_by(["num_spec_tokens"], maintain_order=True):
+        sides = _by_running(blocks)
         matched_all: list[int] = []
         for low, high in buckets:
             running = sorted(n for n in sides if low <= n <= high and sides[n].n >= MIN_INTERVALS)
@@ -177,4 +177,4 @@ def _served(
     )
 
 
-__all__ = ["MIN_INTERVALS", "plain_cells", "served_speedups"]
+__all__ = ["MIN_INTERVALS", "plain_blocks", "served_speedups"]

@@ -21,8 +21,8 @@ show how it grows). Each is fitted by least squares on per-configuration means o
 For k beyond the measured k, the acceptance of the extra positions is extrapolated from the
 conditional rates and flagged.
 
-Fits read :func:`cells`, not rows: everything they need is a sum or a per-configuration value,
-so merging the rows of one configuration into a bounded number of cells changes no estimate
+Fits read :func:`step_blocks`, not rows: everything they need is a sum or a per-configuration value,
+so merging the rows of one configuration into a bounded number of blocks changes no estimate
 and makes a fit on ten million steps cost what one on a few thousand does.
 """
 
@@ -65,11 +65,11 @@ def drafter_kind(method: str | None) -> str:
     return "autoregressive"  # the conservative default: cost grows with k
 
 
-# --- cells ----------------------------------------------------------------------------------------
+# --- blocks of steps --------------------------------------------------------------------------
 
-#: Most cells the rows of one configuration are merged into.
-CELLS_PER_CONFIGURATION = 64
-#: Columns whose nulls a fit tells apart (a cell never mixes a known value with an unknown one).
+#: Most blocks the rows of one configuration are merged into.
+BLOCKS_PER_CONFIGURATION = 64
+#: Columns whose nulls a fit tells apart (a block never mixes a known value with an unknown one).
 _NULLABLE = (
     "num_drafts",
     "num_draft_tokens",
@@ -92,14 +92,14 @@ def _config_hash(config: Sequence[str]) -> pl.Expr:
     return acceptance.key_hash(config)
 
 
-def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataFrame:
-    """Step rows merged into cells: consecutive rows of one configuration (``labels``, k, batch
+def step_blocks(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataFrame:
+    """Step rows merged into blocks: consecutive rows of one configuration (``labels``, k, batch
     size, tokens scored, decode or not, which values are known), counters and times summed,
-    ``num_rows`` counting them. At most :data:`CELLS_PER_CONFIGURATION` cells per configuration
-    and source (an input file); smaller ones keep one row per cell. Rows that are not steps (log
+    ``num_rows`` counting them. At most :data:`BLOCKS_PER_CONFIGURATION` blocks per configuration
+    and source (an input file); smaller ones keep one row per block. Rows that are not steps (log
     intervals, scrape pairs) merge the same way, consecutive intervals of their source; a row
-    that carries only a printed rate (SGLang, V0 gauges) is a cell alone, as its printed rate
-    cannot be summed. A bootstrap over cells is a block bootstrap over steps or intervals.
+    that carries only a printed rate (SGLang, V0 gauges) is a block alone, as its printed rate
+    cannot be summed. A bootstrap over blocks is a block bootstrap over steps or intervals.
     """
     lazy = frame.lazy()
     names = lazy.collect_schema().names()
@@ -118,7 +118,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
     carried = [*config, "num_scheduled_tokens", *_PRINTED]
     index = pl.int_range(pl.len(), dtype=pl.Int64)
     # Grouping on one hash of the configuration is several times faster than on its columns. A
-    # second, independent hash must agree within every cell; if it does not (two configurations
+    # second, independent hash must agree within every block; if it does not (two configurations
     # share the first hash: odds ~n²/2⁶⁴), the merge is redone on the columns themselves.
     positions = int(lazy.select(pl.max_horizontal(pl.col(c).list.len().max() for c in _LISTS)).collect().item() or 0)
     keyed = lazy.with_columns(scored.alias("scored"), is_decode().alias("decode"), nulls.alias("nulls")).with_columns(
@@ -130,7 +130,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
     def merge(keys: list[str]) -> pl.DataFrame:
         # Blocks within one source: consecutive steps of one engine's capture, never a block
         # that joins the end of one file to the start of another (so each input file, or part of
-        # a partitioned folder, makes its cells alone).
+        # a partitioned folder, makes its blocks alone).
         # Intervals merge as steps do (a long log's bootstrap then resamples blocks, not each of
         # its hundreds of thousands of intervals), except a row whose counts are unknown and whose
         # acceptance is a printed rate: that rate cannot be summed, so the row stays alone.
@@ -140,7 +140,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
         ).alias("_printed_only")
         within = [*keys, "source", "_printed_only"]
         block = pl.when(~pl.col("_printed_only")).then(
-            index.over(within) * CELLS_PER_CONFIGURATION // pl.len().over(within)
+            index.over(within) * BLOCKS_PER_CONFIGURATION // pl.len().over(within)
         ).otherwise(-1 - index)  # fmt: skip
 
         def at(name: str, i: int) -> pl.Expr:
@@ -156,7 +156,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
             Term("num_drafts_derived", pl.col("num_drafts_derived"), "any"),
             *[Term(c, pl.col(c), "sum") for c in _SUMMED],
             # A served interval's own throughput: its count, sum and sum of squares, so that the
-            # mean and spread per configuration and batch size come from cells too (``served``).
+            # mean and spread per configuration and batch size come from blocks too (``served``).
             Term("throughput_n", pl.col("generation_tokens_per_second"), "count"),
             Term("throughput_sum", pl.col("generation_tokens_per_second"), "sum"),
             Term("throughput_sumsq", pl.col("generation_tokens_per_second") ** 2, "sum"),
@@ -169,7 +169,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
             .with_columns(collided=pl.col("check_min") != pl.col("check_max"))
             .select(pl.exclude(*config, "config_hash", "source", "_printed_only", "block", "check_min", "check_max"))
         )
-        # A row with a printed rate is a cell of its own: its values are its cell's sums.
+        # A row with a printed rate is a block of its own: its values are its block's sums.
         others = blocked.filter(pl.col("block") < 0).select(
             *[t.of_one_row() for t in terms if t.name not in ("check_min", "check_max")], collided=pl.lit(False)
         )
@@ -178,7 +178,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
     merged = merge(["config_hash"])
     if merged["collided"].any():
         merged = merge(config)
-    # Labels and the other per-configuration values: from each cell's first row.
+    # Labels and the other per-configuration values: from each block's first row.
     firsts = (
         keyed.filter(pl.col("first_row").is_in(merged["first_row"].implode())).select(*carried, "counters").collect()
     )  # in first_row order, as ``merged``
@@ -194,7 +194,7 @@ def cells(frame: pl.DataFrame | pl.LazyFrame, labels: Sequence[str]) -> pl.DataF
         .with_columns(
             *[pl.when(known[c]).then(pl.col(c)).alias(c) for c in _SUMMED],
             *[pl.when(known[c]).then(summed_list(c)).alias(c) for c in _LISTS],
-            # A printed rate is one interval's: a cell of several has its counts instead.
+            # A printed rate is one interval's: a block of several has its counts instead.
             *[pl.when(pl.col("num_rows") == 1).then(pl.col(c)).alias(c) for c in _PRINTED],
         )
         .drop(
@@ -294,7 +294,7 @@ class Acceptance:
 
 
 def fit_acceptance(steps: pl.DataFrame) -> Acceptance | None:
-    """From the speculative steps (windows or :func:`cells`) of one method: rates, tail β, q and draft lengths."""
+    """From the speculative steps (windows or :func:`step_blocks`) of one method: rates, tail β, q and draft lengths."""
     return fit_acceptance_groups(steps, ()).get(())
 
 
@@ -306,7 +306,7 @@ def fit_acceptance_groups(steps: pl.DataFrame, by: Sequence[str]) -> dict[GroupK
     """:func:`fit_acceptance` per value of the columns ``by`` (batch size, a resample's
     number…), keyed by the tuple of values, from one grouped pass; groups with a null key or
     without per-position counts are left out."""
-    steps = cells(steps, ())
+    steps = step_blocks(steps, ())
     q = _drafts_per_request_step(steps, by)
     q_by_k: dict[GroupKey, list[tuple[int, float]]] = {}
     for key, value in _drafts_per_request_step(
@@ -365,7 +365,7 @@ def _acceptance_from(summary: Mapping[str, Any], q: float, lengths: tuple[tuple[
 
 
 def request_steps() -> pl.Expr:
-    """Request-steps a row (a cell of steps, or an interval) stands for: batch size × steps for
+    """Request-steps a row (a block of steps, or an interval) stands for: batch size × steps for
     steps; for an interval of a log or scrape, its generated tokens less its accepted draft
     tokens (every request-step yields one token besides what it accepts); null when unknown."""
     of_steps = pl.col("batch_size") * pl.col("num_rows")
@@ -522,7 +522,7 @@ def _means(frame: pl.DataFrame, keys: list[str], value: str) -> tuple[np.ndarray
 def _timed_decode(frame: pl.DataFrame | None, value: str = "step_seconds") -> pl.DataFrame | None:
     if frame is None:
         return None
-    frame = cells(frame, ())
+    frame = step_blocks(frame, ())
     frame = frame.filter(pl.col(value).is_not_null() & pl.col("batch_size").is_not_null() & pl.col("decode"))
     return None if frame.is_empty() else frame
 

@@ -7,7 +7,7 @@ throughput; it is "off" (k = 0) unless it beats the plain engine by ``margin``. 
 recommendation is the (method, k) with the best steps-weighted speedup across the buckets the
 input actually ran; with the per-bucket ks it becomes a ready ``--speculative-config`` with a
 ``num_speculative_tokens_per_batch_size`` table (vLLM ≥ 0.32). Intervals come from a bootstrap
-over cells (blocks of consecutive steps of one configuration, see ``model.cells``). Without
+over blocks (consecutive steps of one configuration, ``model.step_blocks``). Without
 timing (a plain log), speedups fall back to the per-position Leviathan formula with a stated
 cost ratio.
 """
@@ -25,16 +25,16 @@ import polars as pl
 from specobs import buckets
 from specobs.advice import config_line as speculative
 from specobs.advice.band import speedup_band
-from specobs.advice.log_speedup import plain_cells, served_speedups
+from specobs.advice.log_speedup import plain_blocks, served_speedups
 from specobs.advice.model import (
     Acceptance,
     CostModel,
-    cells,
     fit_acceptance,
     fit_acceptance_groups,
     fit_cost,
     predict,
     predict_off,
+    step_blocks,
 )
 from specobs.analysis.cost import decode_sums, steady_state, with_draining
 from specobs.dimensions import method_label
@@ -67,7 +67,7 @@ class MethodFit:
     labels: dict[str, Any]
     acceptance: Acceptance
     cost: CostModel | None
-    spec_steps: pl.DataFrame  # cells (``model.cells``) of its speculative steps
+    spec_steps: pl.DataFrame  # blocks (``model.step_blocks``) of its speculative steps
     base_steps: pl.DataFrame | None  # and of a plain engine's steps (no speculative config)
     batch_counts: dict[int, int]  # steps per observed batch size
     cost_ratio: float | None = None  # the user's drafter cost per drafted position (--cost-ratio)
@@ -108,7 +108,7 @@ def fit_methods(
     counters has no method label). Warm-up and outlier steps keep their counts but lose their
     timing (``analysis.cost.steady_state``), so the cost fits are trimmed means.
     """
-    frame = recommendation_cells(windows, method=method)
+    frame = recommendation_blocks(windows, method=method)
     k0 = frame.filter((pl.col("num_spec_tokens").fill_null(-1) == 0) & pl.col("num_timed_steps").is_not_null())
     plain_all = k0.filter(pl.col("method").is_null())
     off_all = k0.filter(pl.col("method").is_not_null())
@@ -136,9 +136,9 @@ def fit_methods(
     return fits
 
 
-def recommendation_cells(windows: pl.LazyFrame | pl.DataFrame, *, method: str | None = None) -> pl.DataFrame:
-    """The steady-state step rows of ``windows`` merged into the cells every fit reads
-    (``model.cells`` over :data:`TARGET_LABELS`; cells are returned as they are). Cells of the parts
+def recommendation_blocks(windows: pl.LazyFrame | pl.DataFrame, *, method: str | None = None) -> pl.DataFrame:
+    """The steady-state step rows of ``windows`` merged into the blocks every fit reads
+    (``model.step_blocks`` over :data:`TARGET_LABELS`; blocks are returned as they are). Blocks of the parts
     of an input, concatenated in order, are the whole's: blocks never cross a source."""
     if "num_rows" in windows.lazy().collect_schema().names():
         return windows if isinstance(windows, pl.DataFrame) else windows.collect()
@@ -147,8 +147,8 @@ def recommendation_cells(windows: pl.LazyFrame | pl.DataFrame, *, method: str | 
         lazy = lazy.filter(pl.col("request_id").is_null())
     if method is not None:
         lazy = with_method(lazy, method)
-    # Trimmed once and held: the merge into cells reads it several times.
-    return cells(with_draining(steady_state(lazy)).collect(), (*TARGET_LABELS, "draining"))
+    # Trimmed once and held: the merge into blocks reads it several times.
+    return step_blocks(with_draining(steady_state(lazy)).collect(), (*TARGET_LABELS, "draining"))
 
 
 def with_method(windows: pl.LazyFrame, method: str) -> pl.LazyFrame:
@@ -249,7 +249,7 @@ DRAIN_ONLY = 0.9
 
 def _decode_sums(frame: pl.DataFrame | None) -> dict[tuple[int, int], tuple[float, float, int, int]]:
     """(k, batch size) → (generated tokens, step seconds, steps, of them draining) over timed
-    decode cells."""
+    decode blocks."""
     if frame is None:
         return {}
     draining = "draining" in frame.columns
@@ -346,7 +346,7 @@ def _nearest(known: Sequence[int], k: int) -> int:
 def _bootstrap(
     fit: MethodFit, ks: range, buckets: list[Bucket], reps: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`_evaluate` on fits to resampled cells: arrays [reps, k, bucket] and [reps, bucket].
+    """:func:`_evaluate` on fits to resampled blocks: arrays [reps, k, bucket] and [reps, bucket].
 
     The resamples are stacked (a ``resample`` column) so that the acceptance fits of all of
     them come from one grouped pass; the cost fits run per resample.
@@ -529,7 +529,7 @@ def _model_errors(fit: MethodFit, ks: range, buckets: list[Bucket], measured: tu
     schedule's k = 0 steps), so that an interval of a modelled number holds the model's error
     and not only sampling: 0 where measured against a measured plain engine; the plain step
     model's leave-one-out error × the share of plain decoding it supplied; the cost model's own
-    error against what was measured (its root-mean-square log ratio over the measured cells)
+    error against what was measured (its root-mean-square log ratio over the measured blocks)
     where the estimate is the model's; :data:`BASELINE_ERROR` everywhere without a plain engine."""
     assert fit.cost is not None
     value, off_value, plain_share, off_plain_share, _, drained = measured
@@ -712,7 +712,7 @@ def recommend(
     input's run ``metadata`` (``Ingested.metadata``), and is checked against the installed vLLM
     unless ``check_config`` is False (:mod:`specobs.advice.config_line`).
     """
-    frame = recommendation_cells(windows, method=method)
+    frame = recommendation_blocks(windows, method=method)
     fits = fit_methods(frame, cost_ratio=cost_ratio)
     if not fits:
         return None
@@ -765,7 +765,7 @@ def _served(frame: pl.DataFrame, fits: list[MethodFit]) -> tuple[ServedSpeedup, 
     buckets = [(b.low, b.high) for b in buckets_for(fits)]
     out: list[ServedSpeedup] = []
     for fit in fits:
-        plain = plain_cells(frame, fit.labels)
+        plain = plain_blocks(frame, fit.labels)
         draft = fit.labels.get("draft_model")
         out += served_speedups(fit.spec_steps, plain, method=fit.method, draft_model=draft, buckets=buckets)
     return tuple(out)
@@ -1018,7 +1018,7 @@ __all__ = [
     "evaluate",
     "fit_methods",
     "recommend",
-    "recommendation_cells",
+    "recommendation_blocks",
     "traffic_buckets",
     "traffic_speedup",
     "with_method",

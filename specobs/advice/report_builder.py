@@ -21,7 +21,7 @@ import polars as pl
 from specobs.advice.config_line import per_context_option
 from specobs.advice.findings import group_findings_of, report_findings
 from specobs.advice.load import advise
-from specobs.advice.recommend import recommend, recommendation_cells, with_method
+from specobs.advice.recommend import recommend, recommendation_blocks, with_method
 from specobs.analysis import acceptance
 from specobs.analysis.breaks import across_restart, find_breaks, not_named_by, resume_sums
 from specobs.analysis.cost import (
@@ -65,7 +65,7 @@ class ReportSums:
     maximum over rows, or a cell of such (:meth:`merge` adds parts)."""
 
     cells: pl.DataFrame  # step_cells
-    recommendation_cells: pl.DataFrame | None  # recommendation_cells, when tuning
+    recommendation_blocks: pl.DataFrame | None  # recommendation_blocks, when tuning
     over_time: pl.DataFrame | None  # time_sums on the span of the whole input (see merge)
     span: TimeSpan  # of this part's own known windows
     few_windows: pl.DataFrame | None  # this part's known windows unbucketed, when few (see merge)
@@ -107,7 +107,7 @@ class ReportSums:
         by_time = [grid.bucket()] if grid is not None else []
         return cls(
             cells=with_run_dimensions(step_cells(frame, by_time).lazy(), ingested.metadata).collect(),
-            recommendation_cells=recommendation_cells(frame) if with_recommendation else None,
+            recommendation_blocks=recommendation_blocks(frame) if with_recommendation else None,
             over_time=time_sums(grouped, columns, whole),
             span=own,
             few_windows=few,
@@ -140,14 +140,14 @@ class ReportSums:
             over_time = pl.concat([p.over_time for p in parts if p.over_time is not None], how="diagonal_relaxed")
         elif width is None and all(p.few_windows is not None for p in parts):
             over_time = pl.concat([p.few_windows for p in parts if p.few_windows is not None], how="diagonal_relaxed")
-        recommending = [p.recommendation_cells for p in parts if p.recommendation_cells is not None]
+        recommending = [p.recommendation_blocks for p in parts if p.recommendation_blocks is not None]
         unsteady: dict[str, int] = {}
         for part in parts:
             for reason, n in part.unsteady.items():
                 unsteady[reason] = unsteady.get(reason, 0) + n
         return cls(
             cells=pl.concat([p.cells for p in parts], how="diagonal_relaxed"),
-            recommendation_cells=pl.concat(recommending, how="diagonal_relaxed") if recommending else None,
+            recommendation_blocks=pl.concat(recommending, how="diagonal_relaxed") if recommending else None,
             over_time=over_time,
             span=exact,
             few_windows=None,
@@ -238,9 +238,9 @@ def report_from_sums(
     by_batch = timing_by_batch(cells, keys).to_dicts() if timing else []
     # Point estimates only: `specobs recommend` adds bootstrap intervals.
     recommendation = None
-    if sums.recommendation_cells is not None and summary.num_drafts:
+    if sums.recommendation_blocks is not None and summary.num_drafts:
         recommendation = recommend(
-            sums.recommendation_cells, bootstrap=0, metadata=ingested.metadata, check_config=check_config
+            sums.recommendation_blocks, bootstrap=0, metadata=ingested.metadata, check_config=check_config
         )
     breaks = find_breaks(cells, ingested.metadata, sums.resumes)
     changes = (
@@ -325,7 +325,7 @@ def recommendation_input(ingested: Ingested, *, method: str | None = None) -> pl
         return ingested.windows
     cells = []
     for part in ingested.parts():
-        cells.append(recommendation_cells(part, method=method))
+        cells.append(recommendation_blocks(part, method=method))
         del part  # let this part's rows go before the next is read
     return pl.concat(cells, how="diagonal_relaxed")
 

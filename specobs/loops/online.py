@@ -61,7 +61,7 @@ MAX_UNITS = 256  # per (bucket, k): older exploring blocks age out
 
 
 @dataclass
-class _Cell:
+class _KMeasure:
     """tokens/s of one k in one bucket, in chunks of steps."""
 
     chunks: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_CHUNKS))
@@ -86,7 +86,7 @@ class _Cell:
         return log_stats(self.chunks)
 
 
-def _gain(new: _Cell, old: _Cell) -> tuple[float, float, float] | None:
+def _gain(new: _KMeasure, old: _KMeasure) -> tuple[float, float, float] | None:
     """(gain, low, high) of ``new`` over ``old``: Welch's 95% interval on the mean log tokens/s
     (the smaller side's n − 1 degrees of freedom)."""
     ratio, low, high = geometric_ratio(new.chunks, old.chunks, conservative=True)
@@ -111,7 +111,7 @@ class _Bucket:
     after: tuple[int, Block, list[float]] | None = None  # (k, explored block, current k's steps after it)
     units: dict[int, deque[tuple[Block, Block]]] = field(default_factory=dict)  # k → (before, explored) pairs
     verifying: dict[str, Any] | None = None  # after an apply: from_k, baseline rate, the new window
-    cells: dict[int, _Cell] = field(default_factory=dict)
+    by_k: dict[int, _KMeasure] = field(default_factory=dict)
     suggested: set[tuple[int, int]] = field(default_factory=set)
 
 
@@ -194,8 +194,8 @@ class OnlineTuner:
                 self._after_block(bucket, float(tokens), seconds)
             elif k == bucket.k:
                 bucket.recent.append((float(tokens), seconds))
-            cell = bucket.cells.setdefault(k, _Cell())
-            if cell.add(tokens, seconds, self.chunk_steps):
+            measure = bucket.by_k.setdefault(k, _KMeasure())
+            if measure.add(tokens, seconds, self.chunk_steps):
                 self._after_chunk(bucket, k)
         if bucket.exploring is not None:
             bucket.explore_left -= 1
@@ -277,14 +277,14 @@ class OnlineTuner:
 
     def _consider(self, bucket: _Bucket) -> None:
         """The best other k whose gain over the current k clears the margin with its interval."""
-        current = bucket.cells.get(bucket.k)
+        current = bucket.by_k.get(bucket.k)
         if current is None or len(current.chunks) < self.min_chunks:
             return
         best: tuple[tuple[float, float, float], int] | None = None
-        for k, cell in bucket.cells.items():
-            if k == bucket.k or len(cell.chunks) < self.min_chunks:
+        for k, measure in bucket.by_k.items():
+            if k == bucket.k or len(measure.chunks) < self.min_chunks:
                 continue
-            gain = self.paired_gain(bucket, k) if bucket.units.get(k) else _gain(cell, current)
+            gain = self.paired_gain(bucket, k) if bucket.units.get(k) else _gain(measure, current)
             if gain is not None and gain[1] > self.margin and (best is None or gain[0] > best[0][0]):
                 best = (gain, k)
         if best is None:
@@ -304,10 +304,10 @@ class OnlineTuner:
         bucket = self.buckets[self._by_batch[batch_size]]
         if k == bucket.k or not 0 <= k <= self.max_k:
             return
-        baseline = bucket.cells.get(bucket.k)
+        baseline = bucket.by_k.get(bucket.k)
         rate = math.exp(baseline.log_stats()[0]) if baseline is not None and baseline.chunks else None
         self._decide(bucket, "apply", k, reason, predicted)
-        bucket.verifying = {"from_k": bucket.k, "baseline": rate, "window": _Cell()}
+        bucket.verifying = {"from_k": bucket.k, "baseline": rate, "window": _KMeasure()}
         bucket.k = k
         bucket.exploring = None
         bucket.before = bucket.after = None
@@ -318,8 +318,8 @@ class OnlineTuner:
         assert state is not None
         if k != bucket.k:
             return
-        window: _Cell = state["window"]
-        window.chunks.append(bucket.cells[k].chunks[-1])
+        window: _KMeasure = state["window"]
+        window.chunks.append(bucket.by_k[k].chunks[-1])
         if len(window.chunks) < self.min_chunks:
             return
         bucket.verifying = None
@@ -331,7 +331,7 @@ class OnlineTuner:
         if measured < 0:
             old = state["from_k"]
             self._decide(bucket, "rollback", old, TunerReason.WINDOW_MEASURED, measured=measured)
-            bucket.cells.pop(k, None)  # its earlier chunks promised a gain the switch did not keep
+            bucket.by_k.pop(k, None)  # its earlier chunks promised a gain the switch did not keep
             bucket.k = old
             self._set(bucket, old)
         else:

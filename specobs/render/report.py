@@ -159,7 +159,7 @@ def _summary_cols(report: Report, rows: list[list[str]]) -> list[Col]:
     ]
 
 
-def _summary_cells(label: list[str], s: Summary, *, with_k: bool = True) -> list[str]:
+def _summary_row(label: list[str], s: Summary, *, with_k: bool = True) -> list[str]:
     derived = "*" if s.num_drafts_derived else ""
     return [
         *label,
@@ -228,7 +228,7 @@ REQUEST_GROUPS = (
 )
 
 
-def _request_cells(kind: str, g: RequestGroup) -> list[str]:
+def _request_row(kind: str, g: RequestGroup) -> list[str]:
     def length(value: float | None) -> str:
         return _num(value, "{:.2f}")
 
@@ -250,11 +250,11 @@ def _request_cells(kind: str, g: RequestGroup) -> list[str]:
 
 def _request_rows(r: RequestAcceptance) -> list[list[str]]:
     """The overall row, then every group of a grouping that splits the requests (more than one value)."""
-    rows = [_request_cells("all", r.overall)]
+    rows = [_request_row("all", r.overall)]
     for name, kind in REQUEST_GROUPS:
         groups: tuple[RequestGroup, ...] = getattr(r, name)
         if len(groups) > 1:
-            rows += [_request_cells(kind, g) for g in groups]
+            rows += [_request_row(kind, g) for g in groups]
     return rows
 
 
@@ -339,7 +339,7 @@ def to_rich(report: Report, console: Console, *, brief: bool = False) -> None:
 
 def _acceptance_to_rich(report: Report, console: Console) -> None:
     with_k = not _grouped_by_k(report)
-    rows = [_summary_cells(label, row, with_k=with_k) for label, row in _summary_rows(report)]
+    rows = [_summary_row(label, row, with_k=with_k) for label, row in _summary_rows(report)]
     print_table(console, _summary_cols(report, rows), rows, "Acceptance")
     if empty := _empty_groups_line(report):
         console.print(Text(empty, style="dim"))
@@ -482,7 +482,7 @@ def to_markdown(report: Report, *, brief: bool = False) -> str:
         parts += ["", "Engines (run metadata):", ""]
         parts += md_table(sentences.METADATA_HEADERS, sentences.metadata_rows(report.metadata))
     if report.summary.num_windows:
-        rows = [_summary_cells(label, row, with_k=not _grouped_by_k(report)) for label, row in _summary_rows(report)]
+        rows = [_summary_row(label, row, with_k=not _grouped_by_k(report)) for label, row in _summary_rows(report)]
         parts += ["", *md_table(_summary_headers(report), rows)]
         if empty := _empty_groups_line(report):
             parts += ["", empty]

@@ -170,11 +170,11 @@ def tiled(frame: pl.DataFrame, times: int) -> pl.DataFrame:
 
 
 def test_cells_keep_every_sum_and_bound_the_rows():
-    from specobs.advice.model import CELLS_PER_CONFIGURATION, cells
+    from specobs.advice.model import BLOCKS_PER_CONFIGURATION, step_blocks
     from specobs.schema import TARGET_LABELS as LABELS
 
     rows = tiled(sweep_windows(), 20)
-    merged = cells(rows, LABELS)
+    merged = step_blocks(rows, LABELS)
     keys = ["method", "num_spec_tokens", "batch_size"]
     sums = ["num_drafts", "num_draft_tokens", "num_accepted_tokens", "draft_seconds", "num_timed_steps"]
 
@@ -196,7 +196,7 @@ def test_cells_keep_every_sum_and_bound_the_rows():
     configurations = rows.select(
         *LABELS, "num_spec_tokens", "batch_size", "num_scheduled_tokens", pl.col("verify_seconds").is_null()
     ).n_unique()
-    assert merged.height <= CELLS_PER_CONFIGURATION * configurations
+    assert merged.height <= BLOCKS_PER_CONFIGURATION * configurations
     assert merged.height < rows.height / 5
     # Unknown stays unknown (the plain engine has no draft time), known stays known.
     unknown = [pl.col(c).is_null().all() for c in ("draft_seconds", "num_drafts")]
@@ -215,11 +215,11 @@ def test_point_estimates_do_not_depend_on_how_rows_are_merged(monkeypatch):
     from specobs.advice import model
 
     frame = sweep_windows()
-    monkeypatch.setattr(model, "CELLS_PER_CONFIGURATION", 10**9)
+    monkeypatch.setattr(model, "BLOCKS_PER_CONFIGURATION", 10**9)
     per_step = recommend(frame, bootstrap=0)
-    monkeypatch.setattr(model, "CELLS_PER_CONFIGURATION", 1)
+    monkeypatch.setattr(model, "BLOCKS_PER_CONFIGURATION", 1)
     per_configuration = recommend(frame, bootstrap=0)
-    assert model.cells(frame, ()).height < frame.height / 10
+    assert model.step_blocks(frame, ()).height < frame.height / 10
     assert per_step.recommended == per_configuration.recommended
     for a, b in zip(per_step.predicted, per_configuration.predicted, strict=True):
         assert (a.method, a.num_speculative_tokens, a.batch_size) == (b.method, b.num_speculative_tokens, b.batch_size)
@@ -243,8 +243,8 @@ def test_log_intervals_merge_into_blocks_with_the_same_point_estimates(monkeypat
     # A configuration, as cells key it: labels, k, batch size, and which values are known.
     known = [pl.col(c).is_null().alias(f"{c}_null") for c in model._NULLABLE]
     configurations = log.select(*LABELS, "num_spec_tokens", "batch_size", *known).n_unique()
-    merged = model.cells(log, LABELS)
-    assert merged.height <= model.CELLS_PER_CONFIGURATION * configurations < log.height / 4
+    merged = model.step_blocks(log, LABELS)
+    assert merged.height <= model.BLOCKS_PER_CONFIGURATION * configurations < log.height / 4
     assert merged["num_rows"].sum() == log.height
     for c in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
         assert merged[c].sum() == log[c].sum()
@@ -254,8 +254,8 @@ def test_log_intervals_merge_into_blocks_with_the_same_point_estimates(monkeypat
     )  # a printed rate is one interval's
 
     merged_estimate = recommend(log, bootstrap=0, method="ngram")
-    monkeypatch.setattr(model, "CELLS_PER_CONFIGURATION", 10**9)
-    assert model.cells(log, LABELS).height == log.height
+    monkeypatch.setattr(model, "BLOCKS_PER_CONFIGURATION", 10**9)
+    assert model.step_blocks(log, LABELS).height == log.height
     per_interval = recommend(log, bootstrap=0, method="ngram")
     assert merged_estimate.recommended == per_interval.recommended
     assert merged_estimate.bands and len(per_interval.bands) == len(merged_estimate.bands)
@@ -269,7 +269,7 @@ def test_log_intervals_merge_into_blocks_with_the_same_point_estimates(monkeypat
 
     # Counts unknown, a printed rate known (as SGLang prints): each such interval is its own cell.
     printed_only = drafted.head(300).with_columns(pl.lit(None, pl.Int64).alias("num_accepted_tokens"))
-    alone = model.cells(printed_only, LABELS)
+    alone = model.step_blocks(printed_only, LABELS)
     assert alone.height == 300
     assert (
         alone["reported_mean_acceptance_length"].to_list() == printed_only["reported_mean_acceptance_length"].to_list()
@@ -283,9 +283,9 @@ def test_cells_survive_a_hash_collision(monkeypatch):
     from specobs.schema import TARGET_LABELS as LABELS
 
     rows = tiled(sweep_windows(), 3)
-    expected = model.cells(rows, LABELS)
+    expected = model.step_blocks(rows, LABELS)
     monkeypatch.setattr(model, "_config_hash", lambda config: pl.lit(0, pl.UInt64))
-    merged = model.cells(rows, LABELS)
+    merged = model.step_blocks(rows, LABELS)
     assert merged.equals(expected)
     assert merged.select(*LABELS, "num_spec_tokens", "batch_size").n_unique() > 100
 
@@ -334,13 +334,13 @@ def test_drafter_kind_comes_from_measurement_when_two_k_are_measured(method, kin
     """With draft times at k = 2 and 6 the measurement decides, whatever the method's name says:
     eagle3's grow with k, a block drafter's do not; a drafter of the other kind under the same
     name is classed by what it measured, and the assumptions say so."""
-    from specobs.advice.model import cells, fit_cost
+    from specobs.advice.model import fit_cost, step_blocks
     from specobs.schema import TARGET_LABELS as LABELS
 
     for spec, expected in ((sim.PROFILES[method], kind), (_other_draft_kind(sim.PROFILES[method]), None)):
         scenario = sim.Scenario(methods=(spec,))
         steps = pl.concat([sim.simulate_run(scenario, method, k, [1, 4, 16], 150) for k in (2, 6)])
-        frame = cells(steps_to_windows(steps.lazy(), "sim", "events-jsonl").collect(), LABELS)
+        frame = step_blocks(steps_to_windows(steps.lazy(), "sim", "events-jsonl").collect(), LABELS)
         cost = fit_cost(frame, None, method)
         assert cost is not None
         (note,) = [model_note(n) for n in cost.notes if model_note(n).startswith("draft time measured at k=2…6")]

@@ -46,7 +46,7 @@ def shown(session: Session, by, filters: Filters | None = None) -> Report:
     """The report the app shows for ``filters`` (as the summed session's ``report`` computes it)."""
     sums = session.sums(filters or Filters())
     got = session.report(by, filters=filters or Filters())
-    assert got == report_from_sums(replace(sums, recommendation_cells=None), session.ingested, by)
+    assert got == report_from_sums(replace(sums, recommendation_blocks=None), session.ingested, by)
     return got
 
 
@@ -133,7 +133,7 @@ def test_a_label_filter_on_the_sums_is_the_rows_it_keeps():
 
 def test_the_tuning_page_recommends_as_the_report_does():
     loaded = Session.summed(Inputs((str(SWEEP),)))
-    cells = loaded.recommendation_cells(Filters())
+    cells = loaded.recommendation_blocks(Filters())
     assert cells is not None and {"engine", "workload", TIME_BUCKET} <= set(cells.columns)
     report = analyze(load([str(SWEEP)]), ("method", "k"))
     assert report.recommendation is not None
