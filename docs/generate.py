@@ -301,7 +301,7 @@ def otel_table() -> str:
 OPAQUE = {
     "report": {
         "change_points[].changed",
-        # The facts differ per kind (specobs/records/findings.py), described in prose in docs/report.md.
+        # The facts differ per kind (specobs/records/finding_facts.py), described in prose in docs/report.md.
         "finding_facts[].facts",
         "group_finding_facts[].finding_facts[].facts",
     },
@@ -457,10 +457,10 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "finding_facts[].kind": "the finding's kind (`specobs.records.FindingKind`: `acceptance_length`, "
         "`conditional_trend`, `schedule_tax`, `regression`, `serving`, …)",
         "finding_facts[].severity": "`integrity`, `regression`, `tax`, `limit`, `model`, `spread`, `provenance`, "
-        "`other` (the summary's order, `FINDING_RANK` in specobs/advice/findings.py), or `context` (never in the "
-        "summary)",
+        "`other` (the summary's order, `FINDING_RANK` in specobs/advice/report_findings.py), or `context` "
+        "(never in the summary)",
         "finding_facts[].facts": "the numbers the sentence says and the decision behind it (per kind: "
-        "specobs/records/findings.py)",
+        "specobs/records/finding_facts.py)",
         "group_finding_facts[]": "one object per group (same order as `group_findings`), "
         + _LABELS
         + ", then `finding_facts`, aligned with that group's `findings`",

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from specobs.advice import config_line as speculative
-from specobs.advice.findings import not_drafting
+from specobs.advice.report_findings import not_drafting
 from specobs.records import Crossover, LoadAdvice, LoadRatio, RunMetadata, Serving, ServingLevel
 
 #: The crossover a schedule rests on: goodput when an SLO was given and it has one, else throughput.

@@ -27,7 +27,7 @@ from specobs.records import (
     ScheduleTax,
     Summary,
 )
-from specobs.records.findings import (
+from specobs.records.finding_facts import (
     AcceptanceLengthFacts,
     AcceptanceRateFacts,
     BreakFacts,

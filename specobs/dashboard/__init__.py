@@ -1,7 +1,7 @@
 """The Streamlit tuning app (``specobs dashboard``).
 
-``data`` reads the inputs and applies the filters, ``views`` reshapes the package's analysis
-and tuning results into frames for charts and tables, ``charts`` draws them with Altair, and
-``app`` lays out the pages. Every number comes from ``specobs.analysis`` and
-``specobs.advice``; nothing here computes an estimate of its own.
+``data`` holds the inputs it was started with (a :class:`specobs.api.Inputs`), ``app`` lays out
+the pages and asks one :class:`specobs.api.Session` per input for every answer, and ``views``
+reshapes those answers into frames for the charts (:mod:`specobs.render.charts`) and tables.
+Nothing here computes an estimate of its own.
 """

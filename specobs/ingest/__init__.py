@@ -3,8 +3,15 @@
 ``load(paths)`` detects each input's format (``--input-format`` overrides), reads it with its
 reader, and returns one :class:`Ingested` with every input's windows combined, each keeping its
 source label, plus what was skipped and why. A format is one module with its ``READER``
-(:mod:`specobs.ingest.registry`); :mod:`~specobs.ingest.ingested` holds what was read and its
-parts, :mod:`~specobs.ingest.repeats` what is counted once.
+(``registry``): ``events`` (specobs event files), ``request_rows`` (finished requests),
+``metadata_files`` (run metadata), ``decisions`` (the online tuner's log), ``tune_result``
+(``tune.json``), ``vllm_log`` (vLLM server logs), ``sglang_log`` (SGLang scheduler logs),
+``prometheus_text`` (saved scrapes), ``prometheus_api`` (a live Prometheus) and ``bench_serve``
+(serving-benchmark results). Beside them: ``ingested`` (what was read and its parts), ``repeats``
+(what is counted once: it returns what it drops, never changing ``Ingested``), ``source``
+(plain, gzip and stdin inputs), ``scan`` and ``columns`` (helpers of the text readers) and
+``specobs_metrics`` (the table of every family specobs exports, which the Prometheus reader and
+the exporters share).
 """
 
 from __future__ import annotations

@@ -34,10 +34,11 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
-from specobs.ingest import specobs_metrics, vllm_metrics
+from specobs.ingest import specobs_metrics
+from specobs.vllm import metric_series as vllm_metrics
 
 FORMAT = "prometheus-api"
-#: vLLM's counters (:data:`specobs.ingest.vllm_metrics.SPEC_DECODE`).
+#: vLLM's counters (:data:`specobs.vllm.metric_series.SPEC_DECODE`).
 VLLM = vllm_metrics.SPEC_DECODE
 #: specobs' own counters, where vLLM's are missing: windows column → sample name (from the family
 #: table, :mod:`specobs.ingest.specobs_metrics`, that the exporters publish).

@@ -31,13 +31,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specobs.errors import Notice, Skipped
 from specobs.ingest import columns as C
-from specobs.ingest import vllm_metrics
 from specobs.ingest.registry import Reader, line_reader
 from specobs.ingest.scan import FoundLines
+from specobs.vllm import metric_series as vllm_metrics
 
 FORMAT = "prometheus-text"
 #: Serving series read beside the speculative ones (sample name → column; the names live in
-#: :mod:`specobs.ingest.vllm_metrics`).
+#: :mod:`specobs.vllm.metric_series`).
 _SERVING = vllm_metrics.SERVING
 _SERVING_COUNTERS = ("generated", "itl_sum", "itl_count")
 NEEDLES = (b"vllm:spec_decode", *(name.encode() for name in _SERVING))

@@ -8,7 +8,7 @@ input. The Prometheus collector and the OpenTelemetry instruments are both built
 both; the reader, the rule and dashboard tests and the docs take the names from here too.
 
 The table lives in this layer, below the exporters that publish it and beside the reader that
-reads it back, as :mod:`~specobs.ingest.vllm_metrics` holds vLLM's names (docs/architecture.md:
+reads it back, as :mod:`~specobs.vllm.metric_series` holds vLLM's names (docs/architecture.md:
 a concept two rooms share sits in the lower one). It is data only: the exporters' mapping
 (:mod:`specobs.exporters.mapping`) does the checking, capping and adding.
 

@@ -1,8 +1,8 @@
 """The typed results every surface presents: frozen dataclasses whose ``to_dict()`` is the JSON contract.
 
 One public import (``from specobs.records import Report``) over modules split by subject:
-``result`` (the base, JSON helpers, vocabularies), ``summary`` (acceptance), ``findings``,
-``per_request``, ``load`` (serving under load), ``context_split``, ``report_result``,
+``result`` (the base, JSON helpers, vocabularies), ``acceptance_summary``, ``finding_facts``,
+``request_acceptance``, ``serving_load``, ``context_split``, ``report_result``,
 ``history`` (changes and breaks), ``recommendation``, ``comparison``, ``closed_loop``
 (``specobs tune``), ``tuner`` (the online tuner's log), ``checks`` (integrity, pitfalls) and
 ``run_metadata``. Analysis and tuning build these; surfaces read their attributes and compute
@@ -11,6 +11,15 @@ nothing of their own. Fields marked ``internal`` are left out of ``to_dict()``.
 
 from __future__ import annotations
 
+from specobs.records.acceptance_summary import (
+    BatchTiming,
+    GroupSummary,
+    PositionBound,
+    PositionRate,
+    ScheduleTax,
+    Summary,
+    Truncation,
+)
 from specobs.records.checks import IntegrityIssue, Pitfall
 from specobs.records.closed_loop import TuneBucket, TuneMeasurement, TuneNoise, TuneResult, TuneVerification
 from specobs.records.comparison import (
@@ -25,7 +34,7 @@ from specobs.records.comparison import (
     Throughput,
 )
 from specobs.records.context_split import ContextTrend, Split, SplitBest, SplitRow
-from specobs.records.findings import (
+from specobs.records.finding_facts import (
     AcceptanceLengthFacts,
     AcceptanceRateFacts,
     BreakFacts,
@@ -54,17 +63,6 @@ from specobs.records.findings import (
     WastedPositionsFacts,
 )
 from specobs.records.history import Break, BreakKind, Cause, Change, ChangePoint, RunRef, SourceReport
-from specobs.records.load import (
-    Crossover,
-    LoadAdvice,
-    LoadRatio,
-    LoadRecommendation,
-    MeasureRatio,
-    Serving,
-    ServingLevel,
-    Slo,
-)
-from specobs.records.per_request import FlaggedRequest, LengthBin, RequestAcceptance, RequestGroup
 from specobs.records.recommendation import (
     RECOMMEND_DEFAULTS,
     BucketChoice,
@@ -82,6 +80,7 @@ from specobs.records.recommendation import (
     Target,
 )
 from specobs.records.report_result import Report
+from specobs.records.request_acceptance import FlaggedRequest, LengthBin, RequestAcceptance, RequestGroup
 from specobs.records.result import (
     DETAIL_KEYS,
     MAX_SKIPPED_EXAMPLES,
@@ -98,14 +97,15 @@ from specobs.records.result import (
     rounded,
 )
 from specobs.records.run_metadata import ENVIRONMENT_FIELDS, RunMetadata
-from specobs.records.summary import (
-    BatchTiming,
-    GroupSummary,
-    PositionBound,
-    PositionRate,
-    ScheduleTax,
-    Summary,
-    Truncation,
+from specobs.records.serving_load import (
+    Crossover,
+    LoadAdvice,
+    LoadRatio,
+    LoadRecommendation,
+    MeasureRatio,
+    Serving,
+    ServingLevel,
+    Slo,
 )
 from specobs.records.tuner import TUNER_ACTIONS, TunerDecision, TunerReason, reason_of
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from specobs.records.acceptance_summary import Summary
 from specobs.records.context_split import Split
 from specobs.records.history import Cause
-from specobs.records.load import LoadRatio
 from specobs.records.result import Result, jsonable, rounded
-from specobs.records.summary import Summary
+from specobs.records.serving_load import LoadRatio
 
 # --- comparison -----------------------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from specobs.records.acceptance_summary import Summary
 from specobs.records.result import Result, jsonable
-from specobs.records.summary import Summary
 
 
 @dataclass(frozen=True)

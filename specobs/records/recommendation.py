@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specobs.records.context_split import Split
-from specobs.records.load import LoadAdvice
 from specobs.records.result import Baseline, Basis, BucketBasis, NoteKind, Result, internal, jsonable, rounded
+from specobs.records.serving_load import LoadAdvice
 
 # --- recommendation -------------------------------------------------------------------------------
 

@@ -7,16 +7,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specobs.errors import Notice, Skipped
+from specobs.records.acceptance_summary import BatchTiming, GroupSummary, ScheduleTax, Summary
 from specobs.records.checks import IntegrityIssue
 from specobs.records.context_split import Split
-from specobs.records.findings import Finding
+from specobs.records.finding_facts import Finding
 from specobs.records.history import Break, Change, SourceReport
-from specobs.records.load import LoadAdvice, Serving
-from specobs.records.per_request import RequestAcceptance
 from specobs.records.recommendation import Recommendation
+from specobs.records.request_acceptance import RequestAcceptance
 from specobs.records.result import MAX_SKIPPED_EXAMPLES, Result, rounded
 from specobs.records.run_metadata import RunMetadata
-from specobs.records.summary import BatchTiming, GroupSummary, ScheduleTax, Summary
+from specobs.records.serving_load import LoadAdvice, Serving
 from specobs.records.tuner import TunerDecision
 
 
@@ -54,9 +54,9 @@ class Report(Result):
     #: The same, side by side by the environment dimensions ``by`` names (platform, attention
     #: backend, vLLM release…): each against its own plain engine (None: ``by`` names none).
     side_by_side: Split | None = None
-    #: What the report concludes, in order (``specobs.advice.findings.report_findings``), computed
+    #: What the report concludes, in order (``specobs.advice.report_findings.report_findings``), computed
     #: once by ``report_builder`` so that every surface reads the same list (None: not computed;
-    #: ``advice.findings.findings_of`` computes it then). Worded by ``render.sentences``.
+    #: ``advice.report_findings.findings_of`` computes it then). Worded by ``render.sentences``.
     findings: tuple[Finding, ...] | None = field(default=None, compare=False)
     #: Each group's own acceptance findings, in the order of ``groups`` (None: not computed).
     group_findings: tuple[tuple[Finding, ...], ...] | None = field(default=None, compare=False)

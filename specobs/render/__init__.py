@@ -2,7 +2,12 @@
 
 ``emit(result, fmt)`` writes a :mod:`specobs.records` object to stdout as rich tables, one JSON
 object (:func:`document`: ``result.to_dict()`` and the sentences worded here) or Markdown, and
-refuses a format it has no renderer for. No math here: renderers read attributes and word them.
+refuses a format it has no renderer for. Renderers read attributes and word them:
+``sentences`` (every sentence: findings by kind, reasons, headlines, notes), ``summary`` (the
+first screen), ``report`` (the report's tables), ``tuning`` (recommendations, comparisons, tune
+results), ``split_table`` (a split by context or side by side), ``fit`` (tables that fit the
+console), ``markdown`` (Markdown pieces), ``charts`` (Altair charts for the app) and ``plot``
+(charts written to files).
 """
 
 from __future__ import annotations

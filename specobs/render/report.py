@@ -12,7 +12,7 @@ from specobs.records import GroupSummary, Report, RequestAcceptance, RequestGrou
 from specobs.render import sentences, tuning
 from specobs.render.fit import Col, Kind, cols, print_table, shorten_path
 from specobs.render.markdown import md_table
-from specobs.render.split import split_to_markdown, split_to_rich
+from specobs.render.split_table import split_to_markdown, split_to_rich
 from specobs.render.summary import first_screen
 
 BAR_WIDTH = 20

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specobs.advice import findings as advised
+from specobs.advice import report_findings as advised
 from specobs.analysis import findings as found
 from specobs.analysis.pitfalls import BREAK_SOURCES
 from specobs.analysis.pitfalls import BY_ID as PITFALL_BY_ID
@@ -110,7 +110,7 @@ def batch_range(low: int, high: int) -> str:
     return str(low) if low == high else f"{low}–{high}"
 
 
-# --- the report's findings (decided in analysis.findings and advice.findings; worded here) ----------
+# --- the report's findings (decided in analysis.findings and advice.report_findings; worded here) ----------
 
 
 @dataclass(frozen=True)
@@ -802,7 +802,7 @@ def input_findings(report: Report) -> list[Worded]:
 
 
 def report_findings(report: Report) -> list[Worded]:
-    """The overall findings of a report (those it carries: ``advice.findings.report_findings``), worded."""
+    """The overall findings of a report (those it carries: ``advice.report_findings.report_findings``), worded."""
     return worded(advised.findings_of(report))
 
 

@@ -4,7 +4,7 @@ A newcomer runs ``specobs report`` for the recommendation; the details (tables p
 position, timing) run to hundreds of lines. The summary says in a few lines what was read, how
 well drafts are accepted, what to run (the recommendation's own sentence and its
 ``--speculative-config``) and the few findings that matter most, chosen by one rule
-(``specobs.advice.findings``: :data:`FINDING_RANK`, :func:`key_findings`, decided there). Rich and
+(``specobs.advice.report_findings``: :data:`FINDING_RANK`, :func:`key_findings`, decided there). Rich and
 Markdown both render it from :func:`first_screen`; ``--brief`` stops after it. No math here: it words.
 """
 
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specobs.advice.findings import FINDING_RANK, SUMMARY_FINDINGS, UNNAMED_RANK, rank  # re-exported
-from specobs.advice.findings import key_findings as _key_findings
+from specobs.advice.report_findings import FINDING_RANK, SUMMARY_FINDINGS, UNNAMED_RANK, rank  # re-exported
+from specobs.advice.report_findings import key_findings as _key_findings
 from specobs.records import Report
 from specobs.render import sentences
 
 
 def key_findings(report: Report, most: int = SUMMARY_FINDINGS) -> list[sentences.Worded]:
-    """The report's findings that its summary shows (``advice.findings.key_findings``), worded."""
+    """The report's findings that its summary shows (``advice.report_findings.key_findings``), worded."""
     return sentences.worded(_key_findings(report, most))
 
 

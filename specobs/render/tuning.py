@@ -33,7 +33,7 @@ from specobs.render.sentences import (
     tune_headline,
     tune_notes,
 )
-from specobs.render.split import split_to_markdown, split_to_rich
+from specobs.render.split_table import split_to_markdown, split_to_rich
 
 
 def _fmt(value: float | int | None, fmt: str = "{:.2f}") -> str:

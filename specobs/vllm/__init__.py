@@ -1,11 +1,20 @@
-"""``specobs.vllm``: the vLLM entry point — the general plugin (``register``), ``instrument(llm,
-sink=...)`` for an offline ``LLM``, and ``StatLogger``.
+"""``specobs.vllm``: everything that knows vLLM's internals, and the plugin vLLM loads.
 
-This is where the capture is wired to what sits above it: the exporters (``SPECOBS_PROMETHEUS``,
-``SPECOBS_OTEL``) and the online tuner (``SPECOBS_ONLINE_TUNER``), through
-:class:`specobs.vllm.hooks.Wiring`. See docs/vllm.md. Importing this module does not
-import vLLM; ``StatLogger`` does (it subclasses vLLM's ``StatLoggerBase``), so it is loaded on
-first use. Without ``SPECOBS_ENABLE`` the plugin returns at once: nothing is patched or started.
+This ``__init__`` is the entry point: the general plugin (``register``), ``instrument(llm,
+sink=...)`` for an offline ``LLM``, and ``StatLogger``. It wires the capture to what sits above
+it: the exporters (``SPECOBS_PROMETHEUS``, ``SPECOBS_OTEL``) and the online tuner
+(``SPECOBS_ONLINE_TUNER``), through :class:`specobs.vllm.hooks.Wiring`. See docs/vllm.md.
+Importing it does not import vLLM; ``StatLogger`` does (it subclasses vLLM's
+``StatLoggerBase``), so it is loaded on first use. Without ``SPECOBS_ENABLE`` the plugin returns
+at once: nothing is patched or started.
+
+The room's other modules produce rows like :mod:`specobs.capture` (a lower layer than this
+``__init__``): ``hooks`` (the capture inside the engine core), ``hookpoints`` (every place the
+hooks patch, as data), ``instrument`` (an offline engine in this process), ``stat_logger``
+(acceptance from vLLM's own stats, without hooks), ``engine_metadata`` (run metadata read from
+the engine), ``spec_config`` (vLLM's ``SpeculativeConfig`` from specobs's side), ``releases``
+(a release's source checked against what specobs uses) and ``metric_series`` (vLLM's
+Prometheus series that specobs reads).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ here: the methods the capture patches and the attributes it reads (:mod:`.hookpo
 :data:`ATTRIBUTES` below), the ``SpeculativeConfig`` names it reads and prints
 (:data:`~specobs.vllm.spec_config.FIELDS_READ`, the method names of
 :data:`specobs.schema.KNOWN_METHODS`, the ``rejection_sample_method`` values it acts on), and the
-metric names it reads from ``/metrics`` (:mod:`specobs.ingest.vllm_metrics`). :func:`check`
+metric names it reads from ``/metrics`` (:mod:`specobs.vllm.metric_series`). :func:`check`
 looks each one up in a release's source with :mod:`ast` — an installed package folder, or a wheel
 read as a zip file, so a CUDA release is checked on a machine that cannot install it — and
 says per name: present, missing, or changed (there, but not as specobs uses it: another
@@ -30,9 +30,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from specobs.ingest import vllm_metrics
 from specobs.records import Result
 from specobs.schema import KNOWN_METHODS
+from specobs.vllm import metric_series as vllm_metrics
 from specobs.vllm.hookpoints import HOOK_POINTS, OPTIONAL_ROLES, RUNNER_V2, SCHEDULER, V2_SPECULATOR_CALL
 from specobs.vllm.spec_config import (
     FIELDS_READ,

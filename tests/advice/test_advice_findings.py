@@ -1,11 +1,11 @@
-"""The findings decided in ``advice.findings``, on numbers: serving under load (the K=0 tax, beyond
+"""The findings decided in ``advice.report_findings``, on numbers: serving under load (the K=0 tax, beyond
 noise, trends), the input, and the summary's ranking."""
 
 from __future__ import annotations
 
 import pytest
 
-from specobs.advice.findings import (
+from specobs.advice.report_findings import (
     FINDING_RANK,
     beyond_parity,
     crossover_verdict,

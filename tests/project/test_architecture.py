@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from support.layers import LAYERS, SURFACE_EXCEPTIONS, imports, layer_of, modules, room_cycles, surface_imports, upward
@@ -80,3 +81,31 @@ def test_the_check_finds_a_surface_that_computes(tmp_path):
     found = [(i.importer, i.imported, i.line) for i in surface_imports(package)]
     assert found == [("specobs.dashboard.app", "specobs.analysis", 3)]
     assert upward(package) == [] and room_cycles(package) == []
+
+
+def _rooms() -> dict[str, Path]:
+    package = Path(__file__).resolve().parents[2] / "specobs"
+    return {p.parent.name: p.parent for p in sorted(package.glob("*/__init__.py"))}
+
+
+def test_no_two_modules_share_a_name():
+    """A module's name says what it holds, once: two rooms' ``requests.py`` or ``findings.py``
+    leave a reader guessing which one an import means."""
+    package = Path(__file__).resolve().parents[2] / "specobs"
+    names: dict[str, list[str]] = {}
+    for path in package.rglob("*.py"):
+        if path.name != "__init__.py":
+            names.setdefault(path.stem, []).append(str(path.relative_to(package)))
+    assert {name: places for name, places in names.items() if len(places) > 1} == {}
+
+
+def test_every_room_says_what_it_holds():
+    """Each room's ``__init__`` opens with a docstring naming every module in it (what is public
+    is said there, not found by reading every file)."""
+    unnamed = {}
+    for room, folder in _rooms().items():
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        missing = [p.stem for p in sorted(folder.glob("*.py")) if p.stem != "__init__" and f"{p.stem}" not in doc]
+        if missing or not doc:
+            unnamed[room] = missing or ["(no docstring)"]
+    assert unnamed == {}

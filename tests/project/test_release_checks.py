@@ -16,8 +16,8 @@ from support import releases as data
 from specobs.advice import model as advice_model
 from specobs.advice.config_line import NEEDS_MODEL
 from specobs.analysis.pitfalls import PITFALLS
-from specobs.ingest import vllm_metrics
 from specobs.schema import KNOWN_METHODS
+from specobs.vllm import metric_series as vllm_metrics
 from specobs.vllm import releases
 from specobs.vllm.hookpoints import HOOK_POINTS
 from specobs.vllm.releases import ATTRIBUTES, METHODS, Kind, ReleaseCheck, Status, check

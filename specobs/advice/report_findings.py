@@ -22,7 +22,7 @@ from specobs.analysis.findings import (
 )
 from specobs.analysis.under_load import CROSSOVER_METRICS, MATERIAL_TREND, NOT_DRAFTING
 from specobs.records import Crossover, LoadAdvice, LoadRatio, Report, Serving
-from specobs.records.findings import (
+from specobs.records.finding_facts import (
     CrossoverVerdict,
     Finding,
     FindingKind,

@@ -1,7 +1,7 @@
 """What the analysis concludes, as data: a finding's kind, its severity and its facts (worded in render).
 
 Findings are decided where the numbers are (``specobs.analysis.findings`` for acceptance,
-changes, breaks, costs, integrity and requests; ``specobs.advice.findings`` for serving under
+changes, breaks, costs, integrity and requests; ``specobs.advice.report_findings`` for serving under
 load, the input and the report's ordered list and ranking). Each carries the numbers its
 sentence uses as a typed facts record whose ``to_dict()`` is the JSON's ``finding_facts[].facts``;
 ``specobs.render.sentences.word`` turns a finding into its sentence.
@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from specobs.records.acceptance_summary import ScheduleTax
 from specobs.records.checks import IntegrityIssue
 from specobs.records.history import Break, Change
-from specobs.records.load import Crossover, LoadAdvice, LoadRatio, ServingLevel, Slo
-from specobs.records.per_request import FlaggedRequest
+from specobs.records.request_acceptance import FlaggedRequest
 from specobs.records.result import Result, jsonable
-from specobs.records.summary import ScheduleTax
+from specobs.records.serving_load import Crossover, LoadAdvice, LoadRatio, ServingLevel, Slo
 
 
 class FindingKind(StrEnum):
@@ -68,7 +68,7 @@ class FindingKind(StrEnum):
 
 class Severity(StrEnum):
     """How much a finding matters (the report's summary shows the most severe few:
-    ``specobs.advice.findings.FINDING_RANK`` orders these, most important first)."""
+    ``specobs.advice.report_findings.FINDING_RANK`` orders these, most important first)."""
 
     #: The numbers do not measure what the configuration says, or acceptance collapsed.
     INTEGRITY = "integrity"
