@@ -37,18 +37,36 @@ class TunerReason(StrEnum):
     OTHER = "other"
 
 
-def reason_of(value: TunerReason | str) -> tuple[TunerReason, str | None]:
-    """A reason read from a decision log: a :class:`TunerReason` value, or free text (a log
-    written before reasons were typed) kept as ``other`` with its text.
+#: The sentences logs written before reasons were typed hold, by the start of their text: read
+#: as the reason they said (the numbers they quoted are the decision's own fields).
+LEGACY_REASONS: tuple[tuple[str, TunerReason], ...] = (
+    ("measured faster than the current k", TunerReason.MEASURED_FASTER),
+    ("no earlier measurement to compare with", TunerReason.NO_EARLIER_MEASUREMENT),
+    ("the window after the switch measured", TunerReason.WINDOW_MEASURED),
+    ("no speculative decoding in this engine", TunerReason.NO_SPECULATIVE_DECODING),
+    ("data parallel > 1", TunerReason.DATA_PARALLEL),
+    ("Model Runner V2", TunerReason.MODEL_RUNNER_V2),
+    ("the engine has no batch-size schedule", TunerReason.NO_SCHEDULE),
+)
 
-    ``"forced"`` → ``(FORCED, None)``; ``"measured faster"`` → ``(OTHER, "measured faster")``.
+
+def reason_of(value: TunerReason | str) -> tuple[TunerReason, str | None]:
+    """A reason read from a decision log: a :class:`TunerReason` value, one of the sentences
+    older logs hold (:data:`LEGACY_REASONS`), or other free text, kept as ``other`` with its text.
+
+    ``"forced"`` → ``(FORCED, None)``; ``"no earlier measurement to compare with"`` →
+    ``(NO_EARLIER_MEASUREMENT, None)``; ``"operator"`` → ``(OTHER, "operator")``.
     """
     if isinstance(value, TunerReason):
         return value, None
     try:
         return TunerReason(value), None
     except ValueError:
-        return TunerReason.OTHER, value
+        pass
+    for start, reason in LEGACY_REASONS:
+        if value.startswith(start):
+            return reason, None
+    return TunerReason.OTHER, value
 
 
 @dataclass(frozen=True)

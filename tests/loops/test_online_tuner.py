@@ -21,7 +21,7 @@ from specobs.exporters.prometheus import PrometheusMetrics
 from specobs.ingest import load
 from specobs.ingest.decisions import parse
 from specobs.loops.online import OnlineTuner, refusal
-from specobs.records import TunerDecision, TunerReason
+from specobs.records import TunerDecision, TunerReason, reason_of
 from specobs.render.sentences import tuner_reason, tuner_rows, tuner_state
 
 LARGEST = 16
@@ -234,12 +234,37 @@ def test_a_decision_log_written_with_free_text_reasons_still_reads_and_says_them
            "run_id": "r", "engine": 0}  # fmt: skip
     read, why = parse(old)
     assert why is None and read is not None
-    assert read.reason == TunerReason.OTHER and read.reason_text == old["reason"]
+    # One of the sentences older logs hold: read as the reason it said, worded the same again.
+    assert read.reason == TunerReason.WINDOW_MEASURED and read.reason_text is None
     assert tuner_reason(read) == old["reason"]
     assert "rolled back (the window after the switch measured -5.0%)" in tuner_state([read])[0]
     assert tuner_rows([read])[0][-1] == old["reason"]
     again, _ = parse(json.loads(json.dumps(read.to_row())))  # saved again: still the same decision
     assert again == read
+    # Text no release wrote is kept as it is.
+    free, _ = parse({**old, "reason": "an operator rolled it back"})
+    assert free is not None and free.reason == TunerReason.OTHER and free.reason_text == "an operator rolled it back"
+    assert tuner_reason(free) == "an operator rolled it back"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("measured faster than the current k beyond noise", TunerReason.MEASURED_FASTER),
+        ("no earlier measurement to compare with", TunerReason.NO_EARLIER_MEASUREMENT),
+        ("the window after the switch measured +3.1%", TunerReason.WINDOW_MEASURED),
+        ("no speculative decoding in this engine", TunerReason.NO_SPECULATIVE_DECODING),
+        ("data parallel > 1: vLLM disables the batch-size schedule there", TunerReason.DATA_PARALLEL),
+        ("Model Runner V2 is reported to ignore the batch-size schedule", TunerReason.MODEL_RUNNER_V2),
+        (
+            "the engine has no batch-size schedule: start it with num_speculative_tokens_per_batch_size in "
+            "--speculative-config (e.g. [[1, MAX_NUM_SEQS, K]])",
+            TunerReason.NO_SCHEDULE,
+        ),
+    ],
+)
+def test_every_sentence_older_logs_hold_reads_as_its_reason(text, reason):
+    assert reason_of(text) == (reason, None)
 
 
 def test_the_tuner_decides_with_typed_reasons():
