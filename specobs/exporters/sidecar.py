@@ -267,19 +267,29 @@ class Sidecar:
         self.follower.close()
 
 
-def running_k(windows: pl.DataFrame) -> dict[str, int]:
-    """Method → the k it runs now: the ``num_spec_tokens`` its most recently read row reported
-    (rows in the order read, :data:`ARRIVAL`). Not the largest k seen: a batch-size schedule or
-    the online tuner runs a smaller k in some buckets, and the largest would name a k that no
-    longer runs. A row without a speculative k (none, 0) is passed over::
+#: How many of a method's latest rows decide the k it runs now (:func:`running_k`).
+RECENT_ROWS = 64
 
-        running_k(rows with method ngram and k 6, 6, 3 in that order) == {"ngram": 3}
+
+def running_k(windows: pl.DataFrame, recent: int = RECENT_ROWS) -> dict[str, int]:
+    """Method → the k it runs now: the ``num_spec_tokens`` most of its latest ``recent`` rows
+    reported (rows in the order read, :data:`ARRIVAL`; a tie goes to the k reported later).
+
+    Not the largest k seen: a batch-size schedule or the online tuner runs a smaller k in some
+    buckets, and the largest names a k that may no longer run. Not the last row's either: under a
+    schedule the rows alternate between the buckets' k, and the gauge would follow whichever batch
+    size came last; the k most recent steps ran is the one most of the traffic meets. A row
+    without a speculative k (none, 0) is passed over::
+
+        running_k(rows with method ngram and k 6, 6, 3 in that order) == {"ngram": 6}
     """
     ran = windows.filter(pl.col("num_spec_tokens") > 0)
     if ran.is_empty():
         return {}
-    last = ran.group_by("method").agg(pl.col("num_spec_tokens").sort_by(ARRIVAL).last())
-    return {method: int(k) for method, k in last.iter_rows()}
+    latest = ran.sort(ARRIVAL).group_by("method", maintain_order=True).tail(recent)
+    votes = latest.group_by("method", "num_spec_tokens").agg(rows=pl.len(), last=pl.col(ARRIVAL).max())
+    chosen = votes.sort("rows", "last", descending=True).group_by("method", maintain_order=True).first()
+    return {method: int(k) for method, k in chosen.select("method", "num_spec_tokens").iter_rows()}
 
 
 def _reason(why: str) -> str:

@@ -79,19 +79,26 @@ def test_without_health_or_sidecar_their_families_are_not_published():
     assert "specobs_dropped_events" not in names and "specobs_exporter_rows" not in names
 
 
-def test_running_k_is_the_k_reported_last_not_the_largest():
-    """A batch-size schedule runs k = 6 at batch 1 and k = 2 at batch 64: the k that runs now is the
-    last one the rows report, per method (rows without a speculative k passed over)."""
+def test_running_k_is_the_k_most_recent_rows_ran_not_the_largest_nor_the_last():
+    """A batch-size schedule runs k = 6 at batch 1 and k = 2 at batch 64, the rows alternating:
+    the k that runs now is the one most of the method's latest rows report (rows without a
+    speculative k passed over), not the largest and not whichever bucket came last."""
     rows = pl.DataFrame(
         {
-            "method": ["ngram", "ngram", "eagle", "ngram", "eagle", "ngram"],
-            "num_spec_tokens": [6, 2, 3, 6, 4, 0],
-            "batch_size": [1, 64, 8, 1, 8, 64],
+            "method": ["ngram", "ngram", "eagle", "ngram", "eagle", "ngram", "ngram"],
+            "num_spec_tokens": [6, 2, 3, 2, 4, 6, 0],
+            "batch_size": [1, 64, 8, 64, 8, 1, 64],
         }
     ).with_row_index(ARRIVAL)
+    # ngram: 6, 2, 2, 6 → a tie, the later k (6); eagle: 3, 4 → a tie, the later (4).
     assert running_k(rows) == {"ngram": 6, "eagle": 4}
-    assert running_k(rows.head(3)) == {"ngram": 2, "eagle": 3}
+    assert running_k(rows.head(4)) == {"ngram": 2, "eagle": 3}  # 6, 2, 2: two rows ran k = 2
+    assert running_k(rows, recent=2) == {"ngram": 6, "eagle": 4}  # the last two ngram rows: 2, 6
+    assert running_k(rows, recent=3) == {"ngram": 2, "eagle": 4}  # 2, 2, 6
     assert running_k(rows.filter(pl.col("num_spec_tokens") == 0)) == {}
+    # A long run at the largest k, then the schedule's smaller k for most recent steps.
+    switched = pl.DataFrame({"method": ["ngram"] * 200, "num_spec_tokens": [6] * 100 + [3] * 100})
+    assert running_k(switched.with_row_index(ARRIVAL)) == {"ngram": 3}
 
 
 class _Refits(PrometheusMetrics):
@@ -106,7 +113,7 @@ class _Refits(PrometheusMetrics):
         super().replace_recommendations(latest)
 
 
-def test_the_sidecar_publishes_the_speedup_of_the_k_its_rows_ran_last(tmp_path):
+def test_the_sidecar_publishes_the_speedup_of_the_k_its_rows_ran_recently(tmp_path):
     """The bundled ngram run cycles k through 0 … 6; cut after a stretch at k = 4, the largest k
     seen (6) is not the one running: the speedup gauge is k = 4's."""
     (source,) = SWEEP.glob("specobs-*ngram*.jsonl")
