@@ -352,7 +352,7 @@ _SPLIT = (
 
 JSON_KEYS: dict[str, dict[str, str]] = {
     "report": {
-        "serving": "serving-benchmark results (`vllm bench serve` / sweep files; `analysis.serving`), null without "
+        "serving": "serving-benchmark results (`vllm bench serve` / sweep files; `analysis.under_load`), null without "
         "them: `levels` (per model, `config`, `speculative`, `load` (`concurrency` or `rate`) and `level`: `runs`, "
         "mean `output_throughput`, `mean_tpot_ms`, `p99_tpot_ms`, `mean_ttft_ms`, `acceptance_length`, "
         "`spec_decode_num_drafts`; from the in-engine capture inside those runs' time windows `captured_steps`, "

@@ -1,6 +1,6 @@
 """Where to draft under load, from the measured crossover of a serving benchmark.
 
-``analysis.serving`` finds where each speculative configuration stops paying against the plain
+``analysis.under_load`` finds where each speculative configuration stops paying against the plain
 server (its throughput, or goodput under an SLO, crossing the plain server's). Here that level
 becomes vLLM's schedule by batch size, ``num_speculative_tokens_per_batch_size``: the
 configuration's k up to the batch size reached at the crossover's 95% lower bound — the highest

@@ -94,7 +94,7 @@ __all__ = [
 ]  # fmt: skip
 
 #: The series one engine may publish at most, by design: :func:`series_budget` with every method an
-#: engine could run at once, k = MAX_POSITIONS and every batch bucket (tests/test_exporters.py
+#: engine could run at once, k = MAX_POSITIONS and every batch bucket (tests/exporters/test_exporters.py
 #: holds a real scrape to it; docs/exporters.md shows the budget).
 SERIES_PER_ENGINE = 550
 #: The counters of every (model_name, engine, method) as ``(family, help)``, in the order of

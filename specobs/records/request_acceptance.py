@@ -38,7 +38,7 @@ class RequestGroup(Result):
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], label: str | None = None) -> RequestGroup:
-        """From a row of ``analysis.requests.summarize``."""
+        """From a row of ``analysis.per_request.summarize``."""
         values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls) if f.name != "label"}
         for name in ("num_requests", "num_requests_without_drafts", "num_spec_steps", "num_draft_tokens",
                      "num_accepted_tokens"):  # fmt: skip
@@ -58,7 +58,7 @@ class LengthBin(Result):
 @dataclass(frozen=True)
 class FlaggedRequest(Result):
     """A request whose draft acceptance rate sits far below its class's (same workload and
-    prompt-length bucket, the request itself left out): a quality signal (``analysis.requests``)."""
+    prompt-length bucket, the request itself left out): a quality signal (``analysis.per_request``)."""
 
     request_key: str | None  # a hash of the request id, never the id or its text
     workload: str | None

@@ -325,7 +325,7 @@ def serving_load(frame: pl.DataFrame) -> alt.HConcatChart:
     """Serving-benchmark results against load: output tokens/s and mean TPOT per level, one line
     per configuration (plain dashed grey), each run a dot; a crossover as a vertical rule.
 
-    ``frame``: rows of ``schema.BENCH`` with ``load`` and ``level`` (``analysis.serving``), and a
+    ``frame``: rows of ``schema.BENCH`` with ``load`` and ``level`` (``analysis.under_load``), and a
     ``crossover`` column (the configuration's crossover level or null)."""
     data = frame.with_columns(
         kind=pl.when(pl.col("speculative")).then(pl.lit("speculative")).otherwise(pl.lit("plain"))

@@ -579,7 +579,7 @@ def install(
     ``scheduler``, ``runners`` (``{"v1": cls, "v2": cls}``, Model Runner V1 and V2) and
     ``vllm_config`` are the classes to patch, vLLM's by default; ``clock`` makes the spans (default: the device's);
     ``wiring`` plugs in the exporters and the online tuner (:func:`specobs.vllm.wiring`).
-    Tests pass fakes shaped like vLLM's (tests/test_capture_accounting.py).
+    Tests pass fakes shaped like vLLM's (tests/capture/test_capture_accounting.py).
     """
     global _CAPTURE
     with _LOCK:
