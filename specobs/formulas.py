@@ -17,6 +17,8 @@ Definitions (vLLM's conventions; ``D`` drafts, ``A`` accepted tokens):
   position i when ``a > i`` (``a_i``), reached it when ``d > i`` (``n_i``), and was tried there
   (reached it with every earlier position accepted: the trials of the conditional rate) when
   ``d > i`` and ``a >= i`` (``m_i``)
+- draft acceptance rate  ``A / draft tokens``; draft tokens per draft  ``draft tokens / D``
+- acceptance length of conditional rates ``c_j``: ``1 + Σ_{i<k} Π_{j≤i} c_j``
 - cost ratio (Leviathan's c): draft seconds per drafted position over verify seconds per step
 
 Imports only the standard library and polars (the bottom layer).
@@ -91,6 +93,70 @@ def tokens_per_step_of_rates(rates: Sequence[float], k: int | None = None) -> fl
     1.75
     """
     return tokens_per_step(sum(rates if k is None else rates[:k]))
+
+
+def tokens_per_step_from_totals(generated: float, accepted: float) -> float:
+    """Tokens per verify step from a run's totals: ``generated / (generated − accepted)`` (every
+    step emits one token of its own, so the steps are the tokens not accepted from a draft).
+
+    >>> tokens_per_step_from_totals(30, 20)
+    3.0
+    """
+    return generated / (generated - accepted)
+
+
+def acceptance_length_of_conditional(conditional: Sequence[float], k: int | None = None) -> float:
+    """The acceptance length of drafts ``k`` long (all of ``conditional`` when None) from
+    conditional rates ``c_j``: ``1 + Σ_{i<k} Π_{j≤i} c_j`` (position i is reached with every
+    earlier one accepted, so its per-position rate is the running product).
+
+    >>> acceptance_length_of_conditional([0.5, 0.5, 0.5], 2)
+    1.75
+    """
+    total, reach = 1.0, 1.0
+    for c in conditional if k is None else conditional[:k]:
+        reach *= c
+        total += reach
+    return total
+
+
+def acceptance_rate(accepted: T, draft_tokens: T) -> T:
+    """The draft acceptance rate ``accepted / draft_tokens`` (accepted tokens over draft tokens,
+    vLLM's ``Draft acceptance rate``), unguarded (see :func:`acceptance_rate_or_none`).
+
+    >>> acceptance_rate(3, 4)
+    0.75
+    """
+    return accepted / draft_tokens
+
+
+@overload
+def acceptance_rate_or_none(accepted: pl.Expr, draft_tokens: pl.Expr) -> pl.Expr: ...
+@overload
+def acceptance_rate_or_none(accepted: float | None, draft_tokens: float | None) -> float | None: ...
+def acceptance_rate_or_none(
+    accepted: float | pl.Expr | None, draft_tokens: float | pl.Expr | None
+) -> float | pl.Expr | None:
+    """:func:`acceptance_rate` where ``draft_tokens > 0``; else None (numbers) or null (expressions).
+
+    >>> acceptance_rate_or_none(3, 0) is None
+    True
+    """
+    if isinstance(accepted, pl.Expr) or isinstance(draft_tokens, pl.Expr):
+        return rate_or_none(_expr(accepted), _expr(draft_tokens))
+    if accepted is None or draft_tokens is None:
+        return None
+    return rate_or_none(accepted, draft_tokens)
+
+
+def tokens_per_draft(draft_tokens: T, drafts: T) -> T:
+    """Draft tokens per draft: ``draft_tokens / drafts`` (k for a drafter that always drafts k;
+    less for a lookup that finds shorter matches), unguarded.
+
+    >>> tokens_per_draft(10, 4)
+    2.5
+    """
+    return draft_tokens / drafts
 
 
 def rate_or_none(successes: T, trials: T) -> T | None:
@@ -241,7 +307,10 @@ def _expr(value: object) -> pl.Expr:
 
 __all__ = [
     "acceptance_length",
+    "acceptance_length_of_conditional",
     "acceptance_length_or_none",
+    "acceptance_rate",
+    "acceptance_rate_or_none",
     "accepted_past",
     "cost_ratio",
     "draft_positions",
@@ -251,7 +320,9 @@ __all__ = [
     "per_position_rates",
     "rate_or_none",
     "reached",
+    "tokens_per_draft",
     "tokens_per_step",
+    "tokens_per_step_from_totals",
     "tokens_per_step_of_rates",
     "trials",
     "tried",

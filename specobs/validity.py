@@ -94,6 +94,24 @@ def accepted_exceeds_drafted(accepted: T, drafted: T) -> T:
     return accepted > drafted
 
 
+def accepted_exceeds_steps(accepted: T, steps: T, k: T) -> T:
+    """More tokens accepted than k per verify step, ``accepted > steps · k`` (``inconsistent``):
+    a step accepts at most the k tokens it drafted."""
+    return accepted > steps * k
+
+
+def request_contradiction(accepted: int, drafted: int | None, steps: int, k: int | None) -> str | None:
+    """Why a finished request's counts contradict each other (``inconsistent``): more tokens
+    accepted than drafted (:func:`accepted_exceeds_drafted`) or than k per verify step
+    (:func:`accepted_exceeds_steps`); None when they agree or the count to check against is
+    unknown (None). The request reader skips such a row with this sentence; the exporter drops it."""
+    if drafted is not None and accepted_exceeds_drafted(accepted, drafted):
+        return f"accepted tokens {accepted} above drafted {drafted}"
+    if k is not None and accepted_exceeds_steps(accepted, steps, k):
+        return f"accepted tokens {accepted} above num_spec_tokens {k} per step over {steps} steps"
+    return None
+
+
 def longer_than_k(positions: T, k: T, reached_positions: T) -> T:
     """An accepted per-position list of ``positions`` longer than k, where no longer
     ``num_drafts_per_pos`` (``reached_positions`` long) says drafts reached past k (``inconsistent``)."""

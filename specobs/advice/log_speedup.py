@@ -30,7 +30,8 @@ from typing import Any
 
 import polars as pl
 
-from specobs.analysis.intervals import t95, welch_df
+from specobs.analysis.intervals import t95, variance_from_sums, welch_df
+from specobs.formulas import tokens_per_step_from_totals
 from specobs.records import ServedSpeedup
 
 #: Intervals each side needs at a number of running requests before that N is matched.
@@ -67,9 +68,8 @@ def _by_running(blocks: pl.DataFrame) -> dict[int, _Side]:
     )
     out = {}
     for batch, n, s, ss, generated, accepted in rows.iter_rows():
-        mean = s / n
-        variance = max((ss - n * mean * mean) / (n - 1), 0.0) if n > 1 else math.inf
-        out[int(batch)] = _Side(int(n), mean, variance, float(generated or 0), float(accepted or 0))
+        variance = variance_from_sums(n, s, ss) if n > 1 else math.inf
+        out[int(batch)] = _Side(int(n), s / n, variance, float(generated or 0), float(accepted or 0))
     return out
 
 
@@ -104,7 +104,7 @@ def _ratio(spec: Mapping[int, _Side], plain: Mapping[int, _Side], running: Itera
 def _tokens_per_step(spec: Mapping[int, _Side], running: Iterable[int]) -> float | None:
     generated = sum(spec[n].generated for n in running if n in spec)
     accepted = sum(spec[n].accepted for n in running if n in spec)
-    return generated / (generated - accepted) if generated > accepted > 0 else None
+    return tokens_per_step_from_totals(generated, accepted) if generated > accepted > 0 else None
 
 
 def plain_blocks(blocks: pl.DataFrame, target: Mapping[str, Any]) -> pl.DataFrame:

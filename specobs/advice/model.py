@@ -39,7 +39,7 @@ from specobs.analysis import acceptance
 from specobs.analysis.acceptance import Term, grouped_terms
 from specobs.analysis.cost import is_decode
 from specobs.analysis.intervals import wilson_bounds
-from specobs.formulas import tokens_per_step
+from specobs.formulas import tokens_per_draft, tokens_per_step
 from specobs.records import Baseline, ModelNote, NoteKind
 
 #: One drafter pass per drafted token. MTP is here: the models that ship it (DeepSeek-V3, MiMo,
@@ -329,7 +329,7 @@ def _draft_lengths(steps: pl.DataFrame, by: Sequence[str]) -> dict[GroupKey, tup
         (pl.col("num_spec_tokens") > 0) & (pl.col("num_drafts") > 0) & pl.col("num_draft_tokens").is_not_null()
     )
     rows = known.group_by([*by, "num_spec_tokens"]).agg(
-        length=pl.col("num_draft_tokens").sum() / pl.col("num_drafts").sum()
+        length=tokens_per_draft(pl.col("num_draft_tokens").sum(), pl.col("num_drafts").sum())
     )
     out: dict[GroupKey, list[tuple[int, float]]] = {}
     for row in rows.iter_rows(named=True):

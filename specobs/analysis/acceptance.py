@@ -34,9 +34,17 @@ import polars as pl
 from polars.lazyframe.group_by import LazyGroupBy
 
 from specobs import buckets, dimensions
-from specobs.analysis.intervals import Z95, wilson
+from specobs.analysis.intervals import Z95, ratio_residual, ratio_variance, wilson
 from specobs.errors import SpecobsError
-from specobs.formulas import acceptance_length, per_position_rates, rate_or_none, tokens_per_step
+from specobs.formulas import (
+    acceptance_length,
+    acceptance_rate,
+    acceptance_rate_or_none,
+    per_position_rates,
+    rate_or_none,
+    tokens_per_draft,
+    tokens_per_step,
+)
 from specobs.records import PositionBound, Summary, Truncation
 
 #: Default grouping: every source, engine, model and method separately.
@@ -265,7 +273,10 @@ def _term_list(k: int) -> list[Term]:
     printed_rate = pl.col("reported_draft_acceptance_rate")
     length_off = (acceptance_length(accepted, drafts) - printed_length).abs() > PRINTED_SLACK
     contradicts = (length_known & printed_length.is_not_null() & length_off) | (
-        rate_known & (tokens > 0) & printed_rate.is_not_null() & ((accepted / tokens - printed_rate).abs() > 0.0006)
+        rate_known
+        & (tokens > 0)
+        & printed_rate.is_not_null()
+        & ((acceptance_rate(accepted, tokens) - printed_rate).abs() > 0.0006)
     )
     weight = pl.col("batch_size").fill_null(1).cast(pl.Float64)
 
@@ -502,9 +513,7 @@ def _finish(agg: pl.DataFrame, positions: pl.DataFrame, keys: list[str]) -> pl.D
         .when(pl.col("reported_weight") > 0)
         .then(pl.lit("reported"))
         .otherwise(None),
-        draft_acceptance_rate=pl.when(pl.col("tokens_for_rate") > 0)
-        .then(pl.col("acc_for_rate") / pl.col("tokens_for_rate"))
-        .otherwise(None),
+        draft_acceptance_rate=acceptance_rate_or_none(pl.col("acc_for_rate"), pl.col("tokens_for_rate")),
     )
     rows = agg.to_dicts()
     extra = [_length_interval_and_diagnosis(row) for row in rows]
@@ -583,9 +592,8 @@ def _length_standard_error(row: dict) -> float | None:
     n = row["windows_for_length"]
     if n >= 10:
         ratio = row["acc_for_length"] / drafts
-        resid = row["acc_sq"] - 2 * ratio * row["acc_drafts"] + ratio * ratio * row["drafts_sq"]
-        mean_d = drafts / n
-        var = max(resid, 0.0) / (n * (n - 1) * mean_d * mean_d)
+        resid = ratio_residual(row["acc_sq"], row["acc_drafts"], row["drafts_sq"], ratio)
+        var = ratio_variance(max(resid, 0.0), n, drafts / n)
         candidates.append(math.sqrt(var))
     return max(candidates) if candidates else None
 
@@ -729,7 +737,7 @@ def summary_of(row: Mapping[str, Any]) -> Summary:
     rates = row.get("acceptance_rate_per_position") or []
     return Summary(
         **values,
-        draft_tokens_per_draft=tokens / drafts if drafts and tokens is not None else None,
+        draft_tokens_per_draft=tokens_per_draft(tokens, drafts) if drafts and tokens is not None else None,
         supported_positions=tuple(supported_positions(row)),
         wasted_positions=tuple(wasted_positions(rates, WASTED_THRESHOLD)),
         truncation=tuple(Truncation(**t) for t in truncation(rates)),

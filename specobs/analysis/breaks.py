@@ -38,7 +38,7 @@ from specobs.analysis import acceptance
 from specobs.analysis.intervals import Z95, mean_and_standard_error, mean_interval
 from specobs.analysis.pitfalls import COLLAPSED_BELOW, field_names, matching, metadata_meets
 from specobs.analysis.timeseries import split_threshold
-from specobs.formulas import acceptance_length
+from specobs.formulas import acceptance_length, acceptance_length_of_conditional
 from specobs.records import Break, BreakKind, Cause, Change, IntegrityIssue, RunMetadata, RunRef
 
 #: What stays the same across a lineage's restarts.
@@ -84,24 +84,13 @@ class RunState:
     draft_acceptance_rate: float | None
 
 
-def length_at(rates: Sequence[float], depth: int) -> float:
-    """``1 + Σ_{i<depth} Π_{j≤i} c_j``: the acceptance length drafts of ``depth`` tokens would have."""
-    total, reach = 1.0, 1.0
-    for c in rates[:depth]:
-        reach *= c
-        total += reach
-    return total
-
-
 def length_error(rates: Sequence[float], errors: Sequence[float], depth: int) -> float:
-    """The delta-method standard error of :func:`length_at` (rates independent)."""
+    """The delta-method standard error of the acceptance length of drafts ``depth`` long from
+    conditional rates (:func:`~specobs.formulas.acceptance_length_of_conditional`; rates independent)."""
     variance = 0.0
     for j in range(depth):
         before = math.prod(rates[:j])
-        after, reach = 1.0, 1.0
-        for c in rates[j + 1 : depth]:
-            reach *= c
-            after += reach
+        after = acceptance_length_of_conditional(rates[j + 1 : depth])
         variance += (before * after * errors[j]) ** 2
     return math.sqrt(variance)
 
@@ -230,7 +219,7 @@ def restart_breaks(states: Sequence[RunState], metadata: Sequence[RunMetadata]) 
         pitfalls = tuple(p.id for p in matching(m_after, run.draft_acceptance_rate)) if m_after else ()
         if before is None:
             if collapsed:
-                after = length_at(run.rates, run.k)
+                after = acceptance_length_of_conditional(run.rates, run.k)
                 out.append(Break(BreakKind.COLLAPSE, dict(run.labels), run.ref.start_ts, None, after, None, None,
                                  None, None, run.k, None, run.ref, (), False, pitfalls))  # fmt: skip
             continue
@@ -238,7 +227,7 @@ def restart_breaks(states: Sequence[RunState], metadata: Sequence[RunMetadata]) 
         if collapsed and before.k > run.k:  # positions a collapsed drafter never reached accept nothing
             rates, errors = rates + (0.0,) * (before.k - run.k), errors + (0.0,) * (before.k - run.k)
         depth = min(before.k, len(rates))
-        lb, la = length_at(before.rates, depth), length_at(rates, depth)
+        lb, la = acceptance_length_of_conditional(before.rates, depth), acceptance_length_of_conditional(rates, depth)
         se = math.hypot(
             before.design * length_error(before.rates, before.errors, depth),
             run.design * length_error(rates, errors, depth),
@@ -405,7 +394,6 @@ __all__ = [
     "across_restart",
     "causes",
     "find_breaks",
-    "length_at",
     "length_error",
     "not_named_by",
     "restart_breaks",

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from specobs.analysis.pitfalls import matching
+from specobs.formulas import acceptance_rate, tokens_per_draft
 from specobs.records import IntegrityIssue, RunMetadata, TunerDecision
 
 #: Steps below the schedule's maximum k needed before calling the schedule ignored.
@@ -110,7 +111,7 @@ def _schedule_sums(
             continue
         scheduled = pl.col("batch_size").replace_strict(list(range(len(table))), table, default=max_k)
         allowed = pl.when(pl.col("num_spec_tokens") < max_k).then(pl.col("num_spec_tokens")).otherwise(scheduled)
-        per_draft = pl.col("num_draft_tokens") / pl.col("num_drafts")
+        per_draft = tokens_per_draft(pl.col("num_draft_tokens"), pl.col("num_drafts"))
         below = rows.with_columns(allowed=allowed, per_draft=per_draft).filter(pl.col("allowed") < max_k)
         over = below.filter(pl.col("per_draft") > pl.col("allowed") + 1e-9).height
         per_draft_known = below["per_draft"].drop_nulls()
@@ -154,7 +155,7 @@ def _pitfalls(metadata: Sequence[RunMetadata], sums: IntegritySums) -> list[Inte
     """Every known pitfall (``analysis.pitfalls``) each engine's metadata meets, its draft
     acceptance rate (from its steps) checked where the entry needs it: first metadata per run."""
     rates = {
-        (r["run_id"], r["engine"]): r["accepted"] / r["drafted"]
+        (r["run_id"], r["engine"]): acceptance_rate(r["accepted"], r["drafted"])
         for r in sums.runs.iter_rows(named=True)
         if r["drafted"]
     }
@@ -223,8 +224,8 @@ def _past_end(sums: IntegritySums) -> list[IntegrityIssue]:
             method=r["method"],
             affected=r["past"],
             checked=r["accepted"],
-            observed=r["accepted"] / r["drafted"],
-            corrected=(r["accepted"] - r["past"]) / r["drafted"],
+            observed=acceptance_rate(r["accepted"], r["drafted"]),
+            corrected=acceptance_rate(r["accepted"] - r["past"], r["drafted"]),
         )
         for r in rows.iter_rows(named=True)
         if r["drafted"]

@@ -1,6 +1,8 @@
 """Confidence intervals (95% by default): the one home of the interval estimators.
 
 Wilson (proportions), Student's t quantiles, the t interval of a mean (:func:`mean_interval`),
+the sample variance (of the values, or of running sums: :func:`variance_from_sums`), the ratio
+estimator's residual and variance from sums (:func:`ratio_residual`, :func:`ratio_variance`),
 Welch–Satterthwaite degrees of freedom (:func:`welch_df`, and :func:`welch_term` /
 :func:`satterthwaite` for sums kept as polars expressions), the ratio of geometric means
 (:func:`geometric_ratio`) and the jackknife (:func:`jackknife_half_width`). Elsewhere these are
@@ -11,13 +13,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from statistics import NormalDist
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Z95 = 1.959963984540054
 
 T = TypeVar("T", float, pl.Expr)
+#: A number or (for the vectorised change search's prefix sums) a numpy array.
+A = TypeVar("A", float, "np.ndarray")
 
 
 def wilson(successes: pl.Expr, trials: pl.Expr, z: float = Z95) -> tuple[pl.Expr, pl.Expr]:
@@ -99,6 +106,33 @@ def sample_variance(values: Sequence[float], mean: float | None = None) -> float
     if mean is None:
         mean = math.fsum(values) / n
     return math.fsum((x - mean) ** 2 for x in values) / (n - 1)
+
+
+def variance_from_sums(n: float, total: float, sum_sq: float) -> float:
+    """The sample variance from a count, a sum and a sum of squares (running totals kept instead
+    of the values): ``(Σx² − n·x̄²) / (n − 1)``, clipped at 0 (the subtraction can round below
+    it); NaN with fewer than two values.
+
+    >>> variance_from_sums(3, 6.0, 14.0)
+    1.0
+    """
+    if n < 2:
+        return math.nan
+    mean = total / n
+    return max((sum_sq - n * mean * mean) / (n - 1), 0.0)
+
+
+def ratio_residual(sum_aa: A, sum_ad: A, sum_dd: A, ratio: A) -> A:
+    """The ratio estimator's residual sum of squares ``Σ (a − r·d)²`` from sums kept per window:
+    ``Σa² − 2·r·Σad + r²·Σd²`` (numbers, or numpy arrays of prefix sums)."""
+    residual: A = sum_aa - 2 * ratio * sum_ad + ratio * ratio * sum_dd
+    return residual
+
+
+def ratio_variance(residual: T, n: T, mean_denominator: T) -> T:
+    """Variance of a ratio estimator ``Σa / Σd`` over ``n`` windows from its residual sum of
+    squares ``Σ (a − r·d)²`` (:func:`ratio_residual`): ``residual / (n (n − 1) d̄²)``."""
+    return residual / (n * (n - 1) * mean_denominator * mean_denominator)
 
 
 def mean_and_standard_error(values: Sequence[float]) -> tuple[float, float]:

@@ -38,8 +38,8 @@ import numpy as np
 import polars as pl
 
 from specobs.analysis.acceptance import MIN_SUPPORT, with_group_columns
-from specobs.analysis.intervals import Z95
-from specobs.formulas import acceptance_length, tokens_per_step
+from specobs.analysis.intervals import Z95, ratio_residual
+from specobs.formulas import acceptance_length
 from specobs.records import Change, ChangePoint
 
 #: Above this many windows, the series is bucketed in time to at most this many points.
@@ -168,10 +168,10 @@ def _split_scores(
     count_before = np.arange(1, n + 1, dtype=np.float64)
     count_after = float(n) - count_before
 
-    def side(prefix: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def residual(prefix: dict[str, np.ndarray]) -> np.ndarray:
         ratio = prefix["a"] / prefix["d"]
-        resid = prefix["aa"] - 2 * ratio * prefix["ad"] + ratio * ratio * prefix["dd"]
-        return ratio, np.maximum(resid, 0)
+        clipped: np.ndarray = np.maximum(ratio_residual(prefix["aa"], prefix["ad"], prefix["dd"], ratio), 0)
+        return clipped
 
     # Split t (0-based) is "windows [0, t] | [t+1, n)"; its change index is t + 1. With
     # ``pooled`` (one configuration: the null is one series) the residual variance per window
@@ -179,15 +179,14 @@ def _split_scores(
     # chance and make any split "significant". Without (a series of blocks of settings), each
     # side's own.
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio_b, resid_b = side(before)
-        ratio_a, resid_a = side(after)
+        resid_b, resid_a = residual(before), residual(after)
         if pooled:
             s2_b = s2_a = (resid_b + resid_a) / max(n - 2, 1)
         else:
             s2_b, s2_a = resid_b / (count_before - 1), resid_a / (count_after - 1)
         var_b = np.maximum(s2_b * count_before / before["d"] ** 2, 1e-12)
         var_a = np.maximum(s2_a * count_after / after["d"] ** 2, 1e-12)
-        len_b, len_a = tokens_per_step(ratio_b), tokens_per_step(ratio_a)  # acceptance lengths of A / D
+        len_b, len_a = acceptance_length(before["a"], before["d"]), acceptance_length(after["a"], after["d"])
         z = (len_a - len_b) / np.sqrt(var_b + var_a)
     index = np.arange(1, n + 1)
     enough = (before["d"] >= min_drafts) & (after["d"] >= min_drafts)

@@ -346,9 +346,7 @@ class StepMapper:
             return None
         drafted = self._count(row.get("num_draft_tokens"))
         k = _positive(row.get("num_spec_tokens"))
-        if (drafted is not None and validity.accepted_exceeds_drafted(accepted, drafted)) or (
-            k is not None and accepted > steps * k
-        ):
+        if validity.request_contradiction(accepted, drafted, steps, k) is not None:
             self.drop(INCONSISTENT)
             return None
         labels, _, _ = self._labels_and_k(row)

@@ -35,7 +35,7 @@ from typing import Any
 
 import polars as pl
 
-from specobs import schema
+from specobs import schema, validity
 from specobs.errors import Notice, Skipped
 from specobs.formulas import acceptance_length
 from specobs.ingest.registry import Progress, Read, Reader
@@ -187,9 +187,10 @@ def _problem(row: Mapping[str, Any]) -> str | None:
     weighted = sum(i * n for i, n in enumerate(histogram))
     if weighted != accepted:
         return f"acceptance_histogram gives {weighted} accepted tokens, not {accepted}"
-    if accepted > drafted:
-        return f"accepted tokens {accepted} above drafted {drafted}"
     k = row.get("num_spec_tokens")
+    contradiction = validity.request_contradiction(accepted, drafted, steps, k or None)
+    if contradiction is not None:
+        return contradiction
     if k is not None and len(histogram) > k + 1:
         return f"acceptance_histogram has {len(histogram)} elements, more than num_spec_tokens + 1 = {k + 1}"
     per_drafted: Any = row.get("per_step_drafted")

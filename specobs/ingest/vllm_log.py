@@ -41,6 +41,7 @@ from typing import Any
 import polars as pl
 
 from specobs.errors import Skipped
+from specobs.formulas import acceptance_rate_or_none
 from specobs.ingest import columns as C
 from specobs.ingest.columns import reference_year
 from specobs.ingest.metadata_files import settings
@@ -738,7 +739,7 @@ def _v0_windows(lines: pl.DataFrame, config: pl.DataFrame, source: str, skipped:
         draft_seconds="draft_seconds",
         verify_seconds="verify_seconds",
         num_timed_steps="num_timed_steps",
-        reported_draft_acceptance_rate=pl.when(pl.col("drafted") > 0).then(pl.col("accepted_raw") / pl.col("drafted")),
+        reported_draft_acceptance_rate=acceptance_rate_or_none(pl.col("accepted_raw"), pl.col("drafted")),
         num_drafts_derived=pl.lit(True),
         counters=pl.lit("cumulative"),
         process="process",

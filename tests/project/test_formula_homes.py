@@ -1,10 +1,13 @@
 """One home per formula: the core formulas are written out only in their home, and called
 everywhere else (issue 37).
 
-Homes: acceptance length, tokens per step, per-position counts and rates and the cost ratios
-in ``specobs/formulas.py``; the interval estimators (sample variance, the t interval of a mean,
-Welch–Satterthwaite, the jackknife) in ``specobs/analysis/intervals.py``; the row-validity
-rules and their reason codes in ``specobs/validity.py``.
+Homes: acceptance length (of counts and of conditional rates), tokens per step (of rates and
+of totals), the draft acceptance rate, draft tokens per draft, per-position counts and rates and
+the cost ratios in ``specobs/formulas.py``; the interval estimators (sample variance, of values
+or of running sums, the ratio estimator's residual and variance, the t interval of a mean,
+Welch–Satterthwaite, the jackknife) in ``specobs/analysis/intervals.py``; the row-validity rules
+(more accepted than drafted, or than k per verify step) and their reason codes in
+``specobs/validity.py``.
 
 The scan reads every module's syntax tree and names each copy it finds by file and line. Each
 detector is shown to catch a synthetic copy (the ``test_the_scan_catches_*`` tests), so a scan
@@ -28,7 +31,17 @@ VALIDITY = "validity.py"
 
 #: Copies in modules another change owns, each to be replaced by a call to its home (then removed
 #: from here: :func:`test_every_known_copy_is_still_there` fails once one is gone).
-KNOWN_COPIES: dict[tuple[str, str], str] = {}
+KNOWN_COPIES: dict[tuple[str, str], str] = {
+    (
+        "analysis/cost.py",
+        "acceptance rate",
+    ): "1 - acceptance_rate(pl.col('timed_accepted'), pl.col('timed_draft_tokens'))",
+    ("testing/simulate.py", "length of conditional rates"): "acceptance_length_of_conditional(spec.betas, k) - 1",
+    (
+        "advice/compare.py",
+        "ratio variance",
+    ): "ratio_variance(((pl.col('g') - ratio * pl.col('s')) ** 2).sum(), n, mean_s)",
+}
 
 
 def _text(node: ast.AST) -> str:
@@ -102,6 +115,131 @@ def _sample_variance(node: ast.AST) -> bool:
     return isinstance(base, ast.BinOp) and isinstance(base.op, ast.Sub) and "m" in _text(base.right)
 
 
+def _repeats_a_factor(node: ast.AST) -> bool:
+    """Whether ``node`` holds a square: ``x ** 2``, or a product with one factor twice (``n * m * m``)."""
+    for sub in ast.walk(node):
+        if _squared(sub):
+            return True
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mult):
+            factors: list[str] = []
+            stack: list[ast.AST] = [sub]
+            while stack:
+                part = stack.pop()
+                if isinstance(part, ast.BinOp) and isinstance(part.op, ast.Mult):
+                    stack += [part.left, part.right]
+                else:
+                    factors.append(ast.dump(part))
+            if len(set(factors)) < len(factors):
+                return True
+    return False
+
+
+def _variance_from_sums(node: ast.AST) -> bool:
+    """A sample variance from a count, a sum and a sum of squares: ``(ss − n·mean²) / (n − 1)``
+    (a square subtracted from a sum, over some ``n − 1``), or the ratio estimator's residual sum of
+    squares from sums: ``Σa² − 2·r·Σad + r²·Σd²``."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        top = node.left
+        return (
+            isinstance(top, ast.BinOp)
+            and isinstance(top.op, ast.Sub)
+            and _repeats_a_factor(top.right)
+            and _minus_one(node.right)
+        )
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.BinOp):
+        cross = node.left
+        return (
+            isinstance(cross.op, ast.Sub)
+            and _text(cross.right).startswith("2 *")
+            and isinstance(node.right, ast.BinOp)
+            and isinstance(node.right.op, ast.Mult)
+            and _repeats_a_factor(node.right)
+        )
+    return False
+
+
+def _ratio_variance(node: ast.AST) -> bool:
+    """The ratio estimator's variance from its residual: ``resid / (n · (n − 1) · d̄²)`` (a
+    quotient over a product of some ``n − 1`` and a square)."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)):
+        return False
+    bottom = node.right
+    return (
+        isinstance(bottom, ast.BinOp)
+        and isinstance(bottom.op, ast.Mult)
+        and _minus_one(bottom)
+        and _repeats_a_factor(bottom)
+    )
+
+
+def _quotient(node: ast.AST) -> tuple[str, str] | None:
+    """(numerator, denominator) of a division, as lower-case text (None for anything else)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return _text(node.left), _text(node.right)
+    return None
+
+
+def _draft_tokens(text: str) -> bool:
+    """Whether ``text`` names draft tokens (``num_draft_tokens``, ``drafted``, ``tokens_for_rate``)."""
+    return (
+        "draft_token" in text or "drafted" in text or text in ("tokens", "tokens_for_rate") or "tokens_for_rate" in text
+    )
+
+
+def _acceptance_rate(node: ast.AST) -> bool:
+    """The draft acceptance rate ``accepted / draft tokens`` (not accepted per draft: ``/ drafts``)."""
+    parts = _quotient(node)
+    if parts is None:
+        return False
+    top, bottom = parts
+    return "acc" in top and "draft_token" not in top and _draft_tokens(bottom.removeprefix("pl.col(").strip("')\""))
+
+
+def _tokens_per_draft(node: ast.AST) -> bool:
+    """Draft tokens per draft: ``num_draft_tokens / num_drafts``."""
+    parts = _quotient(node)
+    if parts is None:
+        return False
+    top, bottom = parts
+    return _draft_tokens(top) and "acc" not in top and "drafts" in bottom and not _draft_tokens(bottom)
+
+
+def _tokens_per_step_from_totals(node: ast.AST) -> bool:
+    """Tokens per step from totals: ``generated / (generated − accepted)``."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)):
+        return False
+    bottom = node.right
+    return (
+        isinstance(bottom, ast.BinOp)
+        and isinstance(bottom.op, ast.Sub)
+        and ast.dump(bottom.left) == ast.dump(node.left)
+        and "acc" in _text(bottom.right)
+    )
+
+
+def _length_of_conditional(node: ast.AST) -> bool:
+    """A sum of running products over a sequence (``reach *= c; total += reach``): the acceptance
+    length, or accepted tokens per draft, of conditional rates, ``1 + Σ_i Π_{j≤i} c_j``."""
+    if not isinstance(node, ast.For):
+        return False
+    steps = [s for s in node.body if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name)]
+    products = {s.target.id for s in steps if isinstance(s.op, ast.Mult)}
+    return any(isinstance(s.op, ast.Add) and isinstance(s.value, ast.Name) and s.value.id in products for s in steps)
+
+
+def _steps_times_k(node: ast.AST) -> bool:
+    """A request-row validity rule: more accepted than ``steps * k`` (k per verify step)."""
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Gt)):
+        return False
+    right = node.comparators[0]
+    return (
+        "acc" in _text(node.left)
+        and isinstance(right, ast.BinOp)
+        and isinstance(right.op, ast.Mult)
+        and "step" in _text(right)
+    )
+
+
 def _reason_codes(node: ast.AST) -> bool:
     """A reason code typed as a string (``"non_finite"``, ``"inconsistent"``, …)."""
     return isinstance(node, ast.Constant) and node.value in ("non_finite", "negative", "wrong_type", "inconsistent")
@@ -114,6 +252,13 @@ DETECTORS: dict[str, tuple[Callable[[ast.AST], bool], frozenset[str]]] = {
     "Welch–Satterthwaite": (_welch, frozenset({INTERVALS})),
     "sample variance": (_sample_variance, frozenset({INTERVALS})),
     "reason codes": (_reason_codes, frozenset({VALIDITY})),
+    "variance from sums": (_variance_from_sums, frozenset({INTERVALS})),
+    "ratio variance": (_ratio_variance, frozenset({INTERVALS})),
+    "acceptance rate": (_acceptance_rate, frozenset({FORMULAS})),
+    "tokens per draft": (_tokens_per_draft, frozenset({FORMULAS})),
+    "tokens per step from totals": (_tokens_per_step_from_totals, frozenset({FORMULAS})),
+    "length of conditional rates": (_length_of_conditional, frozenset({FORMULAS})),
+    "accepted beyond k per step": (_steps_times_k, frozenset({VALIDITY})),
 }
 
 
@@ -193,6 +338,41 @@ SYNTHETIC = {
         "v = math.fsum((x - mb) ** 2 for x in lb) / (len(lb) - 1)",
     ],
     "reason codes": ['NEGATIVE = "negative"', 'reasons = ("non_finite", "wrong_type")'],
+    "variance from sums": [
+        "variance = max((ss - n * mean * mean) / (n - 1), 0.0)",
+        "v = (sum_sq - total ** 2 / n) / (n - 1)",
+        "resid = row['acc_sq'] - 2 * ratio * row['acc_drafts'] + ratio * ratio * row['drafts_sq']",
+        "resid = p['aa'] - 2 * r * p['ad'] + r ** 2 * p['dd']",
+    ],
+    "ratio variance": [
+        "var = max(resid, 0.0) / (n * (n - 1) * mean_d * mean_d)",
+        "v = ((pl.col('g') - r * pl.col('s')) ** 2).sum() / (n * (n - 1) * mean_s ** 2)",
+    ],
+    "acceptance rate": [
+        "r = accepted / draft_tokens",
+        "r = pl.col('num_accepted_tokens') / pl.col('num_draft_tokens')",
+        "x = pl.when(pl.col('drafted') > 0).then(pl.col('accepted_raw') / pl.col('drafted'))",
+        "bad = (accepted / tokens - printed_rate).abs() > 0.0006",
+        "rate = pl.col('acc_for_rate') / pl.col('tokens_for_rate')",
+        "corrected = (r['accepted'] - r['past']) / r['drafted']",
+    ],
+    "tokens per draft": [
+        "length = pl.col('num_draft_tokens').sum() / pl.col('num_drafts').sum()",
+        "per_draft = row['num_draft_tokens'] / row['num_drafts']",
+        "per_draft = drafted / drafts",
+    ],
+    "tokens per step from totals": [
+        "e = generated / (generated - accepted)",
+        "e = row['num_generated_tokens'] / (row['num_generated_tokens'] - row['num_accepted_tokens'])",
+    ],
+    "length of conditional rates": [
+        "for c in rates[:depth]:\n    reach *= c\n    total += reach",
+        "for beta in betas[:k]:\n    reach *= beta\n    total += reach",
+    ],
+    "accepted beyond k per step": [
+        "bad = accepted > steps * k",
+        "if k is not None and row['num_accepted_tokens'] > row['num_spec_steps'] * k: pass",
+    ],
 }
 
 
@@ -229,5 +409,10 @@ def test_the_scan_leaves_other_arithmetic_alone():
         "s = 1 + q * length",  # tokens scored, not gained
         "r = (x - mean) * 2",
         "left = swyy[idx - 1] - swy[idx - 1] ** 2 / sw[idx - 1]",  # a residual sum of squares
+        "per_draft = accepted / drafts",  # accepted per draft, not the acceptance rate
+        "share = generated / (generated + prompt)",
+        "for c in rates:\n    total += c",  # a plain sum
+        "late = accepted > deadline",
+        "x = (a - b) / (n - 1)",  # a difference over n − 1, no square
     ):
         assert list(copies(snippet)) == [], snippet

@@ -167,3 +167,60 @@ def test_count_fault_names_the_reason_a_value_is_no_count():
     assert validity.count_fault("3") == validity.WRONG_TYPE
     assert validity.count_fault(True) == validity.WRONG_TYPE
     assert set(validity.VALUE_REASONS) < set(validity.REASONS)
+
+
+def test_acceptance_rate_and_tokens_per_draft_numbers_and_expressions_agree():
+    rows = {"accepted": [3, 0, 2], "draft_tokens": [4, 0, 2], "drafts": [2, 1, 1]}
+    frame = pl.DataFrame(rows)
+    numbers = [
+        formulas.acceptance_rate_or_none(a, t) for a, t in zip(rows["accepted"], rows["draft_tokens"], strict=True)
+    ]
+    assert numbers == [0.75, None, 1.0]
+    expr = formulas.acceptance_rate_or_none(pl.col("accepted"), pl.col("draft_tokens"))
+    assert frame.select(expr.alias("x"))["x"].to_list() == numbers
+    assert formulas.acceptance_rate_or_none(None, 4) is None and formulas.acceptance_rate(3, 4) == 0.75
+    per_draft = frame.select(formulas.tokens_per_draft(pl.col("draft_tokens"), pl.col("drafts")).alias("x"))["x"]
+    assert (
+        per_draft.to_list() == [2.0, 0.0, 2.0] == [formulas.tokens_per_draft(t, d) for t, d in [(4, 2), (0, 1), (2, 1)]]
+    )
+
+
+def test_tokens_per_step_from_totals_and_length_of_conditional_rates():
+    # 30 tokens generated, 20 of them accepted from drafts: 10 steps, 3 tokens a step.
+    assert formulas.tokens_per_step_from_totals(30, 20) == 3.0
+    conditional = [0.8, 0.5, 0.25]
+    rates = [0.8, 0.8 * 0.5, 0.8 * 0.5 * 0.25]  # r_i = Π_{j≤i} c_j
+    for k in (0, 1, 2, 3):
+        assert formulas.acceptance_length_of_conditional(conditional, k) == pytest.approx(
+            formulas.tokens_per_step_of_rates(rates, k)
+        )
+    assert formulas.acceptance_length_of_conditional(conditional) == formulas.acceptance_length_of_conditional(
+        conditional, 3
+    )
+    assert formulas.acceptance_length_of_conditional([], 4) == 1.0
+
+
+def test_variance_and_ratio_residual_from_sums_match_the_values():
+    values = [2.0, 3.5, 1.25, 4.0]
+    n, total, sum_sq = len(values), math.fsum(values), math.fsum(v * v for v in values)
+    assert intervals.variance_from_sums(n, total, sum_sq) == pytest.approx(intervals.sample_variance(values))
+    assert math.isnan(intervals.variance_from_sums(1, 2.0, 4.0))
+    assert intervals.variance_from_sums(3, 3.0, 3.0 - 1e-15) == 0.0  # rounding below zero is clipped
+    a, d = [3.0, 1.0, 4.0], [2.0, 2.0, 3.0]
+    ratio = sum(a) / sum(d)
+    direct = math.fsum((x - ratio * y) ** 2 for x, y in zip(a, d, strict=True))
+    sums = (sum(x * x for x in a), sum(x * y for x, y in zip(a, d, strict=True)), sum(y * y for y in d))
+    assert intervals.ratio_residual(*sums, ratio) == pytest.approx(direct)
+    assert intervals.ratio_variance(direct, 3, sum(d) / 3) == pytest.approx(direct / (3 * 2 * (7 / 3) ** 2))
+
+
+def test_a_request_row_contradicts_itself_by_one_rule():
+    assert validity.request_contradiction(4, 3, 2, 3) == "accepted tokens 4 above drafted 3"
+    assert (
+        validity.request_contradiction(7, 9, 2, 3) == "accepted tokens 7 above num_spec_tokens 3 per step over 2 steps"
+    )
+    assert validity.request_contradiction(6, 9, 2, 3) is None
+    assert validity.request_contradiction(7, None, 2, None) is None
+    frame = pl.DataFrame({"accepted": [7, 6], "steps": [2, 2]})
+    exceeds = validity.accepted_exceeds_steps(pl.col("accepted"), pl.col("steps"), pl.lit(3))
+    assert frame.select(exceeds.alias("x"))["x"].to_list() == [True, False]
