@@ -15,6 +15,7 @@ import polars as pl
 from specobs.analysis.acceptance import Term, cells, grouped_terms, is_cells, key_hash, with_group_columns
 
 # The cost formulas' home is specobs.formulas; named here too (the exporters' mapping imports them from here).
+from specobs.formulas import acceptance_rate
 from specobs.formulas import cost_ratio as cost_ratio
 from specobs.formulas import draft_positions as draft_positions
 from specobs.formulas import draft_share as draft_share
@@ -163,7 +164,7 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
             ),
             rejected_draft_share=pl.when((pl.col("timed_draft_tokens") > 0) & (pl.col("step_total") > 0)).then(
                 pl.col("draft_total")
-                * (1 - pl.col("timed_accepted") / pl.col("timed_draft_tokens"))
+                * (1 - acceptance_rate(pl.col("timed_accepted"), pl.col("timed_draft_tokens")))
                 / pl.col("step_total")
             ),
         )

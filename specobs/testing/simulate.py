@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from specobs import schema
+from specobs.formulas import acceptance_length_of_conditional, tokens_per_step
 
 
 def profile(kind: str, start: float, slope: float = 0.0, length: int = 16) -> list[float]:
@@ -69,12 +70,9 @@ class Scenario:
 
 
 def expected_accepted(spec: MethodSpec, k: int) -> float:
-    """Σ_{i<k} Π_{j≤i} β_j: accepted tokens per draft."""
-    total, reach = 0.0, 1.0
-    for beta in spec.betas[:k]:
-        reach *= beta
-        total += reach
-    return total
+    """Σ_{i<k} Π_{j≤i} β_j: accepted tokens per draft (the acceptance length of the β's, less the
+    target's own token)."""
+    return acceptance_length_of_conditional(spec.betas, k) - 1
 
 
 def oracle_throughput(scenario: Scenario, method: str | None, k: int, batch: float) -> float:
@@ -85,7 +83,7 @@ def oracle_throughput(scenario: Scenario, method: str | None, k: int, batch: flo
         return batch / ((scenario.verify_seconds(batch) + o0 + o1 * batch) * mean_noise)
     spec = scenario.method(method)
     q = spec.drafts_per_request_step
-    tokens = batch * (1 + q * expected_accepted(spec, k))
+    tokens = batch * tokens_per_step(expected_accepted(spec, k), q)
     o0, o1 = scenario.overhead
     step = scenario.draft_seconds(spec, k, batch) + scenario.verify_seconds(batch * (1 + q * k)) + o0 + o1 * batch
     return tokens / (step * mean_noise)

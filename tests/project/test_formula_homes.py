@@ -33,11 +33,6 @@ VALIDITY = "validity.py"
 #: from here: :func:`test_every_known_copy_is_still_there` fails once one is gone).
 KNOWN_COPIES: dict[tuple[str, str], str] = {
     (
-        "analysis/cost.py",
-        "acceptance rate",
-    ): "1 - acceptance_rate(pl.col('timed_accepted'), pl.col('timed_draft_tokens'))",
-    ("testing/simulate.py", "length of conditional rates"): "acceptance_length_of_conditional(spec.betas, k) - 1",
-    (
         "advice/compare.py",
         "ratio variance",
     ): "ratio_variance(((pl.col('g') - ratio * pl.col('s')) ** 2).sum(), n, mean_s)",
