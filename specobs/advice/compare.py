@@ -59,8 +59,9 @@ from specobs.records import (
     Split,
     Summary,
     Throughput,
+    ThroughputBasis,
+    ThroughputInterval,
 )
-from specobs.records.comparison import ThroughputBasis, ThroughputInterval
 from specobs.schema import ENVIRONMENT_LABELS
 
 #: A pause longer than this between consecutive timed rows of one side starts a new run.

@@ -617,6 +617,27 @@ def _predictions(ev: _Evaluation, buckets: list[Bucket]) -> list[Prediction]:
     return out
 
 
+#: A modelled bucket's speedup is said to be anchored (the model alone at this k, scaled to agree
+#: with the k measured in the bucket) when the scaling moved it by more than this (relative).
+ANCHOR_SAID = 0.005
+#: A method's share of request-steps that draft below which not every request-step is taken to
+#: draft (its assumptions say the measured share).
+ALL_DRAFT = 0.999
+
+
+def anchored(basis: BucketBasis, speedup: float, model_speedup: float | None) -> bool:
+    """The modelled ``speedup`` differs from the model alone (``model_speedup``) by more than
+    :data:`ANCHOR_SAID`: it was scaled to agree with a measured k."""
+    if basis != BucketBasis.MODEL or not model_speedup:
+        return False
+    return abs(speedup / model_speedup - 1) > ANCHOR_SAID
+
+
+def within_noise(interval: Sequence[float] | None) -> bool:
+    """A speedup's 95% interval reaches parity (1×): a gain not shown beyond noise."""
+    return interval is not None and len(interval) > 0 and interval[0] <= 1.0
+
+
 def _choice(
     ev: _Evaluation, bi: int, b: Bucket, k: int, speedup: float, interval: list[float] | None, basis: BucketBasis, *,
     method: str | None, best: tuple[int, float] | None, in_schedule: bool,
@@ -643,6 +664,7 @@ def _choice(
     measured_tokens = ev.measured[4][reference_k, bi] if reference_k < len(ev.ks) else np.nan
     if reference_basis in MEASURED_BASES and reference_speedup and not np.isnan(measured_tokens):
         tokens, step_ratio = float(measured_tokens), float(measured_tokens) / reference_speedup
+    model_speedup = _speedup(fit, k, b.batch)[0] if k and fit.cost is not None else None
     return BucketChoice(
         method=method,
         batch_size_min=b.low,
@@ -662,7 +684,8 @@ def _choice(
         off_measured=fit.cost is not None and fit.cost.off is not None,
         in_schedule=in_schedule,
         measured_k=acc.measured_k,
-        model_speedup=_speedup(fit, k, b.batch)[0] if k and fit.cost is not None else None,
+        model_speedup=model_speedup,
+        anchored=anchored(basis, speedup, model_speedup),
     )
 
 
@@ -681,6 +704,7 @@ def _facts(fit: MethodFit) -> MethodFacts:
         conditional_tail=acc.conditional_tail,
         conditional_tail_low=acc.conditional_tail_low,
         conditional_tail_high=acc.conditional_tail_high,
+        partial_drafting=acc.drafts_per_request_step < ALL_DRAFT,
     )
 
 
@@ -791,6 +815,7 @@ def _from_served(fits: list[MethodFit], served: tuple[ServedSpeedup, ...], margi
         speculative_config=_speculative_config(fit, k, None) if speculative else None,
         baseline=Baseline.PLAIN,
         basis=Basis.MEASURED,
+        within_noise=speculative and within_noise(best.interval),
     )
     return Recommendation(
         recommended=recommended, by_batch_size=tuple(_served_choice(s, k) for s in rows), predicted=()
@@ -903,6 +928,7 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
             speculative_config=_speculative_config(fit, k, schedule),
             baseline=_baseline([fit]),
             basis=_overall_basis(chosen.bases, [fit]),
+            within_noise=within_noise(chosen.interval),
         )
     return Recommendation(
         recommended=recommended,

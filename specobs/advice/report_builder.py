@@ -21,7 +21,7 @@ import polars as pl
 from specobs.advice.config_line import per_context_option
 from specobs.advice.load import advise
 from specobs.advice.recommend import recommend, recommendation_blocks, with_method
-from specobs.advice.report_findings import group_findings_of, report_findings
+from specobs.advice.report_findings import group_findings_of, rank, report_findings
 from specobs.analysis import acceptance
 from specobs.analysis.breaks import across_restart, find_breaks, not_named_by, resume_sums
 from specobs.analysis.cost import (
@@ -287,9 +287,12 @@ def report_from_sums(
 
 
 def with_findings(report: Report) -> Report:
-    """``report`` carrying its findings, computed once here (``advice.report_findings``): every surface
-    reads the same list."""
-    return replace(report, findings=report_findings(report), group_findings=group_findings_of(report))
+    """``report`` carrying its findings, computed once here (``advice.report_findings``), each group's
+    own and the few its summary shows (``rank``): every surface reads the same lists."""
+    findings = report_findings(report)
+    return replace(
+        report, findings=findings, group_findings=group_findings_of(report), key_findings=tuple(rank(findings))
+    )
 
 
 def _with_option(analysis: Split | None, check_config: bool) -> Split | None:

@@ -21,15 +21,19 @@ from specobs.analysis.findings import (
     request_findings,
 )
 from specobs.analysis.under_load import CROSSOVER_METRICS, MATERIAL_TREND, NOT_DRAFTING
-from specobs.records import Crossover, LoadAdvice, LoadRatio, Report, Serving
-from specobs.records.finding_facts import (
+from specobs.records import (
+    Crossover,
     CrossoverVerdict,
     Finding,
     FindingKind,
     LatencyShift,
+    LoadAdvice,
     LoadAdviceFacts,
+    LoadRatio,
     NoSpeculativeDecodingFacts,
+    Report,
     RequestsOnlyFacts,
+    Serving,
     ServingFacts,
     Severity,
     Trend,
@@ -217,7 +221,7 @@ def rank(findings: Sequence[Finding], *, most: int = SUMMARY_FINDINGS) -> list[F
     for order, f in enumerate(chosen):
         repeat = seen.get(str(f.kind), 0)
         seen[str(f.kind)] = repeat + 1
-        keys.append((repeat > 0, FINDING_RANK.get(f.severity, UNNAMED_RANK), order))  # type: ignore[call-overload]
+        keys.append((repeat > 0, FINDING_RANK.get(f.severity, UNNAMED_RANK), order))
     return [f for _, f in sorted(zip(keys, chosen, strict=True), key=lambda pair: pair[0])][:most]
 
 

@@ -20,17 +20,11 @@ from specobs.analysis.cost import COARSE_OUTLIER_FACTOR, OUTLIER_FACTOR
 from specobs.analysis.per_request import MATERIAL_MEAN_GAP
 from specobs.analysis.pitfalls import BY_ID as PITFALL_BY_ID
 from specobs.records import (
-    Break,
-    Change,
-    IntegrityIssue,
-    RequestAcceptance,
-    ScheduleTax,
-    Summary,
-)
-from specobs.records.finding_facts import (
     AcceptanceLengthFacts,
     AcceptanceRateFacts,
+    Break,
     BreakFacts,
+    Change,
     ChangeFacts,
     ConditionalTrendFacts,
     ContradictionFacts,
@@ -39,10 +33,14 @@ from specobs.records.finding_facts import (
     FindingKind,
     FlaggedRequestsFacts,
     IntegrityFacts,
+    IntegrityIssue,
     IntervalBiasFacts,
     NoFacts,
+    RequestAcceptance,
     RequestSpreadFacts,
+    ScheduleTax,
     Severity,
+    Summary,
     TaxFacts,
     UndraftedRequestsFacts,
     UnsteadyFacts,
@@ -52,7 +50,7 @@ from specobs.records.finding_facts import (
 K = FindingKind
 #: How much each kind of finding matters (``conditional_trend`` is decided per finding: ``model``
 #: when the iid formula misleads, else ``context``). A kind not named here is ``other``.
-SEVERITY: dict[str, Severity] = {
+SEVERITY: dict[FindingKind, Severity] = {
     **dict.fromkeys((K.SYNTHETIC_REJECTION, K.SCHEDULE_IGNORED, K.SCHEDULE_DISABLED, K.ACCEPTED_PAST_END,
                      K.MISSING_HOOKS, K.PRINTED_VALUES_CONTRADICT_COUNTS, K.COLLAPSE), Severity.INTEGRITY),
     **dict.fromkeys((K.REGRESSION, K.FALL, K.DRIFT, K.STALE_AFTER_OFF, K.KNOWN_PITFALL), Severity.REGRESSION),
@@ -72,13 +70,11 @@ INTEGRITY_KINDS = frozenset({K.SCHEDULE_IGNORED, K.SCHEDULE_DISABLED, K.SYNTHETI
                              K.SHORT_DRAFTS, K.MISSING_HOOKS, K.HOST_TIMED, K.ACCEPTED_PAST_END})  # fmt: skip
 
 
-def finding(kind: str, facts: Facts | None = None, severity: Severity | None = None) -> Finding:
-    """A finding of ``kind`` (a :class:`FindingKind` value) with its severity from :data:`SEVERITY`."""
-    try:
-        typed: FindingKind | str = FindingKind(kind)
-    except ValueError:
-        typed = kind
-    return Finding(typed, severity or SEVERITY.get(kind, Severity.OTHER), facts if facts is not None else NoFacts())
+def finding(kind: FindingKind | str, facts: Facts | None = None, severity: Severity | None = None) -> Finding:
+    """A finding of ``kind`` (a :class:`FindingKind` or its value: any other raises ``ValueError``)
+    with its severity from :data:`SEVERITY`."""
+    typed = FindingKind(kind)
+    return Finding(typed, severity or SEVERITY.get(typed, Severity.OTHER), facts if facts is not None else NoFacts())
 
 
 def iid_misleads(trend: str | None, max_gap: float | None) -> bool:

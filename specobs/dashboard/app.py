@@ -26,7 +26,7 @@ from specobs.api import GROUP_KEYS, Filters, Inputs, Session, parse_slo
 from specobs.dashboard import views
 from specobs.dashboard.data import default_inputs, signature
 from specobs.errors import SpecobsError
-from specobs.records import RECOMMEND_DEFAULTS, RequestAcceptance, Slo, rounded
+from specobs.records import RECOMMEND_DEFAULTS, FindingKind, RequestAcceptance, Slo, rounded
 from specobs.render import charts, sentences, to_json
 from specobs.render import tuning as render
 from specobs.render.plot import tune_frame
@@ -145,7 +145,7 @@ def _fmt(value: Any, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)
 
 
-def _requests_section(r: RequestAcceptance) -> None:
+def _requests_section(r: RequestAcceptance, findings: list[sentences.Worded]) -> None:
     o = r.overall
     st.subheader("Acceptance per request")
     st.caption(
@@ -160,7 +160,7 @@ def _requests_section(r: RequestAcceptance) -> None:
     cols[4].metric("p10 – p90", f"{_fmt(o.p10, '{:.2f}')} – {_fmt(o.p90, '{:.2f}')}")
     if r.histogram:
         _chart(st, charts.request_histogram(views.request_histogram_frame(r)))
-    for finding in sentences.request_findings(r):
+    for finding in findings:
         st.markdown(f"- {finding.text}")
     st.dataframe(views.requests_table(r), hide_index=True)
 
@@ -183,10 +183,10 @@ def overview(ctx: Context) -> None:
     skipped = len(ctx.session.skipped) + len(ctx.session.failed)
     cols[4].metric("Skipped input lines", f"{skipped:,}", help="Details on the Sources page.")
     for finding in sentences.report_findings(report):
-        if finding.kind != "requests":  # said under the per-request distribution
+        if finding.finding.kind != FindingKind.REQUESTS:  # said under the per-request distribution
             st.markdown(f"- {finding.text}")
     if report.requests is not None:
-        _requests_section(report.requests)
+        _requests_section(report.requests, sentences.request_findings(report))
     columns = report.group_columns
     positions = views.positions_frame(report.groups or [s], columns)
     if positions.height:
@@ -460,7 +460,7 @@ def serving_page(ctx: Context) -> None:
         for advice in report.load_advice:
             st.markdown(f"- {sentences.load_advice_text(advice)}")
     with st.expander("In words, as the report says it"):
-        for finding in sentences.serving_findings(serving):
+        for finding in sentences.serving_findings(report):
             st.markdown(finding.text)
     st.download_button(
         "Download serving results (JSON)",

@@ -32,6 +32,8 @@ from specobs.records.comparison import (
     PositionChange,
     SideTiming,
     Throughput,
+    ThroughputBasis,
+    ThroughputInterval,
 )
 from specobs.records.context_split import ContextTrend, Split, SplitBest, SplitRow
 from specobs.records.finding_facts import (
@@ -200,6 +202,8 @@ __all__ = [
     "Target",
     "TaxFacts",
     "Throughput",
+    "ThroughputBasis",
+    "ThroughputInterval",
     "Trend",
     "Truncation",
     "TuneBucket",

@@ -77,6 +77,12 @@ class TuneVerification(Result):
     target_met: bool = False  # both gains' intervals are within the target
 
     @property
+    def verified(self) -> bool:
+        """The gain over plain decoding is shown: its whole 95% interval is a gain (above 0); else
+        the interval reaches a loss and the gain is measured, not verified."""
+        return self.gain_vs_plain_low > 0
+
+    @property
     def half_widths(self) -> tuple[float, float]:
         """Relative half-widths of the gain over the best static k and over plain."""
 

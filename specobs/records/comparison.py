@@ -15,6 +15,10 @@ from specobs.records.serving_load import LoadRatio
 
 # --- comparison -----------------------------------------------------------------------------------
 
+#: The relative change in step time (B over A) from which a comparison says its steps took longer
+#: or less time (below it they took the same time, to the percent shown).
+STEP_TIME_MOVED = 0.005
+
 
 @dataclass(frozen=True)
 class Configuration(Result):
@@ -128,6 +132,13 @@ class Throughput(Result):
     buckets: tuple[BucketThroughput, ...]
     buckets_only_in_a: tuple[str | None, ...]
     buckets_only_in_b: tuple[str | None, ...]
+
+    @property
+    def steps_moved(self) -> bool:
+        """B's steps took longer or less time than A's by :data:`STEP_TIME_MOVED` or more (what the
+        verdict says beside acceptance as why throughput moved)."""
+        ratio = self.step_seconds_ratio
+        return ratio is not None and abs(ratio - 1) >= STEP_TIME_MOVED
 
 
 @dataclass(frozen=True)

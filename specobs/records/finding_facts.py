@@ -285,8 +285,8 @@ class Finding(Result):
     """One finding: what it is about (``kind``), how much it matters (``severity``) and the
     numbers behind it (``facts``). ``specobs.render.sentences.word`` says it."""
 
-    kind: FindingKind | str
-    severity: Severity | str = Severity.OTHER
+    kind: FindingKind
+    severity: Severity = Severity.OTHER
     facts: Facts = field(default_factory=NoFacts)
 
     def to_dict(self) -> dict[str, Any]:

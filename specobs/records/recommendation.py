@@ -59,6 +59,9 @@ class BucketChoice(Result):
     in_schedule: bool = field(default=False, metadata={"json": False})  # off through a schedule, not overall
     measured_k: int = field(default=0, metadata={"json": False})
     model_speedup: float | None = internal()  # the model alone at this k (before anchoring to a measured k)
+    #: The model's speedup was scaled (beyond ``advice.recommend.ANCHOR_SAID``) to agree with the k
+    #: measured in this bucket: the explanation gives both.
+    anchored: bool = field(default=False, metadata={"json": False})
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ class Recommended(Result):
     config_check: ConfigCheck | None = None
     #: Of ``missing_fields``, those whose engines ran with different values: field -> the values.
     differing: Mapping[str, tuple[str, ...]] = field(default_factory=dict, metadata={"json": False}, compare=False)
+    #: The 95% interval of ``predicted_speedup`` reaches parity (1×): a gain not shown beyond noise
+    #: (decided in ``advice.recommend``).
+    within_noise: bool = field(default=False, metadata={"json": False})
 
     @property
     def ready(self) -> bool:
@@ -167,6 +173,9 @@ class MethodFacts(Result):
     conditional_tail: float
     conditional_tail_low: float
     conditional_tail_high: float
+    #: Not every request-step drafts (the share is below ``advice.recommend.ALL_DRAFT``): the
+    #: assumptions say the measured share.
+    partial_drafting: bool = field(default=False, metadata={"json": False})
 
 
 @dataclass(frozen=True)

@@ -55,11 +55,14 @@ class Report(Result):
     #: backend, vLLM release…): each against its own plain engine (None: ``by`` names none).
     side_by_side: Split | None = None
     #: What the report concludes, in order (``specobs.advice.report_findings.report_findings``), computed
-    #: once by ``report_builder`` so that every surface reads the same list (None: not computed;
-    #: ``advice.report_findings.findings_of`` computes it then). Worded by ``render.sentences``.
+    #: once by ``report_builder`` so that every surface reads the same list (None: a report built
+    #: without them, which says none). Worded by ``render.sentences``, never computed there.
     findings: tuple[Finding, ...] | None = field(default=None, compare=False)
     #: Each group's own acceptance findings, in the order of ``groups`` (None: not computed).
     group_findings: tuple[tuple[Finding, ...], ...] | None = field(default=None, compare=False)
+    #: Of ``findings``, those the summary shows, most important first
+    #: (``specobs.advice.report_findings.key_findings``; None: not computed).
+    key_findings: tuple[Finding, ...] | None = field(default=None, compare=False)
 
     @property
     def empty(self) -> bool:

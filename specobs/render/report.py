@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from specobs.records import GroupSummary, Report, RequestAcceptance, RequestGroup, Summary
+from specobs.records import FindingKind, GroupSummary, Report, RequestAcceptance, RequestGroup, Summary
 from specobs.render import sentences, tuning
 from specobs.render.fit import Col, Kind, cols, print_table, shorten_path
 from specobs.render.markdown import md_table
@@ -195,18 +195,10 @@ POSITION_COLS = (
 def _sections(report: Report) -> list[tuple[str, Summary, list[str]]]:
     """One section per group (and the overall one when there are several): title, summary, findings."""
     cols = _shown_columns(report)
-    overall = [
-        f.text for f in sentences.report_findings(report) if f.kind != "requests"
-    ]  # said in the per-request section
+    # A request spread is said in the per-request section.
+    overall = [f.text for f in sentences.report_findings(report) if f.finding.kind != FindingKind.REQUESTS]
     carried = {id(g): own for g, own in zip(report.groups, sentences.group_findings(report), strict=True)}
-    sections = [
-        (
-            _label(g.labels, cols),
-            g.summary,
-            [f.text for f in carried.get(id(g)) or sentences.acceptance_findings(g.summary)],
-        )
-        for g in _shown_groups(report)
-    ]
+    sections = [(_label(g.labels, cols), g.summary, [f.text for f in carried[id(g)]]) for g in _shown_groups(report)]
     if len(report.groups) == 1 and len(sections) == 1:
         return [(sections[0][0], sections[0][1], overall)]
     return [*sections, ("all inputs", report.summary, overall)]
@@ -274,22 +266,21 @@ def _request_histogram(r: RequestAcceptance) -> list[tuple[str, str, str]]:
 REQUEST_TITLE = "Acceptance per request (mean acceptance length of each finished request; means and percentiles)"
 
 
-def _requests_to_rich(r: RequestAcceptance, console: Console) -> None:
+def _requests_to_rich(r: RequestAcceptance, findings: Sequence[sentences.Worded], console: Console) -> None:
     console.print()
     print_table(console, REQUEST_COLS, _request_rows(r), REQUEST_TITLE)
     if r.histogram:
         bins = [list(row) for row in _request_histogram(r)]
         print_table(console, HISTOGRAM_COLS, bins, "Requests by acceptance length")
-    for finding in sentences.request_findings(r):
+    for finding in findings:
         console.print(Text(f"• {finding.text}"))
 
 
-def _requests_to_markdown(r: RequestAcceptance) -> list[str]:
+def _requests_to_markdown(r: RequestAcceptance, findings: Sequence[sentences.Worded]) -> list[str]:
     parts = ["", "### Acceptance per request", "", *md_table(REQUEST_HEADERS, _request_rows(r))]
     if r.histogram:
         rows = [[label, f"`{bar}`" if bar else "", count] for label, bar, count in _request_histogram(r)]
         parts += ["", *md_table(("acceptance length", "", "requests"), rows)]
-    findings = sentences.request_findings(r)
     if findings:
         parts += [""] + [f"- {f.text}" for f in findings]
     return parts
@@ -333,7 +324,7 @@ def to_rich(report: Report, console: Console, *, brief: bool = False) -> None:
     if report.summary.num_windows:
         _acceptance_to_rich(report, console)
     if report.requests is not None:
-        _requests_to_rich(report.requests, console)
+        _requests_to_rich(report.requests, sentences.request_findings(report), console)
     _after_acceptance_to_rich(report, console)
 
 
@@ -496,7 +487,7 @@ def to_markdown(report: Report, *, brief: bool = False) -> str:
             if findings:
                 parts += [""] + [f"- {line}" for line in findings]
     if report.requests is not None:
-        parts += _requests_to_markdown(report.requests)
+        parts += _requests_to_markdown(report.requests, sentences.request_findings(report))
     if report.timing:
         parts += [
             "",

@@ -9,8 +9,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specobs.advice import report_findings as advised
-from specobs.analysis import findings as found
 from specobs.analysis.pitfalls import BREAK_SOURCES
 from specobs.analysis.pitfalls import BY_ID as PITFALL_BY_ID
 from specobs.dimensions import method_label
@@ -22,13 +20,11 @@ from specobs.records import (
     AcceptanceTest,
     Baseline,
     Basis,
-    Break,
     BreakFacts,
     BreakKind,
     BucketBasis,
     BucketChoice,
     Cause,
-    Change,
     ChangeFacts,
     Comparison,
     ConditionalTrendFacts,
@@ -53,13 +49,10 @@ from specobs.records import (
     Recommendation,
     Recommended,
     Report,
-    RequestAcceptance,
     RequestsOnlyFacts,
     RequestSpreadFacts,
     RunMetadata,
     RunRef,
-    ScheduleTax,
-    Serving,
     ServingFacts,
     ServingLevel,
     Slo,
@@ -756,59 +749,32 @@ def worded(findings: Iterable[Finding]) -> list[Worded]:
     return [Worded(str(f.kind), word(f), f) for f in findings]
 
 
-def acceptance_findings(s: Summary) -> list[Worded]:
-    """What one group's acceptance numbers mean, in sentences with the numbers in them."""
-    return worded(found.acceptance_findings(s))
-
-
-def change_findings(changes: Sequence[Change]) -> list[Worded]:
-    """Where acceptance changed over time, and whether a configuration change explains it."""
-    return worded(found.change_findings(changes))
-
-
-def break_findings(breaks: Sequence[Break]) -> list[Worded]:
-    """Acceptance that broke against its own past (``analysis.breaks``), with its likely causes."""
-    return worded(found.break_findings(breaks))
-
-
-def cost_findings(tax: Sequence[ScheduleTax], unsteady: Mapping[str, int]) -> list[Worded]:
-    """The k = 0 tax (``analysis.cost.schedule_tax``) and the steps left out of timing."""
-    return worded(found.cost_findings(tax, unsteady))
-
-
-def integrity_findings(issues: Sequence[IntegrityIssue]) -> list[Worded]:
-    """One finding per config-integrity issue (``analysis.integrity``)."""
-    return worded(found.integrity_findings(issues))
-
-
-def request_findings(r: RequestAcceptance | None) -> list[Worded]:
-    """The spread of acceptance across requests, and why its two means differ."""
-    return worded(found.request_findings(r))
-
-
-def serving_findings(serving: Serving | None) -> list[Worded]:
-    """Speculation against the plain server under load (``analysis.under_load``), per configuration."""
-    return worded(advised.serving_findings(serving))
-
-
-def load_advice_findings(advice: Sequence[LoadAdvice]) -> list[Worded]:
-    """Where each configuration should draft under load (``advice.load``)."""
-    return worded(advised.load_advice_findings(advice))
-
-
-def input_findings(report: Report) -> list[Worded]:
-    """What the input holds when it is not engine steps or intervals with drafts."""
-    return worded(advised.input_findings(report))
-
-
 def report_findings(report: Report) -> list[Worded]:
-    """The overall findings of a report (those it carries: ``advice.report_findings.report_findings``), worded."""
-    return worded(advised.findings_of(report))
+    """The overall findings a report carries (decided in ``advice.report_findings`` when it was
+    built: ``report.findings``), worded."""
+    return worded(report.findings or ())
 
 
 def group_findings(report: Report) -> list[list[Worded]]:
-    """Each group's own findings (``report.groups`` order), worded."""
-    return [worded(fs) for fs in advised.group_findings_of(report)]
+    """Each group's own findings that the report carries (``report.group_findings``, in the order
+    of ``report.groups``), worded."""
+    carried = report.group_findings if report.group_findings is not None else ((),) * len(report.groups)
+    return [worded(fs) for fs in carried]
+
+
+#: The kinds said under the per-request distribution.
+REQUEST_KINDS = (FindingKind.REQUESTS, FindingKind.REQUESTS_FLAGGED)
+
+
+def request_findings(report: Report) -> list[Worded]:
+    """The findings a report carries about its finished requests (their spread, requests far below
+    their class, requests that never drafted), worded, in the report's order."""
+    return worded(f for f in report.findings or () if f.kind in REQUEST_KINDS)
+
+
+def serving_findings(report: Report) -> list[Worded]:
+    """The findings a report carries about serving under load, worded, in the report's order."""
+    return worded(f for f in report.findings or () if f.kind == FindingKind.SERVING)
 
 
 # --- the recommendation ---------------------------------------------------------------------------
@@ -845,7 +811,7 @@ def headline(rec: Recommendation) -> str:
         "plain decoding"
     )
     text += " on this traffic" + (f" ({estimated})" if estimated else "") + "."
-    if r.interval and r.interval[0] <= 1.0:
+    if r.within_noise:
         text += " Its interval reaches below 1×: a gain not shown beyond noise."
     if not r.method:
         text += " The input has no method label (vLLM's counters carry none): pass --method to get a ready config."
@@ -1035,10 +1001,7 @@ def explain_bucket(t: BucketChoice) -> str:
         text += f" (plain decoding at these batch sizes from the model; {source}: {model})"
     else:
         text += f" ({source}: {model})" if t.basis == BucketBasis.MEASURED else f": {model}"
-    anchored = (
-        t.basis == BucketBasis.MODEL and t.model_speedup and abs(t.predicted_speedup / t.model_speedup - 1) > 0.005
-    )
-    if anchored and t.model_speedup:
+    if t.anchored and t.model_speedup:
         text += (
             f", {t.model_speedup:.2f}× by the model alone, scaled by {t.predicted_speedup / t.model_speedup:.2f} "
             "to agree with the k measured in this bucket"
@@ -1098,7 +1061,7 @@ def assumptions(rec: Recommendation) -> list[str]:
                     f"{name}: speedups are against a plain engine (no speculative config) measured in a separate "
                     "engine process; separate processes of one configuration can differ by 20–40% on shared machines"
                 )
-        if m.drafts_per_request_step < 0.999:
+        if m.partial_drafting:
             by_k = ", ".join(f"{q:.0%} at k={k}" for k, q in m.drafts_per_request_step_by_k)
             measured = f"measured: {by_k}" if by_k else "measured"
             out.append(
@@ -1201,7 +1164,7 @@ def _why(la: float | None, lb: float | None, test: AcceptanceTest, tp: Throughpu
         return ""
     steps = tp.step_seconds_ratio
     timing = ""
-    if steps is not None and abs(steps - 1) >= 0.005:
+    if steps is not None and tp.steps_moved:
         timing = f"; steps took {abs(steps - 1):.0%} {'longer' if steps > 1 else 'less time'}"
     return f" {_capital(_acceptance_sentence(la, lb, test))}{timing}."
 
@@ -1290,7 +1253,7 @@ def tune_headline(result: TuneResult) -> str:
         return what + " (not verified)."
     vs_plain = _gain(v.gain_vs_plain, v.gain_vs_plain_low, v.gain_vs_plain_high)
     vs_static = _gain(v.gain_vs_best_static, v.gain_vs_best_static_low, v.gain_vs_best_static_high)
-    verdict = "verified" if v.gain_vs_plain_low > 0 else "measured (not verified: the interval reaches a loss)"
+    verdict = "verified" if v.verified else "measured (not verified: the interval reaches a loss)"
     return f"{what}; {verdict} {vs_plain} vs plain decoding and {vs_static} vs the best static " + (
         f"k={v.best_static_num_speculative_tokens}{_precision(v)}."
     )

@@ -4,23 +4,22 @@ A newcomer runs ``specobs report`` for the recommendation; the details (tables p
 position, timing) run to hundreds of lines. The summary says in a few lines what was read, how
 well drafts are accepted, what to run (the recommendation's own sentence and its
 ``--speculative-config``) and the few findings that matter most, chosen by one rule
-(``specobs.advice.report_findings``: :data:`FINDING_RANK`, :func:`key_findings`, decided there). Rich and
-Markdown both render it from :func:`first_screen`; ``--brief`` stops after it. No math here: it words.
+(``specobs.advice.report_findings``: ``FINDING_RANK``, ``key_findings``, decided there and carried
+by the report as ``key_findings``). Rich and Markdown both render it from :func:`first_screen`;
+``--brief`` stops after it. No math here: it words.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specobs.advice.report_findings import FINDING_RANK, SUMMARY_FINDINGS, UNNAMED_RANK, rank  # re-exported
-from specobs.advice.report_findings import key_findings as _key_findings
 from specobs.records import Report
 from specobs.render import sentences
 
 
-def key_findings(report: Report, most: int = SUMMARY_FINDINGS) -> list[sentences.Worded]:
-    """The report's findings that its summary shows (``advice.report_findings.key_findings``), worded."""
-    return sentences.worded(_key_findings(report, most))
+def key_findings(report: Report) -> list[sentences.Worded]:
+    """The findings the report's summary shows (``report.key_findings``, ranked in advice), worded."""
+    return sentences.worded(report.key_findings or ())
 
 
 @dataclass(frozen=True)
@@ -52,11 +51,7 @@ def first_screen(report: Report) -> FirstScreen:
 
 
 __all__ = [
-    "FINDING_RANK",
-    "SUMMARY_FINDINGS",
-    "UNNAMED_RANK",
     "FirstScreen",
     "first_screen",
     "key_findings",
-    "rank",
 ]

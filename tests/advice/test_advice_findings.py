@@ -107,3 +107,40 @@ def test_rank_orders_by_severity_one_kind_at_a_time_and_never_context():
     ]  # fmt: skip
     assert [str(f.kind) for f in rank(found)] == ["collapse", "schedule_tax", "conditional_trend"]
     assert list(FINDING_RANK) == [s for s in Severity if s != Severity.CONTEXT]
+
+
+# --- the decisions the recommendation, comparison and tune sentences read -------------------------
+
+
+def test_the_recommendation_decides_anchoring_and_noise_beside_its_numbers():
+    from specobs.advice.recommend import ANCHOR_SAID, anchored, within_noise
+    from specobs.records import BucketBasis
+
+    assert anchored(BucketBasis.MODEL, 1.2 * (1 + ANCHOR_SAID + EPS), 1.2)
+    assert not anchored(BucketBasis.MODEL, 1.2 * (1 + ANCHOR_SAID - EPS), 1.2)
+    assert not anchored(BucketBasis.MEASURED, 2.0, 1.2) and not anchored(BucketBasis.MODEL, 2.0, None)
+    assert within_noise((1.0, 1.3)) and within_noise((0.9, 1.3))
+    assert not within_noise((1.0 + EPS, 1.3)) and not within_noise(None) and not within_noise([])
+
+
+def test_the_comparison_and_the_tune_carry_what_their_sentences_say():
+    from specobs.records import Throughput, ThroughputBasis, ThroughputInterval, TuneVerification
+    from specobs.records.comparison import STEP_TIME_MOVED
+
+    def throughput(ratio: float | None) -> Throughput:
+        basis, interval = next(iter(ThroughputBasis)), next(iter(ThroughputInterval))
+        return Throughput(basis, interval, 1.0, None, None, None, ratio, None, (), (), ())
+
+    assert throughput(1 + STEP_TIME_MOVED + EPS).steps_moved and throughput(1 - STEP_TIME_MOVED - EPS).steps_moved
+    assert not throughput(1 + STEP_TIME_MOVED - EPS).steps_moved and not throughput(None).steps_moved
+
+    def verification(low: float) -> TuneVerification:
+        return TuneVerification(3, "w", 10.0, 2, 9.0, 8.0, 0.1, 0.0, 0.2, 0.2, low, 0.3)
+
+    assert verification(EPS).verified and not verification(0.0).verified and not verification(-EPS).verified
+
+
+def test_a_finding_is_of_a_known_kind():
+    assert finding("serving").kind is FindingKind.SERVING
+    with pytest.raises(ValueError, match="a_kind_never_decided"):
+        finding("a_kind_never_decided")

@@ -25,6 +25,51 @@ def test_no_finding_is_constructed_in_render():
         assert "Finding" not in named, f"{path.relative_to(ROOT)} constructs a Finding: decide it in analysis/advice"
 
 
+#: Modules that decide findings: render reads what they decided (``Report.findings``, ``group_findings``,
+#: ``key_findings``), never asks them.
+DECIDERS = {"specobs.analysis.findings", "specobs.advice.report_findings"}
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    """Every module a tree imports (``from a import b`` names both ``a`` and ``a.b``)."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out |= {alias.name for alias in n.names}
+        elif isinstance(n, ast.ImportFrom) and n.module:
+            out |= {n.module} | {f"{n.module}.{alias.name}" for alias in n.names}
+    return out
+
+
+def test_render_and_the_dashboard_never_ask_the_modules_that_decide_findings():
+    paths = sorted(RENDER.glob("*.py")) + sorted((ROOT / "specobs" / "dashboard").glob("*.py"))
+    for path in paths:
+        asked = _imported(ast.parse(path.read_text(encoding="utf-8"))) & DECIDERS
+        assert not asked, f"{path.relative_to(ROOT)} imports {sorted(asked)}: read the findings the record carries"
+
+
+def _float(node: ast.expr) -> float | None:
+    inner = node.operand if isinstance(node, ast.UnaryOp) else node
+    value = inner.value if isinstance(inner, ast.Constant) else None
+    return value if isinstance(value, float) else None
+
+
+def test_render_compares_no_number_against_a_threshold():
+    """A comparison against a float (``share < 0.999``, ``abs(r - 1) >= 0.005``, ``low <= 1.0``) is a
+    threshold: it is decided beside the numbers and carried as a field or property of the record.
+    Render compares only to say which way a number went (``> 1``, ``> 0``) or to count rows."""
+    for path in sorted(RENDER.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            for operand in (node.left, *node.comparators):
+                value = _float(operand)
+                assert value is None, (
+                    f"{path.relative_to(ROOT)}:{node.lineno} compares against {value} ({ast.unparse(node)}): "
+                    "decide it where the numbers are and read the decision"
+                )
+
+
 def test_word_says_a_finding_from_its_facts():
     f = Finding(FindingKind.ACCEPTANCE_LENGTH, Severity.CONTEXT, AcceptanceLengthFacts(2.5, 2.4, 2.6, False))
     assert sentences.word(f) == (

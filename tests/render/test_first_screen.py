@@ -21,13 +21,14 @@ from support.paths import ROOT
 from specobs.advice.compare import compare
 from specobs.advice.recommend import recommend
 from specobs.advice.report_builder import analyze, recommendation_input
+from specobs.advice.report_findings import SUMMARY_FINDINGS, rank
 from specobs.analysis.findings import finding
 from specobs.ingest import load
 from specobs.records import Report, Severity, Summary, TunerDecision, TuneResult
 from specobs.render import emit, fit
 from specobs.render.fit import Col, layout, shorten_path
 from specobs.render.sentences import headline
-from specobs.render.summary import SUMMARY_FINDINGS, key_findings, rank
+from specobs.render.summary import key_findings
 
 DATA = ROOT / "examples" / "data"
 SCREEN_COLUMNS, SCREEN_ROWS = 80, 30
@@ -135,7 +136,7 @@ def test_the_summary_names_what_was_read_and_the_acceptance_per_group():
 def test_findings_rank_integrity_then_regressions_then_the_tax_one_kind_at_a_time():
     kinds = ["acceptance_length", "acceptance_rate", "conditional_trend", "configuration_change", "schedule_tax",
              "schedule_tax", "requests", "accepted_past_end", "accepted_past_end", "regression", "unsteady_steps",
-             "a_new_kind"]  # fmt: skip
+             "serving"]  # fmt: skip
     # The iid model holds (severity `context`) unless it misleads (`model`: decided with the finding).
     fair = [finding(kind, severity=Severity.CONTEXT if kind == "conditional_trend" else None) for kind in kinds]
     named = {id(f): f"{kind} {i}" for i, (kind, f) in enumerate(zip(kinds, fair, strict=True))}
@@ -144,7 +145,7 @@ def test_findings_rank_integrity_then_regressions_then_the_tax_one_kind_at_a_tim
     assert len(top) == SUMMARY_FINDINGS
     every = [named[id(f)] for f in rank(fair, most=20)]
     # first of each kind by rank, then the repeats by rank; what the summary says itself, and bookkeeping, never
-    assert every == ["accepted_past_end 7", "regression 9", "schedule_tax 4", "requests 6", "a_new_kind 11",
+    assert every == ["accepted_past_end 7", "regression 9", "schedule_tax 4", "requests 6", "serving 11",
                      "accepted_past_end 8", "schedule_tax 5"]  # fmt: skip
     misleading = [finding(kind, severity=Severity.MODEL if kind == "conditional_trend" else None) for kind in kinds]
     named = {id(f): f"{kind} {i}" for i, (kind, f) in enumerate(zip(kinds, misleading, strict=True))}

@@ -295,10 +295,11 @@ def test_a_drafter_that_never_pays_is_off_without_a_config_even_when_its_k0_step
     assert rec.recommended.speculative_config is None and rec.recommended.predicted_speedup == 1.0
     assert all(row.num_speculative_tokens == 0 for row in rec.by_batch_size)
     from specobs.analysis.cost import schedule_tax
-    from specobs.render.sentences import cost_findings
+    from specobs.analysis.findings import cost_findings
+    from specobs.render.sentences import word
 
     (finding,) = cost_findings(schedule_tax(windows), {})
-    sentence = finding.text
+    sentence = word(finding)
     assert "no measurable k=0 tax" in sentence and "+-" not in sentence
 
 
