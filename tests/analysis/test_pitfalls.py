@@ -11,7 +11,8 @@ import pytest
 from specobs.analysis.integrity import integrity
 from specobs.analysis.pitfalls import BY_ID, PITFALLS, matching
 from specobs.records import RunMetadata
-from specobs.render.sentences import integrity_findings
+from specobs.analysis.findings import integrity_findings
+from specobs.render.sentences import word
 
 ROCM = dict(run_id="r", engine=0, platform="rocm", device_arch="gfx942", vllm_version="0.32.0")
 
@@ -96,4 +97,4 @@ def test_integrity_words_each_pitfall_with_its_source(pid):
     assert len(issues) == 1
     (finding,) = integrity_findings(issues)
     if issues[0].kind == "known_pitfall":
-        assert BY_ID[pid].source in finding.text and BY_ID[pid].title in finding.text
+        assert BY_ID[pid].source in word(finding) and BY_ID[pid].title in word(finding)
