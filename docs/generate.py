@@ -402,7 +402,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "`to_k`, `predicted_gain` with `predicted_low`/`predicted_high`, `measured_gain`, `reason` (why: "
         "`measured_faster`, `forced`, `no_earlier_measurement`, `window_measured`, `no_speculative_decoding`, "
         "`data_parallel`, `model_runner_v2`, `no_schedule`, or `other` for free text from logs written before "
-        "reasons were typed), `reason_text` (that free text; null otherwise), `run_id`, `engine`; empty without one",
+        "reasons were typed), `reason_text` (that free text; null otherwise), `run_id`, `engine`, "
+        "`reason_words` (the reason in words); empty without one",
         "requests": "acceptance per finished request (`requests` rows: capture request files, server responses, "
         "saved offline outputs; docs/schema.md), null without any: `overall`, then `by_prompt_length`, "
         "`by_output_length` (power-of-two token buckets), `by_workload` and `by_method`, each a list of groups with "

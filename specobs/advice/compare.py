@@ -41,7 +41,7 @@ import polars as pl
 from specobs.analysis.acceptance import summarize, summary_of, with_group_columns
 from specobs.analysis.breaks import causes
 from specobs.analysis.cost import steady_state, step_cells, timing_by_batch
-from specobs.analysis.intervals import Z95, satterthwaite, t95, welch_term
+from specobs.analysis.intervals import Z95, ratio_variance, satterthwaite, t95, welch_term
 from specobs.analysis.split import split, stretch_sums
 from specobs.analysis.under_load import direction, serving_changes
 from specobs.records import (
@@ -214,7 +214,7 @@ def _run_spread(steady: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     ratio = pl.col("g").sum() / pl.col("s").sum()
     n = pl.len().cast(pl.Float64)
     mean_s = pl.col("s").sum() / n
-    variance = ((pl.col("g") - ratio * pl.col("s")) ** 2).sum() / (n * (n - 1) * mean_s * mean_s)
+    variance = ratio_variance(((pl.col("g") - ratio * pl.col("s")) ** 2).sum(), n, mean_s)
     return units.group_by("batch_bucket").agg(runs=pl.len(), variance=pl.when(n >= 2).then(variance)).collect()
 
 

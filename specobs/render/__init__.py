@@ -87,6 +87,12 @@ def _worded(result: Any, data: dict[str, Any]) -> dict[str, Any]:
             ],
         }
         data = _after(data, "details", words)
+        if data.get("tuner_decisions"):
+            # Each decision's reason is a code with its numbers; its sentence beside it.
+            data["tuner_decisions"] = [
+                {**row, "reason_words": sentences.tuner_reason(decision)}
+                for row, decision in zip(data["tuner_decisions"], result.tuner_decisions, strict=True)
+            ]
         if result.recommendation is not None and data.get("recommendation") is not None:
             data["recommendation"] = _worded(result.recommendation, data["recommendation"])
     elif isinstance(result, Recommendation):

@@ -8,10 +8,10 @@ import dataclasses
 import polars as pl
 import pytest
 
+from specobs.analysis.findings import integrity_findings
 from specobs.analysis.integrity import integrity
 from specobs.analysis.pitfalls import BY_ID, PITFALLS, matching
 from specobs.records import RunMetadata
-from specobs.analysis.findings import integrity_findings
 from specobs.render.sentences import word
 
 ROCM = dict(run_id="r", engine=0, platform="rocm", device_arch="gfx942", vllm_version="0.32.0")

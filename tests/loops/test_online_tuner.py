@@ -182,6 +182,11 @@ def test_the_report_shows_the_decision_log(tmp_path):
     data = json.loads(run_cli("report", str(tmp_path), "-f", "json").stdout)
     assert [d["action"] for d in data["tuner_decisions"]] == [d.action for d in tuner.decisions]
     assert data["tuner_decisions"][0]["to_k"] == 2
+    # Each reason: its code, and beside it the sentence render gives it.
+    assert [(d["reason"], d["reason_words"]) for d in data["tuner_decisions"]] == [
+        (str(d.reason), tuner_reason(d)) for d in tuner.decisions
+    ]
+    assert data["tuner_decisions"][0]["reason"] == "measured_faster"
     markdown = run_cli("report", str(tmp_path), "-f", "markdown").stdout.decode()
     assert "### Online tuner" in markdown
     assert "k=3 at batch 1 since 00:00:" in markdown and "measured after the switch" in markdown

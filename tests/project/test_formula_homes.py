@@ -31,12 +31,7 @@ VALIDITY = "validity.py"
 
 #: Copies in modules another change owns, each to be replaced by a call to its home (then removed
 #: from here: :func:`test_every_known_copy_is_still_there` fails once one is gone).
-KNOWN_COPIES: dict[tuple[str, str], str] = {
-    (
-        "advice/compare.py",
-        "ratio variance",
-    ): "ratio_variance(((pl.col('g') - ratio * pl.col('s')) ** 2).sum(), n, mean_s)",
-}
+KNOWN_COPIES: dict[tuple[str, str], str] = {}
 
 
 def _text(node: ast.AST) -> str:
