@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import polars as pl
 
@@ -268,7 +268,10 @@ class Session:
         self.failed = list(failed)
         self._summed = summed
         self._answers: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.RLock()
+        #: Guards ``_answers`` and ``_computing`` only, never held while an answer is computed.
+        self._lock = threading.Lock()
+        #: key → the lock of the one thread computing it (another asking the same waits on it).
+        self._computing: dict[Hashable, threading.Lock] = {}
 
     # --- opening ----------------------------------------------------------------------------------
 
@@ -402,16 +405,35 @@ class Session:
     # --- the cache ---------------------------------------------------------------------------------
 
     def _answer(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """The answer of ``key``: computed the first time, then kept (:data:`CACHED_ANSWERS`)."""
-        with self._lock:
-            if key in self._answers:
-                self._answers.move_to_end(key)
-                return self._answers[key]
+        """The answer of ``key``: computed the first time, then kept (:data:`CACHED_ANSWERS`).
+
+        One computation per key at a time, and none holds up another key's: the dashboard shares
+        one session across browser tabs, and one tab's recommendation must not stall another's
+        filter (a thread asking for a key being computed waits for that answer instead of
+        computing it twice)."""
+        while True:
+            with self._lock:
+                if key in self._answers:
+                    self._answers.move_to_end(key)
+                    return cast(T, self._answers[key])
+                running = self._computing.get(key)
+                if running is None:
+                    mine = self._computing[key] = threading.Lock()
+                    mine.acquire()
+                    break
+            with running:  # computed by another thread: wait for it, then read its answer
+                pass
+        try:
             value = compute()
-            self._answers[key] = value
-            if len(self._answers) > CACHED_ANSWERS:
-                self._answers.popitem(last=False)
+            with self._lock:
+                self._answers[key] = value
+                if len(self._answers) > CACHED_ANSWERS:
+                    self._answers.popitem(last=False)
             return value
+        finally:
+            with self._lock:
+                del self._computing[key]
+            mine.release()
 
     def _unfiltered(self, filters: Filters | None) -> None:
         if self._summed is None and filters not in (None, EVERYTHING):

@@ -321,3 +321,50 @@ def test_the_cli_and_a_session_give_the_same_json():
     assert cli.returncode == 0, cli.stderr.decode()
     assert json.dumps(specobs.document(session.report()), indent=2) + "\n" == cli.stdout.decode()
     assert_same_json(json.loads(json.dumps(specobs.document(session.recommend()))), _cli_json("recommend", path))
+
+
+def test_one_slow_answer_holds_up_neither_another_key_nor_a_second_computation():
+    """The dashboard shares one session across browser tabs: while one key is computed, another
+    key is answered at once, and a second thread asking the same key waits for that answer
+    instead of computing it again."""
+    import threading
+
+    from specobs.api import Session
+    from specobs.ingest import Ingested
+
+    session = Session(Ingested())
+    started, release = threading.Event(), threading.Event()
+    computed: list[str] = []
+
+    def slow() -> str:
+        computed.append("slow")
+        started.set()
+        assert release.wait(10)
+        return "slow answer"
+
+    answers: dict[str, str] = {}
+    first = threading.Thread(target=lambda: answers.setdefault("first", session._answer("slow", slow)))
+    second = threading.Thread(target=lambda: answers.setdefault("second", session._answer("slow", slow)))
+    first.start()
+    assert started.wait(10)
+    second.start()
+    assert session._answer("quick", lambda: "quick answer") == "quick answer"  # not held up
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert answers == {"first": "slow answer", "second": "slow answer"} and computed == ["slow"]
+    assert session._answer("slow", slow) == "slow answer" and computed == ["slow"]
+
+
+def test_an_answer_that_fails_is_not_kept():
+    from specobs.api import Session
+    from specobs.ingest import Ingested
+
+    session = Session(Ingested())
+
+    def broken() -> str:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        session._answer("k", broken)
+    assert session._answer("k", lambda: "now") == "now"
