@@ -326,7 +326,7 @@ class Session:
         :attr:`failed`.
 
         Each part's trimmed rows are summed and written to a temporary folder (comparisons and
-        recommendation cells need rows), then let go."""
+        recommendation blocks need rows), then let go."""
         parquet = sum(1 for name, _ in expand_paths(list(inputs.paths)) if name.endswith(".parquet"))
         opened = cls.open(
             inputs, uploads=uploads, keep_going=True, part_rows=part_rows if parquet > 1 else None, release=True
@@ -522,13 +522,13 @@ class Session:
         return self._answer(key, compute)
 
     def recommendation_blocks(self, filters: Filters = EVERYTHING) -> pl.DataFrame | None:
-        """A summed session's recommendation cells (blocks of consecutive steps) inside
-        ``filters``, a cell by the time bucket of its last step; None when nothing was read.
+        """A summed session's recommendation blocks (consecutive steps of one configuration) inside
+        ``filters``, a block by the time bucket of its last step; None when nothing was read.
 
         Made the first time they are asked for, from the rows on disk a part at a time, and
         kept: a recommendation with resampling needs blocks of steps."""
         if self._summed is None:
-            raise SpecobsError("recommendation cells by filter are kept by a summed session (Session.summed)")
+            raise SpecobsError("recommendation blocks by filter are kept by a summed session (Session.summed)")
         summed = self._summed
 
         def every() -> list[pl.DataFrame]:
@@ -536,12 +536,12 @@ class Session:
             return [_recommendation_part(pl.read_parquet(part), summed.grid) for part in parts]
 
         def cut() -> pl.DataFrame | None:
-            cells = self._answer("recommendation cells", every)
-            if not cells:
+            blocks = self._answer("recommendation blocks", every)
+            if not blocks:
                 return None
-            return within(pl.concat(cells, how="diagonal_relaxed"), filters.values, filters.buckets(summed.grid))
+            return within(pl.concat(blocks, how="diagonal_relaxed"), filters.values, filters.buckets(summed.grid))
 
-        return self._answer(("recommendation cells", filters), cut)
+        return self._answer(("recommendation blocks", filters), cut)
 
     def recommend(
         self,
@@ -558,17 +558,17 @@ class Session:
         slo: Slo | str | None = None,
     ) -> Recommendation | LoadRecommendation | None:
         """The recommendation (what :func:`recommend` says). A summed session fits the
-        recommendation cells inside ``filters`` (the steps' recommendation alone)."""
+        recommendation blocks inside ``filters`` (the steps' recommendation alone)."""
         self._unfiltered(filters)
         objective = _slo(slo)
         key = ("recommend", filters, max_k, margin, cost_ratio, bootstrap, seed, method, model, check_config, objective)
 
         def summed() -> Recommendation | None:
-            cells = self.recommendation_blocks(filters)
-            if cells is None or cells.is_empty():
+            blocks = self.recommendation_blocks(filters)
+            if blocks is None or blocks.is_empty():
                 return None
             return recommending.recommend(
-                cells, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, seed=seed,
+                blocks, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, seed=seed,
                 method=method, model=model, metadata=self.ingested.metadata, check_config=check_config,
             )  # fmt: skip
 
