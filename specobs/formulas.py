@@ -195,7 +195,7 @@ def trials(drafted: int, accepted: int) -> int:
     return max(min(accepted + 1, drafted), 0)
 
 
-def per_position(lengths: Mapping[tuple[int, int], int], k: int) -> tuple[int, list[int], list[int], list[int]]:
+def position_counts(lengths: Mapping[tuple[int, int], int], k: int) -> tuple[int, list[int], list[int], list[int]]:
     """Drafts and, per position, ``a_i``, ``n_i`` and ``m_i`` of drafts counted by length.
 
     ``lengths`` counts drafts by (drafted, accepted) length. Element i of the lists counts
@@ -207,7 +207,7 @@ def per_position(lengths: Mapping[tuple[int, int], int], k: int) -> tuple[int, l
     One histogram per list (drafts ending at each length), then one pass of suffix sums (the
     engine's hot path: a step has a handful of distinct pairs)::
 
-        per_position({(3, 1): 2, (2, 2): 1}, 3) == (3, [3, 1, 0], [3, 3, 2], [3, 3, 0])
+        position_counts({(3, 1): 2, (2, 2): 1}, 3) == (3, [3, 1, 0], [3, 3, 2], [3, 3, 0])
     """
     positions = k
     for drafted, accepted in lengths:
@@ -238,11 +238,11 @@ def per_position(lengths: Mapping[tuple[int, int], int], k: int) -> tuple[int, l
     return drafts, accepted_pos, drafts_pos, tried_pos
 
 
-def one_draft_per_position(drafted: int, accepted: int, k: int) -> tuple[list[int], list[int], list[int]]:
-    """:func:`per_position` of a single draft: (``a_i``, ``n_i``, ``m_i``) as 0/1 lists, each
+def draft_position_counts(drafted: int, accepted: int, k: int) -> tuple[list[int], list[int], list[int]]:
+    """:func:`position_counts` of a single draft: (``a_i``, ``n_i``, ``m_i``) as 0/1 lists, each
     ``max(k, drafted, accepted)`` long.
 
-    >>> one_draft_per_position(3, 1, 4)
+    >>> draft_position_counts(3, 1, 4)
     ([1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 0, 0])
     """
     length = max(k, drafted, accepted)
@@ -313,11 +313,11 @@ __all__ = [
     "acceptance_rate_or_none",
     "accepted_past",
     "cost_ratio",
+    "draft_position_counts",
     "draft_positions",
     "draft_share",
-    "one_draft_per_position",
-    "per_position",
     "per_position_rates",
+    "position_counts",
     "rate_or_none",
     "reached",
     "tokens_per_draft",

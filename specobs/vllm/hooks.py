@@ -48,7 +48,7 @@ from specobs.capture.handoff import HANDOFF_ATTR, Joiner, WorkerTiming, stamp, s
 from specobs.capture.recorder import NullRecorder, Recorder
 from specobs.capture.row import StepRow
 from specobs.capture.timing import clock_for_device, clock_of
-from specobs.formulas import one_draft_per_position, per_position
+from specobs.formulas import draft_position_counts, position_counts
 from specobs.schema import METADATA_LABELS, REQUEST_KEY, request_key
 from specobs.vllm.hookpoints import HOOK_POINTS, RUNNER_V1, RUNNER_V2, SCHEDULER, VLLM_CONFIG, lost
 from specobs.vllm.spec_config import MODEL_FREE
@@ -94,7 +94,7 @@ class _Drafts:
 
     The hot path (once per request) only counts the pair (drafted, accepted) in
     ``lengths``; the step's sums and its per-position lists are built from those counts once
-    per step by :func:`specobs.formulas.per_position` (a step has a handful of distinct pairs).
+    per step by :func:`specobs.formulas.position_counts` (a step has a handful of distinct pairs).
     """
 
     __slots__ = ("context", "delivered", "lengths", "own", "requests", "sampled")
@@ -330,7 +330,7 @@ class Capture:
             k = getattr(scheduler, "num_spec_tokens", 0)
         k = int(k or 0)
         # Drafts made at an earlier step's k can be longer than this step's: lists grow to fit.
-        num_drafts, accepted_pos, drafts_pos, tried_pos = per_position(drafts.lengths, k)
+        num_drafts, accepted_pos, drafts_pos, tried_pos = position_counts(drafts.lengths, k)
         sampled = getattr(model_runner_output, "sampled_token_ids", None)
         generated = sum(map(len, sampled)) if isinstance(sampled, list) else None
         labels = self.labels(scheduler)
@@ -365,7 +365,7 @@ class Capture:
             self._describe(scheduler, recorder)
         recorder.record(row)
         for request_id, drafted, accepted in drafts.requests:
-            accepted_one, drafted_one, tried_one = one_draft_per_position(drafted, accepted, k)
+            accepted_one, drafted_one, tried_one = draft_position_counts(drafted, accepted, k)
             own = drafts.own.get(request_id) if drafts.own else None
             recorder.record(
                 StepRow(

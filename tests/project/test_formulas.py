@@ -46,12 +46,12 @@ def test_tokens_per_step():
 
 
 def test_per_position_counts_from_lengths_and_from_one_draft_agree():
-    assert formulas.per_position({(3, 1): 2, (2, 2): 1}, 3) == (3, [3, 1, 0], [3, 3, 2], [3, 3, 0])
+    assert formulas.position_counts({(3, 1): 2, (2, 2): 1}, 3) == (3, [3, 1, 0], [3, 3, 2], [3, 3, 0])
     for drafted in range(5):
         for accepted in range(drafted + 1):
             for k in (0, 2, 4):
-                one = formulas.one_draft_per_position(drafted, accepted, k)
-                assert formulas.per_position({(drafted, accepted): 1}, k)[1:] == one
+                one = formulas.draft_position_counts(drafted, accepted, k)
+                assert formulas.position_counts({(drafted, accepted): 1}, k)[1:] == one
                 # Element i is the per-draft predicate at i, summed over one draft.
                 assert one[0] == [int(formulas.accepted_past(accepted, i)) for i in range(len(one[0]))]
                 assert one[1] == [int(formulas.reached(drafted, i)) for i in range(len(one[1]))]
@@ -64,7 +64,7 @@ def test_per_position_predicates_as_expressions_count_what_the_numbers_count():
     lengths: dict[tuple[int, int], int] = {}
     for d, a in steps.iter_rows():
         lengths[(d, a)] = lengths.get((d, a), 0) + 1
-    _, a_i, n_i, m_i = formulas.per_position(lengths, 3)
+    _, a_i, n_i, m_i = formulas.position_counts(lengths, 3)
     drafted, accepted = pl.col("drafted"), pl.col("accepted")
     sums = steps.select(
         *[formulas.accepted_past(accepted, i).sum().alias(f"a{i}") for i in range(3)],
