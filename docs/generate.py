@@ -465,8 +465,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "group_finding_facts[]": "one object per group (same order as `group_findings`), "
         + _LABELS
         + ", then `finding_facts`, aligned with that group's `findings`",
-        "group_finding_facts[].finding_facts": "the group's findings as data, aligned with its `findings`",
-        "group_finding_facts[].finding_facts[]": "as `finding_facts[]`",
+        "group_finding_facts[].finding_facts[]": "the group's findings as data, aligned with its `findings`: "
+        "as `finding_facts[]`",
         "group_findings[].findings": "the group's own sentences, as the rich report prints them under the group's "
         "per-position table (acceptance length, rate, wasted positions, the iid diagnosis, interval bias); empty for "
         "a group without drafts",
@@ -843,6 +843,10 @@ def json_paths(document: str) -> list[str]:
         {"recommendation." + p for p in OPAQUE["recommend"]} if document == "report" else set()
     )
     paths = list(dict.fromkeys(walk(data, opaque)))
+    # A list that is empty in one object and holds objects in another is listed once, as `key[]`,
+    # so that the order of the groups (which follows the inputs' paths) does not move a row.
+    listed = {p.removesuffix("[]") for p in paths if p.endswith("[]")}
+    paths = [p for p in paths if p not in listed]
     if document == "report":  # the nested recommendation is `recommend`'s object: listed there
         nested = [p.removeprefix("recommendation.") for p in paths if p.startswith("recommendation.")]
         # The report's inputs are timed: its bands are empty, their keys listed under `recommend`.
