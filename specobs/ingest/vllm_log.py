@@ -129,7 +129,7 @@ def scan_fields(head: bytes) -> Fields:
         0: {
             **counts,
             "mal": C.field_float(text, _MAL),
-            "per_pos_rates": C.float_list(text, _PER_POS),
+            "per_pos_rates": _rates(text),
             "accepted_throughput": C.field_float(text, _THROUGHPUT),
         },
         1: {
@@ -151,6 +151,18 @@ def scan_fields(head: bytes) -> Fields:
             "verification": C.field_float(text, r"verification_time_ms=([0-9.]+)") / 1000,
         },
     }
+
+
+def _rates(text: pl.Expr) -> pl.Expr:
+    """``C.float_list(text, _PER_POS)`` at a third of its cost (0.3 → 0.1 s of CPU for the 572k
+    SpecDecoding lines of a 1 GB log: its per-item expression was the dearest step after the regex).
+
+    The capture holds only numbers and ``nan`` separated by commas and spaces (``_PER_POS`` says
+    so), so dropping the spaces and the ``nan``s (an empty item casts to null, as ``float_list``
+    makes ``nan``) and casting the split list gives the same list without a per-item expression.
+    """
+    bare = text.str.extract(_PER_POS, 1).str.replace_all(" ", "", literal=True).str.replace_all("nan", "", literal=True)
+    return bare.str.split(",").cast(pl.List(pl.Float64), strict=False)
 
 
 _LINE_COLUMNS: dict[str, pl.DataType] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -132,3 +133,47 @@ def test_a_polars_without_the_line_reader_reads_the_same_lines(monkeypatch):
     monkeypatch.delattr(scan.pl, "scan_lines")
     got = find_lines(open_source(str(log)), vllm_log.NEEDLES)
     assert got.frame.equals(want.frame) and got.total_lines == want.total_lines > 0
+
+
+def _hostile_lines(count: int) -> list[str]:
+    """``count`` lines of every kind the scanner must number right: metric lines of each needle,
+    noise, blank lines, a lone CR, an over-long metric line, one with a NUL byte."""
+    kinds = [*REAL, "", "\r", NOISE + "\x00tail", "INFO 11-30 03:13:16 [x.py:1] SpecDecoding metrics: " + "B" * 70_000]
+    return [kinds[(i * 7 + i // 5) % len(kinds)] for i in range(count)]
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 64])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_line_numbers_hold_across_the_streaming_readers_morsels(write, chunk_rows, newline, gz):
+    """The file is read in morsels of ``chunk_rows`` lines: a morsel may end inside a CRLF pair's
+    line, before a blank line or just before a metric line; numbering must not notice."""
+    lines = _hostile_lines(200)
+    path = write("m.log", newline.join(lines), gz=gz)  # no final newline
+    with pl.Config(streaming_chunk_size=chunk_rows):
+        found = find_lines(open_source(str(path)), vllm_log.NEEDLES)
+    kept = [row for row in expected(lines) if len(row[1].encode()) <= scan.MAX_LINE_BYTES]
+    assert found.frame.rows() == kept
+    assert found.total_lines == len(lines)
+    too_long = [n for n, line in enumerate(lines, 1) if vllm_log.NEEDLES[0].decode() in line and len(line) > 65536]
+    assert [s.line for s in found.skipped] == too_long and too_long[-1] > 150
+
+
+def test_a_log_of_many_megabytes_is_numbered_like_a_line_by_line_read(write):
+    """Large enough (≈ 24 MB) for the reader to cut the file into several byte ranges: lines of
+    every length, CRLF endings, metric lines close together."""
+    lines = [f"{NOISE} {'x' * (i % 997)}" if i % 13 else REAL[i % len(REAL)] for i in range(120_000)]
+    lines[60_000:60_003] = ["", CURRENT, ""]
+    path = write("big.log", "\r\n".join(lines) + "\r\n")
+    found = find_lines(open_source(str(path)), vllm_log.NEEDLES)
+    assert found.frame.rows() == expected(lines)
+    assert found.total_lines == len(lines)
+
+
+def test_invalid_utf8_in_a_large_log_keeps_the_line_numbers(write):
+    """Invalid UTF-8 sends the whole input to the lossy reader; numbering there must agree too."""
+    lines = [NOISE if i % 11 else CURRENT for i in range(50_000)]
+    data = "\n".join(lines).encode().replace(NOISE.encode(), b"\xff" + NOISE.encode(), 1) + b"\n"
+    found = find_lines(open_source(str(write("bad.log", data))), vllm_log.NEEDLES)
+    assert found.frame["line"].to_list() == [i + 1 for i in range(50_000) if i % 11 == 0]
+    assert found.total_lines == 50_000

@@ -6,9 +6,15 @@ expected totals are computed by hand in the comments.
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.helpers import windows_of
 from support.log_lines import CURRENT, DP_PAIRS, GEN0, GEN1, V0
+
+from specobs.ingest import columns as C
+from specobs.ingest import vllm_log
 
 GEN1_NAN = "INFO 04-02 10:00:10 [metrics.py:60] SpecDecoding metrics: Draft acceptance rate: nan%, Accepted: 0 tokens, Drafted: 0 tokens"
 # Generation 3 in the transitional field order of PR 24127's own test output.
@@ -214,3 +220,23 @@ def test_year_rollover(write):
     jan = CURRENT.replace("11-30 03:13:17", "01-01 00:00:10")
     w = windows_of(write("ny.log", dec + "\n" + jan + "\n"))
     assert 15 < w["end_ts"][1] - w["end_ts"][0] < 25
+
+
+_RATE = st.one_of(
+    st.just("nan"), st.integers(0, 10**20).map(str), st.floats(0, 2, allow_nan=False).map(lambda x: f"{x:.3f}")
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(_RATE, st.sampled_from([",", ", ", ",   ", " ,", ""])), min_size=1, max_size=8),
+    st.sampled_from(["", ",", ", Avg Draft acceptance rate: 9.1%", "**", ",  `", " ", ", x", "\t"]),
+)
+def test_per_position_rates_read_as_the_general_float_list_reads_them(items, tail):
+    """vllm_log's cheaper list of per-position rates equals ``columns.float_list`` on any line
+    the pattern may see: ``nan`` items, any spacing, markup or more fields after the list."""
+    body = "".join(rate + (sep if i < len(items) - 1 else "") for i, (rate, sep) in enumerate(items))
+    frame = pl.DataFrame({"text": [f"{CURRENT[:60]} Per-position acceptance rate: {body}{tail}"]})
+    text = pl.col("text")
+    got = frame.select(vllm_log._rates(text))
+    assert got.equals(frame.select(C.float_list(text, vllm_log._PER_POS)))
