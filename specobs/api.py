@@ -320,17 +320,14 @@ class Session:
         cls, inputs: Inputs, uploads: Sequence[tuple[str, bytes]] = (), part_rows: int | None = PART_ROWS
     ) -> Session:
         """Read ``inputs`` and ``uploads`` a part at a time (Parquet files larger than
-        ``part_rows`` rows together are read in parts; one file is read whole, as the report
-        reads it) and keep their sums per time bucket and label set
+        ``part_rows`` rows together are read in parts, a larger file in slices, as the report
+        reads them) and keep their sums per time bucket and label set
         (:func:`specobs.advice.report_builder.report_sums`), never rows; unreadable inputs go to
         :attr:`failed`.
 
         Each part's trimmed rows are summed and written to a temporary folder (comparisons and
         recommendation blocks need rows), then let go."""
-        parquet = sum(1 for name, _ in expand_paths(list(inputs.paths)) if name.endswith(".parquet"))
-        opened = cls.open(
-            inputs, uploads=uploads, keep_going=True, part_rows=part_rows if parquet > 1 else None, release=True
-        )
+        opened = cls.open(inputs, uploads=uploads, keep_going=True, part_rows=part_rows, release=True)
         read = opened.ingested
         grid = TimeGrid.of(*_end_times(read))
         folder = Path(tempfile.mkdtemp(prefix="specobs-dashboard-"))
@@ -693,8 +690,8 @@ def _end_times(read: Ingested) -> tuple[float | None, float | None]:
     for part in read.deferred:
         if part.windows is not None:
             span(part.windows.lazy())
-        for name, _ in part.files:
-            first_pass(open_source(name), span)
+    for name in dict.fromkeys(piece.name for part in read.deferred for piece in part.files):  # a file in slices once
+        first_pass(open_source(name), span)
     return (min(lows), max(highs)) if lows else (None, None)
 
 

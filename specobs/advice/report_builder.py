@@ -13,7 +13,8 @@ is computed from them alone, so a part at a time gives the report the whole inpu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import polars as pl
@@ -25,12 +26,16 @@ from specobs.advice.report_findings import group_findings_of, rank, report_findi
 from specobs.analysis import acceptance
 from specobs.analysis.breaks import across_restart, find_breaks, not_named_by, resume_sums
 from specobs.analysis.cost import (
+    Unsettled,
+    draining_state,
     schedule_tax_from,
     schedule_tax_sums,
     steady_state,
     step_cells,
     timing_by_batch,
+    unsettled_in_slices,
     unsteady_counts,
+    with_draining,
 )
 from specobs.analysis.integrity import IntegritySums, integrity
 from specobs.analysis.per_request import as_windows, request_acceptance
@@ -39,7 +44,7 @@ from specobs.analysis.split import CONTEXT, environment_by, split, stretch_sums
 from specobs.analysis.sums import TimeGrid, with_time_bucket
 from specobs.analysis.timeseries import MAX_POINTS, TimeSpan, changes_in, series_columns, series_from_sums, time_sums
 from specobs.analysis.under_load import capture_sums, serving
-from specobs.ingest import Ingested, counted_sources, first_pass
+from specobs.ingest import Ingested, counted_sources, first_pass, first_pass_slices, sliced_files
 from specobs.ingest.source import open_source
 from specobs.records import BatchTiming, GroupSummary, Report, Slo, Split, Summary
 from specobs.schema import categorical_labels
@@ -195,9 +200,7 @@ def report_sums(
     part's trimmed rows before they are let go (what needs rows is taken from them then)."""
     span = whole_span(ingested)
     parts = []
-    for part in ingested.parts():
-        frame = steady_state(_labelled(part, method)).collect()
-        del part
+    for frame in trimmed_parts(ingested, method):
         if each is not None:
             each(frame)
         parts.append(
@@ -326,11 +329,36 @@ def recommendation_input(ingested: Ingested, *, method: str | None = None) -> pl
     the recommendation cells of each part in turn (the same fits: cells never cross a source)."""
     if not ingested.deferred:
         return ingested.windows
-    cells = []
-    for part in ingested.parts():
-        cells.append(recommendation_blocks(part, method=method))
-        del part  # let this part's rows go before the next is read
+    cells = [recommendation_blocks(frame) for frame in trimmed_parts(ingested, method)]
     return pl.concat(cells, how="diagonal_relaxed")
+
+
+def trimmed_parts(ingested: Ingested, method: str | None = None) -> Iterator[pl.DataFrame]:
+    """Each part's rows (:meth:`Ingested.parts`) labelled, trimmed (``steady_state``) and marked
+    ``draining`` as the whole input would be: a file read in slices is judged whole first, and
+    each engine's batch is carried from one part to the next. Each is let go before the next."""
+    known = judged_whole(ingested, method)
+    state = None  # where each engine's batch stood at the end of the part before
+    for part in ingested.parts():
+        frame = with_draining(steady_state(_labelled(part, method), known), state, keep_state=True).collect()
+        del part
+        state = draining_state(frame, state)
+        yield frame.drop("_high")
+
+
+def judged_whole(ingested: Ingested, method: str | None = None) -> Unsettled | None:
+    """The unsettled steps of each file read in slices, judged over the whole file in a first
+    pass over its keys and times, a slice at a time (a configuration's median and an engine's
+    first steps span slices); None when no file is read in slices."""
+    found = Unsettled()
+    rows = {p.name: p.offset + p.rows for part in ingested.deferred for p in part.files if p.sliced}
+    for name in sliced_files(ingested):
+        src = open_source(name)
+        slices = [
+            first_pass(src, functools.partial(_labelled, method=method), r) for r in first_pass_slices(name, rows[name])
+        ]
+        found = found.merged(unsettled_in_slices(slices, name))
+    return found if found.lines else None
 
 
 def whole_span(ingested: Ingested) -> TimeSpan | None:
@@ -341,7 +369,8 @@ def whole_span(ingested: Ingested) -> TimeSpan | None:
         return None
 
     spans = [TimeSpan.of(part.windows) for part in ingested.deferred if part.windows is not None]
-    spans += [first_pass(open_source(name), TimeSpan.of) for part in ingested.deferred for name, _ in part.files]
+    files = dict.fromkeys(piece.name for part in ingested.deferred for piece in part.files)  # a file in slices once
+    spans += [first_pass(open_source(name), TimeSpan.of) for name in files]
     return TimeSpan.merge(spans)
 
 

@@ -9,6 +9,7 @@ outliers: :func:`steady_state`) are left out of every timing here and of the cos
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -29,7 +30,14 @@ def is_decode() -> pl.Expr:
     return pl.col("num_scheduled_tokens").is_null() | (pl.col("num_scheduled_tokens") <= expected)
 
 
-def with_draining(windows: pl.LazyFrame) -> pl.LazyFrame:
+_ENGINE = ["source", "_engine"]
+#: Where each engine's batch stood at the end of a part (:func:`draining_state`).
+_STATE = {"_last_batch": pl.Int64, "_stretch_max": pl.Int64}
+
+
+def with_draining(
+    windows: pl.LazyFrame | pl.DataFrame, before: pl.DataFrame | None = None, *, keep_state: bool = False
+) -> pl.LazyFrame:
     """Add ``draining``: a decode step taken while a batch drains, below the batch size it had
     since requests last joined (a prompt step, or a batch that grew, starts a new stretch).
 
@@ -37,20 +45,50 @@ def with_draining(windows: pl.LazyFrame) -> pl.LazyFrame:
     one by one: 15, 14, … 1), and the last steps of long requests accept differently from the
     whole; a batch size seen only while draining measures those ends, not a load of that size.
     One engine's steps in their order (``source``, ``engine``); false for rows that are not steps.
+    ``before`` is where each engine stood at the end of the part before (:func:`draining_state`),
+    so that parts of one file give the whole file's answer (``keep_state`` keeps the column
+    :func:`draining_state` reads). A frame with ``draining`` is returned as it is.
     """
-    engine = ["source", "_engine"]
+    lazy = windows.lazy()
+    if "draining" in lazy.collect_schema().names():
+        return lazy
     batch = pl.col("batch_size")
-    joined = ~is_decode() | (batch > batch.shift(1).over(engine)).fill_null(True)
-    return (
-        windows.with_columns(_engine=pl.col("engine").fill_null(-1))
-        .with_columns(_stretch=joined.fill_null(True).cast(pl.Int64).cum_sum().over(engine))
-        .with_columns(
-            draining=(
-                (pl.col("counters") == "step") & is_decode() & (batch < batch.cum_max().over([*engine, "_stretch"]))
-            ).fill_null(False)
+    previous = batch.shift(1).over(_ENGINE)
+    lazy = lazy.with_columns(_engine=pl.col("engine").fill_null(-1))
+    carried = before is not None and before.height > 0
+    if carried and before is not None:
+        state = before.with_columns(pl.col("source").cast(pl.String).alias("_source"))
+        lazy = lazy.with_columns(_source=pl.col("source").cast(pl.String)).join(
+            state.drop("source").lazy(), on=["_source", "_engine"], how="left", maintain_order="left"
         )
-        .drop("_engine", "_stretch")
-    )
+        first = pl.int_range(pl.len()).over(_ENGINE) == 0
+        previous = pl.when(first).then(pl.col("_last_batch")).otherwise(previous)
+    joined = ~is_decode() | (batch > previous).fill_null(True)
+    lazy = lazy.with_columns(_stretch=joined.fill_null(True).cast(pl.Int64).cum_sum().over(_ENGINE))
+    high = batch.cum_max().over([*_ENGINE, "_stretch"])
+    if carried:  # the stretch the part began in began before it
+        high = pl.max_horizontal(high, pl.when(pl.col("_stretch") == 0).then(pl.col("_stretch_max")))
+    return lazy.with_columns(
+        draining=((pl.col("counters") == "step") & is_decode() & (batch < high)).fill_null(False),
+        _high=high,
+    ).drop("_engine", "_stretch", "_source", "_last_batch", "_stretch_max", *([] if keep_state else ["_high"]),
+           strict=False)  # fmt: skip
+
+
+def draining_state(frame: pl.DataFrame, before: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Where each engine stood at the end of ``frame`` (:func:`with_draining`'s output, which
+    keeps ``_high`` for this): its last batch size and the largest since requests last joined;
+    engines ``frame`` does not hold keep ``before``'s."""
+    state = (
+        frame.select(pl.col("source").cast(pl.String), _engine=pl.col("engine").fill_null(-1), _last_batch="batch_size",
+                     _stretch_max="_high")
+        .group_by(_ENGINE, maintain_order=True)
+        .last()
+        .cast(_STATE)  # type: ignore[arg-type]
+    )  # fmt: skip
+    if before is None or before.is_empty():
+        return state
+    return pl.concat([before.join(state, on=_ENGINE, how="anti"), state])
 
 
 def decode_sums(frame: pl.LazyFrame | pl.DataFrame, keys: Sequence[str | pl.Expr]) -> pl.LazyFrame:
@@ -199,7 +237,20 @@ WARMUP_STEPS = 100
 MIN_STEPS_TO_JUDGE = 5
 
 
-def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+@dataclass(frozen=True)
+class Unsettled:
+    """The unsettled steps of whole sources (see :func:`steady_state`), by line: found once over a
+    file read in slices (:func:`unsettled_in_slices`), so that each slice is trimmed as the whole
+    file would be (a configuration's median and an engine's first steps span slices)."""
+
+    #: source → (lines of warm-up steps, lines of outliers), for every source judged whole.
+    lines: dict[str, tuple[pl.Series, pl.Series]] = field(default_factory=dict)
+
+    def merged(self, other: Unsettled) -> Unsettled:
+        return Unsettled({**self.lines, **other.lines})
+
+
+def steady_state(windows: pl.LazyFrame | pl.DataFrame, known: Unsettled | None = None) -> pl.LazyFrame:
     """Step rows with the timing of unsettled steps removed (set to null; counts kept).
 
     A step is left out of timing and cost fits when it took more than :data:`OUTLIER_FACTOR` ×
@@ -218,22 +269,39 @@ def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
 
     Idempotent: a frame that already has ``unsteady`` is returned as it is, so one trimmed frame
     can be handed to every consumer (``reporting.analyze`` does) without trimming it again.
+    The sources ``known`` names were judged whole beforehand (a slice of a file): their steps
+    are looked up by line.
     """
     if "unsteady" in windows.lazy().collect_schema().names():
         return windows.lazy()
     # Read once: judging the steps and trimming them both read the rows (a scan read twice
     # decodes every string column twice).
     lazy = (windows.collect() if isinstance(windows, pl.LazyFrame) else windows).lazy()
-    warm_up, outliers = _unsettled_rows(lazy)
-    if warm_up.is_empty() and outliers.is_empty():
-        return lazy.with_columns(unsteady=pl.lit(None, pl.String))
+    judged = known.lines if known is not None else {}
+    warm_up, outliers = _unsettled_rows(lazy, skip=tuple(judged))
     row = pl.col("_row")
-    unsteady = (
+    unsteady: pl.Expr = (
         pl.when(row.is_in(warm_up.implode()))
         .then(pl.lit("warm-up"))
         .when(row.is_in(outliers.implode()))
         .then(pl.lit("outlier"))
     )
+    present = set(lazy.select(pl.col("source").unique()).collect().to_series().cast(pl.String)) if judged else set()
+    marked = False
+    for source, (warm_lines, outlier_lines) in judged.items():
+        if source not in present or (warm_lines.is_empty() and outlier_lines.is_empty()):
+            continue
+        marked = True
+        line, here = pl.col("source_line"), pl.col("source").cast(pl.String) == source
+        unsteady = (
+            pl.when(here & line.is_in(warm_lines.implode()))
+            .then(pl.lit("warm-up"))
+            .when(here & line.is_in(outlier_lines.implode()))
+            .then(pl.lit("outlier"))
+            .otherwise(unsteady)
+        )
+    if warm_up.is_empty() and outliers.is_empty() and not marked:
+        return lazy.with_columns(unsteady=pl.lit(None, pl.String))
     timing = ("draft_seconds", "verify_seconds", "step_seconds", "num_timed_steps")
     return (
         lazy.with_row_index("_row")
@@ -243,13 +311,10 @@ def steady_state(windows: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     )
 
 
-def _unsettled_rows(lazy: pl.LazyFrame) -> tuple[pl.Series, pl.Series]:
-    """Row numbers of the unsettled steps (see :func:`steady_state`): warm-up, then outliers.
-
-    Steps and medians per configuration and per coarse configuration come from one grouped
-    pass over the timed steps' keys and times; only the engines with an unsettled step are then
-    ranked, and only their first :data:`WARMUP_STEPS` steps by start time are kept (ties in row
-    order, as an ordinal rank breaks them; a step without a start time is never among them).
+def _timed_steps(lazy: pl.LazyFrame, skip: Sequence[str] = (), row: pl.Expr | None = None) -> pl.LazyFrame:
+    """The keys and times of the timed steps :func:`steady_state` judges: ``_row`` (the row
+    number, or ``row``), ``_engine``, ``_coarse`` and ``_config`` (hashes), ``start_ts``,
+    ``step_seconds``, ``_per_token``; the steps of the sources ``skip`` names are left out.
 
     Configurations are keyed by one 64-bit hash each (of the label strings once, then of the
     numbers): grouping on the columns themselves costs several times more on millions of
@@ -261,18 +326,34 @@ def _unsettled_rows(lazy: pl.LazyFrame) -> tuple[pl.Series, pl.Series]:
     config = key_hash(["_labels", "engine", "num_spec_tokens", "batch_size", "num_scheduled_tokens"])
     step = pl.col("step_seconds")
     per_token = step / pl.col("num_scheduled_tokens").clip(lower_bound=1).fill_null(1)
-    steps = (
-        lazy.with_row_index("_row")
-        .filter((pl.col("counters") == "step") & step.is_not_null())
+    numbered = lazy.with_row_index("_row") if row is None else lazy.with_columns(_row=row)
+    return (
+        numbered.filter(
+            (pl.col("counters") == "step")
+            & step.is_not_null()
+            & (~pl.col("source").cast(pl.String).is_in(list(skip)) if skip else pl.lit(True))
+        )
         .with_columns(_labels=labels)
         .select(
             "_row", "start_ts", "step_seconds", _engine=engine, _coarse=coarse, _config=config, _per_token=per_token
         )
     )
-    fine_stats = steps.group_by("_config").agg(_fine_steps=pl.len(), _fine_median=step.median())
-    coarse_stats = steps.group_by("_coarse").agg(
-        _coarse_steps=pl.len(), _coarse_median=step.median(), _coarse_median_per_token=pl.col("_per_token").median()
-    )
+
+
+def _medians(steps: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Steps, median and largest times per configuration and per coarse configuration."""
+    step, per_token = pl.col("step_seconds"), pl.col("_per_token")
+    fine = steps.group_by("_config").agg(_fine_steps=pl.len(), _fine_median=step.median(), _fine_max=step.max())
+    coarse = steps.group_by("_coarse").agg(
+        _coarse_steps=pl.len(), _coarse_median=step.median(), _coarse_median_per_token=per_token.median(),
+        _coarse_max=step.max(), _coarse_max_per_token=per_token.max(),
+    )  # fmt: skip
+    return fine, coarse
+
+
+def _slow(steps: pl.LazyFrame, fine: pl.LazyFrame, coarse: pl.LazyFrame) -> pl.LazyFrame:
+    """``_row`` and ``_engine`` of the steps slower than their configuration's median allows."""
+    step = pl.col("step_seconds")
 
     def slow(value: pl.Expr, count: str, median: str, factor: float) -> pl.Expr:
         return (pl.col(count) >= MIN_STEPS_TO_JUDGE) & (value > factor * pl.col(median))
@@ -283,25 +364,81 @@ def _unsettled_rows(lazy: pl.LazyFrame) -> tuple[pl.Series, pl.Series]:
     coarse_slow = slow(pl.col("_per_token"), "_coarse_steps", "_coarse_median_per_token", COARSE_OUTLIER_FACTOR)
     coarse_slow = coarse_slow & slow(step, "_coarse_steps", "_coarse_median", OUTLIER_FACTOR)
     judged = pl.col("_fine_steps") >= MIN_STEPS_TO_JUDGE
-    unsettled = (
-        steps.join(fine_stats, on="_config", how="left")
-        .join(coarse_stats, on="_coarse", how="left")
+    return (
+        steps.join(fine, on="_config", how="left")
+        .join(coarse, on="_coarse", how="left")
         .filter(pl.when(judged).then(fine_slow).otherwise(coarse_slow))
         .select("_row", "_engine")
-        .collect()
     )
+
+
+def _first_steps(steps: pl.LazyFrame) -> pl.LazyFrame:
+    """Each engine's first :data:`WARMUP_STEPS` steps by start time (ties in row order, as an
+    ordinal rank breaks them; a step without a start time is never among them): ``_engine``,
+    ``_row``, ``start_ts``."""
+    first = pl.col("_row", "start_ts").bottom_k_by(["start_ts", "_row"], WARMUP_STEPS)
+    return steps.filter(pl.col("start_ts").is_not_null()).group_by("_engine").agg(first).explode("_row", "start_ts")
+
+
+def _warm_up_split(unsettled: pl.DataFrame, first: pl.Series) -> tuple[pl.Series, pl.Series]:
+    rows = unsettled.get_column("_row")
+    return rows.filter(rows.is_in(first.implode())), rows.filter(~rows.is_in(first.implode()))
+
+
+def _unsettled_rows(lazy: pl.LazyFrame, skip: Sequence[str] = ()) -> tuple[pl.Series, pl.Series]:
+    """Row numbers of the unsettled steps (see :func:`steady_state`): warm-up, then outliers
+    (the steps of the sources ``skip`` names are not judged).
+
+    Steps and medians per configuration and per coarse configuration come from one grouped
+    pass over the timed steps' keys and times; only the engines with an unsettled step are then
+    ranked, and only their first :data:`WARMUP_STEPS` steps are kept.
+    """
+    steps = _timed_steps(lazy, skip)
+    unsettled = _slow(steps, *_medians(steps)).collect()
     if unsettled.is_empty():
         return pl.Series("_row", [], pl.UInt32), unsettled["_row"]
-    first = (
-        steps.filter(pl.col("start_ts").is_not_null() & pl.col("_engine").is_in(unsettled["_engine"].implode()))
-        .group_by("_engine")
-        .agg(pl.col("_row").bottom_k_by(["start_ts", "_row"], WARMUP_STEPS))
-        .select(pl.col("_row").explode())
-        .collect()
-        .to_series()
+    engines = steps.filter(pl.col("_engine").is_in(unsettled["_engine"].implode()))
+    return _warm_up_split(unsettled, _first_steps(engines).collect().get_column("_row"))
+
+
+def unsettled_in_slices(slices: Sequence[pl.LazyFrame], source: str) -> Unsettled:
+    """The unsettled steps of ``source`` read as ``slices`` (lazy scans of consecutive rows,
+    each numbered by ``source_line``), judged as :func:`steady_state` judges the whole: a first
+    pass gathers each step's keys and time (32 bytes a step) for the medians, a second finds the
+    slow steps and each engine's first steps, one slice at a time."""
+    line = pl.col("source_line")
+    times = [
+        _timed_steps(part, row=line).select("_config", "_coarse", "step_seconds", "_per_token").collect()
+        for part in slices
+    ]
+    whole = pl.concat(times).lazy()
+    del times
+    fine, coarse = (m.collect() for m in _medians(whole))
+    none = pl.Series("_row", [], pl.Int64)
+    del whole
+    # When even the slowest step of each configuration is not slow (the common case), no step
+    # is: no second pass (a coarse configuration's slowest step and time per token stand for
+    # the steps of its configurations too few to judge).
+    fine_slow = (pl.col("_fine_steps") >= MIN_STEPS_TO_JUDGE) & (
+        pl.col("_fine_max") > OUTLIER_FACTOR * pl.col("_fine_median")
     )
-    warm_up = unsettled["_row"].filter(unsettled["_row"].is_in(first.implode()))
-    return warm_up, unsettled["_row"].filter(~unsettled["_row"].is_in(first.implode()))
+    coarse_slow = (
+        (pl.col("_coarse_steps") >= MIN_STEPS_TO_JUDGE)
+        & (pl.col("_coarse_max_per_token") > COARSE_OUTLIER_FACTOR * pl.col("_coarse_median_per_token"))
+        & (pl.col("_coarse_max") > OUTLIER_FACTOR * pl.col("_coarse_median"))
+    )
+    if not fine.select(fine_slow.any()).item() and not coarse.select(coarse_slow.any()).item():
+        return Unsettled({source: (none, none)})
+    slow, firsts = [], []
+    for part in slices:
+        steps = _timed_steps(part, row=line)
+        found, first = pl.collect_all([_slow(steps, fine.lazy(), coarse.lazy()), _first_steps(steps)])
+        slow.append(found)
+        firsts.append(first)
+    unsettled = pl.concat(slow)
+    earliest = _first_steps(pl.concat(firsts).lazy()).collect().get_column("_row")
+    warm_up, outliers = _warm_up_split(unsettled, earliest)
+    return Unsettled({source: (warm_up.cast(pl.Int64), outliers.cast(pl.Int64))})
 
 
 def unsteady_counts(windows: pl.LazyFrame | pl.DataFrame) -> dict[str, int]:

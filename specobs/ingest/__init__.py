@@ -25,7 +25,7 @@ import polars as pl
 from specobs import schema
 from specobs.errors import InputError, Notice, SpecobsError
 from specobs.ingest import bench_serve, events, prometheus_api
-from specobs.ingest.ingested import Ingested, Part, counted_sources
+from specobs.ingest.ingested import FileSlice, Ingested, Part, counted_sources
 from specobs.ingest.registry import JSON_HINT, check_format, detect, formats, read_source, resolve
 from specobs.ingest.repeats import (
     Hashes,
@@ -39,9 +39,9 @@ from specobs.ingest.source import Source, expand_paths, open_bytes, open_source
 from specobs.records import SourceReport
 
 #: Rows a report holds at once when Parquet event files hold more together (``load(part_rows=)``):
-#: a part of this many step rows peaks near 1.4 GB while it is reduced to sums (a larger file
-#: is a part alone: 10M rows, 2.9 GB).
-PART_ROWS = 4_000_000
+#: a larger file is read in slices of about equal size, each a part of its own. A part of this
+#: many step rows holds about 220 MB and peaks near three times that while it is summed.
+PART_ROWS = 1_000_000
 
 T = TypeVar("T")
 
@@ -104,9 +104,14 @@ def load(
             src = open_source(name) if data is None else open_bytes(name, data)
             kind = resolve(src, fmt)
             if name in large and kind == events.FORMAT_PARQUET and not src.compressed:
-                hashes.add(first_pass(src, narrow_repeat_hashes))
+                for rows in first_pass_slices(name, large[name]):  # a slice at a time: the pass's memory is one slice's
+                    hashes.add(first_pass(src, narrow_repeat_hashes, rows))
                 held(held_names)
-                plan.append(Part(files=[(name, large[name])], names={name}, explicit={name} if explicit else set()))
+                explicitly = {name} if explicit else set()
+                plan += [
+                    Part(files=[piece], names={name}, explicit=explicitly)
+                    for piece in _slices(name, large[name], part_rows or 0)
+                ]
                 result.sources.append(SourceReport(name, kind, None, -1, 0))
                 continue
             read = read_source(src, kind, progress=progress_factory(src) if progress_factory else None)
@@ -145,15 +150,29 @@ def load(
     return result
 
 
-def first_pass(src: Source, query: Callable[[pl.LazyFrame], T]) -> T:
-    """``query`` on :func:`events.scan_parquet_first_pass` of ``src``; a damaged file raises
-    :class:`InputError` naming it, as reading it whole would."""
+def first_pass(src: Source, query: Callable[[pl.LazyFrame], T], rows: tuple[int, int] | None = None) -> T:
+    """``query`` on :func:`events.scan_parquet_first_pass` of ``src`` (or of its ``rows``:
+    offset, length); a damaged file raises :class:`InputError` naming it, as reading it whole would."""
     try:
-        return query(events.scan_parquet_first_pass(src))
+        return query(events.scan_parquet_first_pass(src, rows))
     except InputError:
         raise
     except Exception as exc:  # polars raises ComputeError, OSError... for damaged pages
         raise InputError(src.name, f"unreadable Parquet file ({str(exc).splitlines()[0]})") from None
+
+
+def sliced_files(ingested: Ingested) -> list[str]:
+    """The files ``ingested`` reads in slices (each larger than a part), in input order."""
+    return list(dict.fromkeys(p.name for part in ingested.deferred for p in part.files if p.sliced))
+
+
+#: Rows a first pass over a large Parquet file reads at once (the columns it needs of them).
+FIRST_PASS_ROWS = 1_000_000
+
+
+def first_pass_slices(name: str, rows: int) -> list[tuple[int, int]]:
+    """The (offset, length) slices a first pass reads a file of ``rows`` rows in."""
+    return [(piece.offset, piece.rows) for piece in _slices(name, rows, FIRST_PASS_ROWS)]
 
 
 def _parquet_rows(names: Sequence[str]) -> dict[str, int]:
@@ -168,6 +187,15 @@ def _parquet_rows(names: Sequence[str]) -> dict[str, int]:
     return rows
 
 
+def _slices(name: str, rows: int, part_rows: int) -> list[FileSlice]:
+    """A file of ``rows`` rows whole, or in slices of at most ``part_rows`` rows of about equal size."""
+    if rows <= part_rows or part_rows <= 0:
+        return [FileSlice(name, rows)]
+    count = -(-rows // part_rows)
+    size = -(-rows // count)
+    return [FileSlice(name, min(size, rows - start), start, sliced=True) for start in range(0, rows, size)]
+
+
 def _packed(plan: list[Part], part_rows: int) -> list[Part]:
     """Consecutive parts of files packed into parts of at most ``part_rows`` rows (a larger
     file alone); the windows read whole stay parts of their own, in order."""
@@ -175,7 +203,7 @@ def _packed(plan: list[Part], part_rows: int) -> list[Part]:
     for part in plan:
         last = packed[-1] if packed else None
         files = part.windows is None and last is not None and last.windows is None
-        if files and last is not None and sum(n for _, n in [*last.files, *part.files]) <= part_rows:
+        if files and last is not None and sum(f.rows for f in [*last.files, *part.files]) <= part_rows:
             last.files.extend(part.files)
             last.names |= part.names
             last.explicit |= part.explicit
@@ -199,9 +227,11 @@ def add_prometheus(
 FORMATS = formats()
 
 __all__ = [
+    "FIRST_PASS_ROWS",
     "FORMATS",
     "JSON_HINT",
     "PART_ROWS",
+    "FileSlice",
     "Ingested",
     "Part",
     "Repeats",
@@ -210,7 +240,9 @@ __all__ = [
     "counted_sources",
     "detect",
     "first_pass",
+    "first_pass_slices",
     "load",
     "path_list",
     "read_source",
+    "sliced_files",
 ]

@@ -80,19 +80,30 @@ def read_parquet(src: Source) -> pl.LazyFrame:
     return frame.filter(~_invalid(_list_shape(frame)))
 
 
-def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple[pl.LazyFrame, list[Skipped]]:
+#: A row's number in its file, carried by the rows of a slice (see :func:`steps_to_windows`).
+FILE_ROW = "__file_row"
+
+
+def read_parquet_checked(
+    src: Source, reasons: list[str] | None = None, rows: tuple[int, int] | None = None
+) -> tuple[pl.LazyFrame, list[Skipped]]:
     """Steps from a Parquet event file and the rows skipped as ``FILE:ROW: why``.
 
     A row is skipped whole when a value breaks the invariants of :func:`check_record`
     (negative counts, non-finite numbers, accepted above drafted, per-position counts that
     contradict each other or are longer than k). ``reasons``, when given, receives the reason
-    (one of :data:`REASONS`) of each skipped row, in order.
+    (one of :data:`REASONS`) of each skipped row, in order. ``rows`` (offset, length) reads that
+    slice of the file alone (the row groups it spans), its skipped rows numbered in the file.
     """
     frame = _scan_parquet(src)
+    offset = 0
+    if rows is not None:  # numbered as rows of the file, so that a slice's rows keep their numbers
+        offset = rows[0]
+        frame = frame.slice(*rows).with_row_index(FILE_ROW, offset=offset + 1)  # sliced first: read only its row groups
     try:
         frame = categorical_labels(frame).collect().lazy()
         shape = _list_shape(frame)
-        bad = frame.with_row_index("__row", offset=1).filter(_invalid(shape)).collect()
+        bad = frame.with_row_index("__row", offset=offset + 1).filter(_invalid(shape)).collect()
     except Exception as exc:
         raise InputError(src.name, f"unreadable Parquet file ({str(exc).splitlines()[0]})") from None
     if bad.is_empty():
@@ -100,6 +111,7 @@ def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple
     skipped = []
     for row in bad.iter_rows(named=True):
         number = row.pop("__row")
+        row.pop(FILE_ROW, None)
         found = check_record(row) or (INCONSISTENT, f"per-position lists longer than {MAX_CHECKED_POSITIONS} positions")
         skipped.append(Skipped(src.name, number, found[1]))
         if reasons is not None:
@@ -111,12 +123,16 @@ def read_parquet_checked(src: Source, reasons: list[str] | None = None) -> tuple
 WITHOUT_LISTS: ListShape = (0, frozenset())
 
 
-def scan_parquet_first_pass(src: Source) -> pl.LazyFrame:
-    """The windows of a Parquet event file less the rows that fail a check made without its
-    per-position lists, as a lazy scan (a query reads only its columns): the rows
-    :func:`read_parquet_checked` keeps and perhaps a few more, for a first pass over a file
-    too large to hold with others. What it finds must be confirmed on the checked rows."""
-    return steps_to_windows(_scan_parquet(src).filter(~_invalid(WITHOUT_LISTS)), src.name, FORMAT_PARQUET)
+def scan_parquet_first_pass(src: Source, rows: tuple[int, int] | None = None) -> pl.LazyFrame:
+    """The windows of a Parquet event file (or of its ``rows``: offset, length) less the rows
+    that fail a check made without its per-position lists, as a lazy scan (a query reads only
+    its columns), numbered as rows of the file: the rows :func:`read_parquet_checked` keeps and
+    perhaps a few more, for a first pass over a file too large to hold with others. What it
+    finds must be confirmed on the checked rows."""
+    frame = _scan_parquet(src)
+    offset, frame = (0, frame) if rows is None else (rows[0], frame.slice(*rows))
+    frame = frame.with_row_index(FILE_ROW, offset=offset + 1)
+    return steps_to_windows(frame.filter(~_invalid(WITHOUT_LISTS)), src.name, FORMAT_PARQUET)
 
 
 def _scan_parquet(src: Source) -> pl.LazyFrame:
@@ -230,9 +246,14 @@ def steps_to_windows(steps: pl.LazyFrame, source: str, source_format: str) -> pl
 
     Per-request rows (``request_id`` set, written with ``SPECOBS_PER_REQUEST``) break a step
     row down by request; counting them too would count every draft twice, so they are left out.
+    Rows are numbered in order (``source_line``), or by their column ``FILE_ROW`` where they
+    carry one (a slice of a file, numbered as rows of the file).
     """
     timed = pl.any_horizontal([pl.col(c).is_not_null() for c in schema.TIMINGS])
-    numbered = steps.with_row_index("row", offset=1)
+    if FILE_ROW in steps.collect_schema().names():
+        numbered = steps.rename({FILE_ROW: "row"})
+    else:
+        numbered = steps.with_row_index("row", offset=1)
     if "request_id" in steps.collect_schema().names():
         numbered = numbered.filter(pl.col("request_id").is_null())
     windows = numbered.with_columns(
@@ -248,6 +269,14 @@ def steps_to_windows(steps: pl.LazyFrame, source: str, source_format: str) -> pl
         counters=pl.lit("step").cast(pl.Categorical),
     )
     return schema.conform(windows, schema.WINDOWS)
+
+
+def read_parquet_slice(src: Source, offset: int, rows: int) -> Read:
+    """The windows of rows ``offset`` to ``offset + rows`` of a Parquet event file, checked as
+    :func:`read_parquet_checked` checks the whole (a part of a file too large to hold at once)."""
+    steps, skipped = read_parquet_checked(src, rows=(offset, rows))
+    windows = steps_to_windows(steps, src.name, FORMAT_PARQUET)
+    return Read(SourceReport(src.name, FORMAT_PARQUET, None, -1, len(skipped)), skipped, windows=windows)
 
 
 def _read_events(src: Source, fmt: str, progress: Progress = None) -> Read:

@@ -6,23 +6,36 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
+from specobs.ingest.events import read_parquet_slice
 from specobs.ingest.registry import read_source
 from specobs.ingest.repeats import Repeats
 from specobs.ingest.source import open_source
 from specobs.records import RunMetadata, SourceReport, TunerDecision, TuneResult
 
 
+class FileSlice(NamedTuple):
+    """Rows ``offset`` to ``offset + rows`` of a Parquet event file (the whole file from 0)."""
+
+    name: str
+    rows: int
+    offset: int = 0
+    #: Whether the file is read in slices (one of several), not whole.
+    sliced: bool = False
+
+
 @dataclass
 class Part:
-    """One part of an input read in parts: consecutive Parquet event files (``files``: name,
-    rows), read when needed, or the ``windows`` of the inputs read whole between them."""
+    """One part of an input read in parts: consecutive Parquet event files, or slices of one
+    file too large to hold (``files``), read when needed, or the ``windows`` of the inputs read
+    whole between them."""
 
-    files: list[tuple[str, int]] = field(default_factory=list)
+    files: list[FileSlice] = field(default_factory=list)
     windows: pl.LazyFrame | None = None
     #: The sources whose windows the part holds.
     names: set[str] = field(default_factory=set)
@@ -66,6 +79,8 @@ class Ingested:
     release: bool = False
     #: The parts (by index in ``deferred``) whose skipped rows, notices and counts are recorded.
     _recorded: set[int] = field(default_factory=set, repr=False)
+    #: Windows counted so far of each file read in slices (counted slice by slice).
+    _file_windows: dict[str, int] = field(default_factory=dict, repr=False)
 
     def parts(self) -> Iterator[pl.LazyFrame]:
         """The windows in parts that each fit in memory, in input order: without ``deferred``,
@@ -90,16 +105,27 @@ class Ingested:
                 whole = self._counted(part.windows, part.names, repeats, record=record)
             else:
                 frames = []
-                for name, _ in part.files:
+                for piece in part.files:
+                    name = piece.name
+                    if record and piece.sliced and not piece.offset:
+                        self._file_windows[name] = 0
+                    if piece.offset and not any(s.name == name for s in self.sources):
+                        continue  # an earlier slice found the file damaged: it is no source
                     try:
-                        read = read_source(open_source(name), "events")
+                        src = open_source(name)
+                        read = (
+                            read_parquet_slice(src, piece.offset, piece.rows)
+                            if piece.sliced
+                            else read_source(src, "events")
+                        )
                     except InputError as exc:  # damage the first pass did not read
                         if record:
                             self.unreadable(exc, explicit=name in part.explicit, keep_going=self.keep_going)
                         continue
                     if record:
                         at = next(i for i, s in enumerate(self.sources) if s.name == name)
-                        self.sources[at] = replace(self.sources[at], skipped=read.report.skipped)
+                        before = self.sources[at].skipped if piece.offset else 0
+                        self.sources[at] = replace(self.sources[at], skipped=before + read.report.skipped)
                         self.skipped.extend(read.skipped)
                     if read.windows is not None:
                         frames.append(read.windows)
@@ -131,13 +157,20 @@ class Ingested:
         if repeats is not None:
             dropped = repeats.drop(frame)
             frame = dropped.windows.collect().lazy()
-            if record:
+            if record:  # a later slice's notice of a source counts the earlier slices' too
+                again = {(n.source, n.line) for n in dropped.notices}
+                self.notices = [n for n in self.notices if (n.source, n.line) not in again]
                 self.notices.extend(dropped.notices)
                 self.sources = dropped.sources(self.sources)
         if record:
             counts = dict(frame.group_by("source").len().collect().iter_rows())
+            for name in names & set(self._file_windows):  # a file in slices: this slice adds to it
+                self._file_windows[name] += counts.get(name, 0)
+                counts[name] = self._file_windows[name]
             self.sources = [
-                replace(s, windows=counts.get(s.name, 0)) if s.name in names and s.windows < 0 else s
+                replace(s, windows=counts.get(s.name, 0))
+                if s.name in names and (s.windows < 0 or s.name in self._file_windows)
+                else s
                 for s in self.sources
             ]
         return frame

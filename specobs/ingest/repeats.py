@@ -111,6 +111,9 @@ class Repeats:
         self._process = pl.col("source").cast(pl.String).str.extract(r" (\[[^\[\]]*\])$").alias("_process")
         self._key = [*REPEAT_KEY, "_process"]
         self._firsts: pl.DataFrame | None = None
+        #: (source, first source) → repeats, first repeated line, first line repeated, so far: the
+        #: slices of one file give one notice, as the whole file would.
+        self._tally: dict[tuple[str, str], tuple[int, int, int]] = {}
 
     @classmethod
     def among(cls, values: np.ndarray) -> Repeats | None:
@@ -124,7 +127,8 @@ class Repeats:
     def drop(self, windows: pl.LazyFrame) -> Dropped:
         """``windows`` (the next part) without the repeats of windows seen so far, with a notice
         for each source that repeats another (naming the first repeated line and where it was
-        read first) and how many windows it lost."""
+        read first; counting the repeats of the parts before too: a notice with the source and line
+        of one given then replaces it) and how many windows it lost."""
         numbered = windows.with_row_index("_row")
         narrow = pl.struct(_NARROW_REPEAT_KEY).hash()
         candidates = (
@@ -156,6 +160,10 @@ class Repeats:
         )
         notices = []
         for source, first_source, n, line, first_line in groups.iter_rows():
+            if (source, first_source) in self._tally:
+                before = self._tally[(source, first_source)]
+                n, line, first_line = before[0] + n, min(before[1], line), min(before[2], first_line)
+            self._tally[(source, first_source)] = (n, line, first_line)
             where = "earlier lines of this input" if source == first_source else first_source
             notices.append(
                 Notice(source, line, f"{n} record(s) repeat {where} from line {first_line} exactly "

@@ -87,7 +87,7 @@ def test_parts_without_time_buckets_once_repeats_are_dropped(tmp_path: Path) -> 
     kept.slice(0, half + 600).write_parquet(tmp_path / "a.parquet")
     kept.slice(half - 600).write_parquet(tmp_path / "b.parquet")  # 1,200 windows in both
     whole, parts, ingested = reports([str(tmp_path)], part_rows=half)
-    assert len(ingested.deferred) == 2
+    assert len(ingested.deferred) == 4  # each file larger than a part: in two slices
     assert_same_json(whole, parts)
     assert sum(s["windows"] for s in parts["sources"]) == kept.height
 
@@ -101,8 +101,8 @@ def test_recommend_with_intervals_reads_the_parts_cells_as_the_whole_input(tmp_p
             part.slice(j * half, half if j == 0 else None).write_parquet(tmp_path / f"engine-{i}-{j}.parquet")
     paths = [str(tmp_path)]
     whole = recommend(load(paths).windows, bootstrap=30).to_dict()
-    ingested = load(paths, part_rows=steps.height // 4)
-    assert len(ingested.deferred) >= 4
+    ingested = load(paths, part_rows=steps.height // 3)  # no file larger than a part: none in slices
+    assert len(ingested.deferred) >= 3
     parts = recommend(recommendation_input(ingested), bootstrap=30).to_dict()
     assert_same_json(whole, parts)
     drawn = [p["interval"] for p in whole["predicted"] if p["interval"][0] < p["interval"][1]]
@@ -198,3 +198,37 @@ def test_a_file_damaged_past_what_the_first_pass_reads(tmp_path: Path) -> None:
     report = analyze(listed)
     assert [f.source for f in listed.failed] == [str(folder / "c.parquet")]
     assert report.summary.num_drafts == steps.slice(0, half)["num_drafts"].sum()
+
+
+def test_one_file_larger_than_a_part_is_read_in_slices_and_gives_the_whole_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One Parquet file of the three engines' steps, interleaved in time, larger than a part:
+    read in slices, each trimmed as the whole file is (an engine's first steps and a
+    configuration's median span slices: judged first over the whole file, a slice at a time) and
+    with each engine's batch carried from slice to slice (a step drains below the batch its
+    stretch reached in the slice before). Slow steps are added mid-file so that outliers are
+    found across slices; a bad row is skipped and named by its row in the file."""
+    import specobs.ingest as ingest
+
+    steps = sweep_steps()
+    slow = (pl.int_range(pl.len()) % 997 == 500) & pl.col("step_seconds").is_not_null()
+    steps = steps.with_columns(step_seconds=pl.when(slow).then(pl.col("step_seconds") * 20).otherwise("step_seconds"))
+    bad_at = steps.height // 2
+    bad = steps.slice(bad_at, 1).with_columns(num_drafts=pl.lit(-3, pl.Int64))
+    steps = pl.concat([steps.slice(0, bad_at), bad, steps.slice(bad_at)])
+    path = tmp_path / "engines.parquet"
+    steps.write_parquet(path, row_group_size=500)
+    monkeypatch.setattr(ingest, "FIRST_PASS_ROWS", 800)
+
+    whole, parts, ingested = reports([str(path)], part_rows=steps.height // 4)
+
+    assert len(ingested.deferred) == 5 and all(p.files[0].sliced for p in ingested.deferred)
+    assert_same_json(whole, parts)
+    assert analyze(ingested).unsteady.get("outlier", 0) >= 5  # the slow steps were judged, across slices
+    assert parts["sources"][0]["windows"] == steps.height - 1
+    (skipped,) = parts["skipped_lines"]["examples"]
+    assert skipped["line"] == bad_at + 1
+    # The point-estimate recommendation reads draining steps: the same as the whole file's.
+    whole_rec = recommend(load([str(path)]).windows, bootstrap=0).to_dict()
+    assert_same_json(whole_rec, recommend(recommendation_input(ingested), bootstrap=0).to_dict())
