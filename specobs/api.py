@@ -33,7 +33,7 @@ from specobs.advice import recommend as recommending
 from specobs.advice.compare import compare as compare_windows
 from specobs.advice.load import advise
 from specobs.advice.model import step_blocks
-from specobs.advice.report_builder import ReportSums, context_split, recommendation_input, report_from_sums, report_sums
+from specobs.advice.report_builder import ReportSums, recommendation_reads, report_from_sums, report_sums
 from specobs.advice.validate import measured_throughput
 from specobs.analysis import acceptance
 from specobs.analysis.acceptance import CONTEXT_BUCKET, DEFAULT_BY, GROUP_KEYS, parse_by, with_context_bucket
@@ -51,7 +51,7 @@ from specobs.analysis.sums import (
     within,
 )
 from specobs.analysis.timeseries import series_from_sums
-from specobs.analysis.under_load import capture_sums, parse_slo, serving
+from specobs.analysis.under_load import parse_slo, serving
 from specobs.capture.config import EnvironmentVariable
 from specobs.errors import Skipped, SpecobsError
 from specobs.ingest import (
@@ -571,16 +571,15 @@ class Session:
 
         def opened() -> Recommendation | LoadRecommendation | None:
             whole = self.ingested
+            read, by_context, captured = recommendation_reads(whole, method=method, check_config=check_config)
             rec = recommending.recommend(
-                recommendation_input(whole, method=method), max_k=max_k, margin=margin, cost_ratio=cost_ratio,
-                bootstrap=bootstrap, seed=seed, method=method, model=model, metadata=whole.metadata,
-                check_config=check_config,
+                read, max_k=max_k, margin=margin, cost_ratio=cost_ratio, bootstrap=bootstrap, seed=seed,
+                method=method, model=model, metadata=whole.metadata, check_config=check_config,
             )  # fmt: skip
-            under_load = serving(whole.bench, capture_sums(windows(whole), whole.bench), objective)
+            under_load = serving(whole.bench, captured, objective)
             advice = advise(under_load, whole.bench, whole.metadata) if under_load is not None else ()
             if rec is None:
                 return LoadRecommendation(advice, objective) if advice else None
-            by_context = context_split(whole, method=method, check_config=check_config)
             return replace(rec, under_load=advice, by_context=by_context)
 
         return self._answer(key, summed if self._summed is not None else opened)

@@ -309,19 +309,7 @@ def _with_option(analysis: Split | None, check_config: bool) -> Split | None:
 def context_split(ingested: Ingested, *, method: str | None = None, check_config: bool = True) -> Split | None:
     """The best k by context length of ``ingested`` (what ``recommend`` adds beside its batch-size
     table): its steps that know their context, a part at a time; None when none does."""
-    cells, stretches = [], []
-    for part in ingested.parts():
-        frame = steady_state(_labelled(part, method)).filter(pl.col("context_length").is_not_null()).collect()
-        del part
-        if frame.height:
-            cells.append(with_run_dimensions(step_cells(frame).lazy(), ingested.metadata).collect())
-            stretches.append(stretch_sums(frame, by_context=True))
-        del frame
-    if not cells:
-        return None
-    joined = pl.concat(cells, how="diagonal_relaxed")
-    found = split(joined, pl.concat(stretches, how="diagonal_relaxed"), [CONTEXT], ingested.metadata)
-    return _with_option(found, check_config)
+    return recommendation_reads(ingested, method=method, check_config=check_config)[1]
 
 
 def recommendation_input(ingested: Ingested, *, method: str | None = None) -> pl.LazyFrame | pl.DataFrame:
@@ -331,6 +319,30 @@ def recommendation_input(ingested: Ingested, *, method: str | None = None) -> pl
         return ingested.windows
     cells = [recommendation_blocks(frame) for frame in trimmed_parts(ingested, method)]
     return pl.concat(cells, how="diagonal_relaxed")
+
+
+def recommendation_reads(
+    ingested: Ingested, *, method: str | None = None, check_config: bool = True
+) -> tuple[pl.LazyFrame | pl.DataFrame, Split | None, pl.DataFrame]:
+    """Everything ``recommend`` reads of ``ingested``, in one pass over its parts: the
+    recommendation's input (:func:`recommendation_input`), the split by context length
+    (:func:`context_split`) and the captured steps of each serving result (``capture_sums``)."""
+    blocks, cells, stretches, captured = [], [], [], []
+    for frame in trimmed_parts(ingested, method):
+        blocks.append(recommendation_blocks(frame))
+        captured.append(capture_sums(frame, ingested.bench))
+        known = frame.filter(pl.col("context_length").is_not_null())
+        if known.height:
+            cells.append(with_run_dimensions(step_cells(known).lazy(), ingested.metadata).collect())
+            stretches.append(stretch_sums(known, by_context=True))
+        del frame, known  # let this part's rows go before the next is read
+    read = pl.concat(blocks, how="diagonal_relaxed") if blocks else ingested.windows
+    by_context = None
+    if cells:
+        found = split(pl.concat(cells, how="diagonal_relaxed"), pl.concat(stretches, how="diagonal_relaxed"),
+                      [CONTEXT], ingested.metadata)  # fmt: skip
+        by_context = _with_option(found, check_config)
+    return read, by_context, pl.concat(captured, how="diagonal_relaxed")
 
 
 def trimmed_parts(ingested: Ingested, method: str | None = None) -> Iterator[pl.DataFrame]:
@@ -374,4 +386,13 @@ def whole_span(ingested: Ingested) -> TimeSpan | None:
     return TimeSpan.merge(spans)
 
 
-__all__ = ["ReportSums", "analyze", "context_split", "recommendation_input", "report_from_sums", "report_sums"]
+__all__ = [
+    "ReportSums",
+    "analyze",
+    "context_split",
+    "recommendation_input",
+    "recommendation_reads",
+    "report_from_sums",
+    "report_sums",
+    "trimmed_parts",
+]
