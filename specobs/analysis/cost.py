@@ -56,10 +56,12 @@ def with_draining(
     previous = batch.shift(1).over(_ENGINE)
     lazy = lazy.with_columns(_engine=pl.col("engine").fill_null(-1))
     carried = before is not None and before.height > 0
-    if carried and before is not None:
-        state = before.with_columns(pl.col("source").cast(pl.String).alias("_source"))
-        lazy = lazy.with_columns(_source=pl.col("source").cast(pl.String)).join(
-            state.drop("source").lazy(), on=["_source", "_engine"], how="left", maintain_order="left"
+    if carried and before is not None:  # looked up by one number per engine (a join keeping order costs more)
+        state = before.with_columns(_key=_engine_key(pl.col("source").cast(pl.Categorical)))
+        keys = state.get_column("_key")
+        lazy = lazy.with_columns(_key=_engine_key(pl.col("source").cast(pl.Categorical))).with_columns(
+            pl.col("_key").replace_strict(keys, state.get_column(c), default=None, return_dtype=pl.Int64).alias(c)
+            for c in _STATE
         )
         first = pl.int_range(pl.len()).over(_ENGINE) == 0
         previous = pl.when(first).then(pl.col("_last_batch")).otherwise(previous)
@@ -71,8 +73,13 @@ def with_draining(
     return lazy.with_columns(
         draining=((pl.col("counters") == "step") & is_decode() & (batch < high)).fill_null(False),
         _high=high,
-    ).drop("_engine", "_stretch", "_source", "_last_batch", "_stretch_max", *([] if keep_state else ["_high"]),
+    ).drop("_engine", "_stretch", "_key", "_last_batch", "_stretch_max", *([] if keep_state else ["_high"]),
            strict=False)  # fmt: skip
+
+
+def _engine_key(source: pl.Expr) -> pl.Expr:
+    """One number per engine of a source: its source's code and its engine (``_engine``)."""
+    return (source.to_physical().cast(pl.Int64) * (1 << 32)) + pl.col("_engine").cast(pl.Int64) % (1 << 32)
 
 
 def draining_state(frame: pl.DataFrame, before: pl.DataFrame | None = None) -> pl.DataFrame:
