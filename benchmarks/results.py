@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-HEADER = "# Benchmark results\n\nAppended by the scripts in this folder; newest last.\n"
+HEADER = "# Benchmark results\n\nThe current figures first (kept by hand), then every run, newest last.\n\n## History\n"
 
 
 def machine(extra: str = "") -> str:
