@@ -361,15 +361,22 @@ def trimmed_parts(ingested: Ingested, method: str | None = None) -> Iterator[pl.
 def judged_whole(ingested: Ingested, method: str | None = None) -> Unsettled | None:
     """The unsettled steps of each file read in slices, judged over the whole file in a first
     pass over its keys and times, a slice at a time (a configuration's median and an engine's
-    first steps span slices); None when no file is read in slices."""
+    first steps span slices); None when no file is read in slices. A file this pass finds damaged
+    is unreadable as a whole (``Ingested.unreadable_file``), as reading it whole would find it."""
     found = Unsettled()
     rows = {p.name: p.offset + p.rows for part in ingested.deferred for p in part.files if p.sliced}
+    read = {s.name for s in ingested.sources}
     for name in sliced_files(ingested):
+        if name not in read:  # found damaged already
+            continue
         src = open_source(name)
         slices = [
             first_pass(src, functools.partial(_labelled, method=method), r) for r in first_pass_slices(name, rows[name])
         ]
-        found = found.merged(unsettled_in_slices(slices, name))
+        try:
+            found = found.merged(unsettled_in_slices(slices, name))
+        except Exception as exc:  # polars raises ComputeError, OSError... for a damaged page
+            ingested.unreadable_file(name, f"unreadable Parquet file ({str(exc).splitlines()[0]})")
     return found if found.lines else None
 
 

@@ -109,8 +109,8 @@ class Ingested:
                     name = piece.name
                     if record and piece.sliced and not piece.offset:
                         self._file_windows[name] = 0
-                    if piece.offset and not any(s.name == name for s in self.sources):
-                        continue  # an earlier slice found the file damaged: it is no source
+                    if not any(s.name == name for s in self.sources):
+                        continue  # found damaged (a first pass, an earlier slice): it is no source
                     try:
                         src = open_source(name)
                         read = (
@@ -119,7 +119,9 @@ class Ingested:
                             else read_source(src, "events")
                         )
                     except InputError as exc:  # damage the first pass did not read
-                        if record:
+                        if record and piece.offset:  # the slices before it are counted already
+                            self._unreadable_rows(piece, exc, explicit=name in part.explicit)
+                        elif record:
                             self.unreadable(exc, explicit=name in part.explicit, keep_going=self.keep_going)
                         continue
                     if record:
@@ -147,6 +149,24 @@ class Ingested:
             self.failed.append(exc)
         else:
             self.skipped.append(Skipped(exc.source, None, exc.why))
+
+    def unreadable_file(self, name: str, why: str) -> None:
+        """A file read in parts found damaged before any of its rows were counted (a first pass
+        over it): as :meth:`unreadable`, and none of its parts is read."""
+        explicit = any(name in part.explicit for part in self.deferred)
+        self.unreadable(InputError(name, why), explicit=explicit, keep_going=self.keep_going)
+
+    def _unreadable_rows(self, piece: FileSlice, exc: InputError, *, explicit: bool) -> None:
+        """A slice of a file that cannot be read, after slices of it were: an explicit file
+        raises (unless ``keep_going``), as reading it whole would; otherwise its rows are
+        skipped, named by the slice's first row, and the file's readable slices kept."""
+        if explicit and not self.keep_going:
+            raise exc
+        last = piece.offset + piece.rows
+        self.skipped.append(
+            Skipped(piece.name, piece.offset + 1, f"rows {piece.offset + 1}–{last} {exc.why}: left out")
+        )
+        self.sources = [replace(s, skipped=s.skipped + piece.rows) if s.name == piece.name else s for s in self.sources]
 
     def _counted(
         self, windows: pl.LazyFrame, names: set[str], repeats: Repeats | None, *, record: bool

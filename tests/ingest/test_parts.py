@@ -163,15 +163,8 @@ def test_a_bad_row_only_the_whole_check_finds_moves_no_time_bucket(tmp_path: Pat
 def _damaged(path: Path, like: Path) -> None:
     """``like`` with bytes of its ``model`` column overwritten: its footer and numeric columns
     read (the first pass passes), the whole read fails."""
-    import pyarrow.parquet as pq
-
     path.write_bytes(like.read_bytes())
-    meta = pq.ParquetFile(path).metadata
-    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
-    column = meta.row_group(0).column(names.index("model"))
-    with path.open("r+b") as f:
-        f.seek((column.dictionary_page_offset or column.data_page_offset) + 20)
-        f.write(b"\xff" * 64)
+    _damaged_row_group(path, "model", 0)
 
 
 def test_a_file_damaged_past_what_the_first_pass_reads(tmp_path: Path) -> None:
@@ -232,3 +225,62 @@ def test_one_file_larger_than_a_part_is_read_in_slices_and_gives_the_whole_repor
     # The point-estimate recommendation reads draining steps: the same as the whole file's.
     whole_rec = recommend(load([str(path)]).windows, bootstrap=0).to_dict()
     assert_same_json(whole_rec, recommend(recommendation_input(ingested), bootstrap=0).to_dict())
+
+
+def _damaged_row_group(path: Path, column: str, row_group: int) -> None:
+    """Bytes of ``column`` overwritten in one row group of ``path``."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    paths = [meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)]  # a list's leaf too
+    chunk = meta.row_group(row_group).column(paths.index(column))
+    with path.open("r+b") as f:
+        f.seek((chunk.dictionary_page_offset or chunk.data_page_offset) + 20)
+        f.write(b"\xff" * 64)
+
+
+def test_a_later_slice_that_cannot_be_read_skips_its_rows_and_keeps_the_slices_before(tmp_path: Path) -> None:
+    """Damage no first pass reads (the per-position lists) in the last row group of a file read
+    in slices: met in a folder, that slice's rows are skipped and named, the readable slices
+    counted; named on the command line, the report stops with one error naming the file."""
+    steps = sweep_steps()
+    folder = tmp_path / "fleet"
+    folder.mkdir()
+    path = folder / "engines.parquet"
+    steps.write_parquet(path, row_group_size=1_000)
+    _damaged_row_group(path, "num_accepted_tokens_per_pos", steps.height // 1_000)
+    part_rows = steps.height // 3 + 1
+    ingested = load([str(folder)], part_rows=part_rows)
+    report = analyze(ingested)
+    slices = [p.files[0] for p in ingested.deferred]
+    assert len(slices) == 3 and all(s.sliced for s in slices)
+    last = slices[-1]
+    (skipped,) = report.skipped
+    assert (skipped.source, skipped.line) == (str(path), last.offset + 1)
+    assert f"rows {last.offset + 1}–{steps.height}" in skipped.why and "unreadable Parquet file" in skipped.why
+    read = steps.slice(0, last.offset)
+    assert report.summary.num_drafts == read.get_column("num_drafts").sum()
+    (source,) = report.sources
+    assert (source.windows, source.skipped) == (last.offset, last.rows)
+
+    with pytest.raises(InputError, match=r"engines\.parquet: unreadable Parquet file"):
+        analyze(load([str(path)], part_rows=part_rows))
+
+
+def test_a_file_in_slices_its_first_pass_finds_damaged_is_unreadable_whole(tmp_path: Path) -> None:
+    """Damage the pass that judges steady state reads (a label) in a later row group: the file is
+    unreadable as a whole, as reading it whole finds it, before any of its rows is counted."""
+    steps = sweep_steps()
+    folder = tmp_path / "fleet"
+    folder.mkdir()
+    steps.slice(0, 500).write_parquet(folder / "a.parquet")
+    path = folder / "engines.parquet"
+    steps.write_parquet(path, row_group_size=1_000)
+    _damaged_row_group(path, "model", steps.height // 1_000)
+    whole, parts, ingested = reports([str(folder)], part_rows=steps.height // 3 + 1)
+    assert any(p.files and p.files[0].sliced for p in ingested.deferred)
+    assert_same_json(whole, parts)
+    assert [s["source"] for s in parts["sources"]] == [str(folder / "a.parquet")]
+    (skipped,) = parts["skipped_lines"]["examples"]
+    assert skipped["source"] == str(path) and "unreadable Parquet file" in skipped["why"]
+    assert_same_json(parts, analyze(ingested).to_dict())  # read again: skipped once
