@@ -60,7 +60,13 @@ _LIST_COLUMNS = validity.LIST_COLUMNS
 
 
 def looks_like_jsonl(head: bytes) -> bool:
-    """True when the first non-empty line is a JSON object with the steps columns."""
+    """True when the first line of ``head`` that is JSON is an object with the steps columns.
+
+    Up to :data:`BAD_FIRST_LINES` lines that are not JSON before it are passed over: a bad first
+    record (a write cut short, a rotated file beginning mid-record) is skipped by the reader, not
+    a reason to reject the file. A document's opening bracket alone (pretty-printed JSON) is not
+    such a line."""
+    passed = 0
     for raw in head.split(b"\n"):
         line = raw.strip()
         if not line:
@@ -68,9 +74,16 @@ def looks_like_jsonl(head: bytes) -> bool:
         try:
             record = json.loads(line)
         except ValueError:
-            return False
+            passed += 1
+            if line in (b"{", b"[") or passed > BAD_FIRST_LINES:
+                return False
+            continue
         return isinstance(record, dict) and all(k in record for k in schema.EVENT_FILE_REQUIRED)
     return False
+
+
+#: Lines that are not JSON an event file may begin with (bad records the reader skips).
+BAD_FIRST_LINES = 2
 
 
 def read_parquet(src: Source) -> pl.LazyFrame:

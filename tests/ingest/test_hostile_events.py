@@ -148,3 +148,24 @@ def test_an_unfinished_last_line_is_a_notice_and_a_bad_line_before_it_is_still_s
     path.write_text(good(1) + "\n" + good(2))
     result = load([str(path)])
     assert result.windows.collect().height == 2 and result.notices == [] and result.skipped == []
+
+
+@pytest.mark.parametrize(
+    "first", ['{"ts": 1.0, "model": "m", "num_dra', '_tokens": 6, "step_seconds": 0.012}', "not json at all"]
+)
+def test_an_event_file_beginning_with_a_bad_record_is_read_and_the_line_skipped(tmp_path, first):
+    """A write cut short, or a rotated file beginning mid-record: the first line is not JSON. The
+    file is still an event file (detected from the next lines); the line is skipped, named."""
+    from specobs.ingest import load
+
+    path = _write_jsonl(tmp_path / "events.jsonl.2", [_row(ts=1.0), _row(ts=2.0)])
+    path.write_text(first + "\n" + path.read_text())
+    read = load([str(path)])
+    assert read.windows.collect().height == 2
+    assert [(s.source, s.line) for s in read.skipped] == [(str(path), 1)]
+
+
+def test_pretty_printed_json_is_not_taken_for_an_event_file() -> None:
+    head = ('{\n  "rows": [\n' + json.dumps(_row()) + "\n  ]\n}\n").encode()
+    assert not events.looks_like_jsonl(head)
+    assert not events.looks_like_jsonl(b"garbage\nmore garbage\nstill\n" + json.dumps(_row()).encode())
