@@ -62,6 +62,7 @@ from specobs.ingest import (
     check_format,
     counted_sources,
     first_pass,
+    first_pass_slices,
     load,
 )
 from specobs.ingest.prometheus_api import parse_duration
@@ -689,8 +690,8 @@ def _end_times(read: Ingested) -> tuple[float | None, float | None]:
     for part in read.deferred:
         if part.windows is not None:
             span(part.windows.lazy())
-    for name in dict.fromkeys(piece.name for part in read.deferred for piece in part.files):  # a file in slices once
-        first_pass(open_source(name), span)
+    for name, rows in first_pass_slices(read):
+        first_pass(open_source(name), span, rows)
     return (min(lows), max(highs)) if lows else (None, None)
 
 

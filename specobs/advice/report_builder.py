@@ -364,15 +364,13 @@ def judged_whole(ingested: Ingested, method: str | None = None) -> Unsettled | N
     first steps span slices); None when no file is read in slices. A file this pass finds damaged
     is unreadable as a whole (``Ingested.unreadable_file``), as reading it whole would find it."""
     found = Unsettled()
-    rows = {p.name: p.offset + p.rows for part in ingested.deferred for p in part.files if p.sliced}
     read = {s.name for s in ingested.sources}
     for name in sliced_files(ingested):
         if name not in read:  # found damaged already
             continue
         src = open_source(name)
-        slices = [
-            first_pass(src, functools.partial(_labelled, method=method), r) for r in first_pass_slices(name, rows[name])
-        ]
+        labelled = functools.partial(_labelled, method=method)
+        slices = [first_pass(src, labelled, r) for file, r in first_pass_slices(ingested) if file == name]
         try:
             found = found.merged(unsettled_in_slices(slices, name))
         except Exception as exc:  # polars raises ComputeError, OSError... for a damaged page
@@ -388,8 +386,7 @@ def whole_span(ingested: Ingested) -> TimeSpan | None:
         return None
 
     spans = [TimeSpan.of(part.windows) for part in ingested.deferred if part.windows is not None]
-    files = dict.fromkeys(piece.name for part in ingested.deferred for piece in part.files)  # a file in slices once
-    spans += [first_pass(open_source(name), TimeSpan.of) for name in files]
+    spans += [first_pass(open_source(name), TimeSpan.of, rows) for name, rows in first_pass_slices(ingested)]
     return TimeSpan.merge(spans)
 
 

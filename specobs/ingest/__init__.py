@@ -104,7 +104,7 @@ def load(
             src = open_source(name) if data is None else open_bytes(name, data)
             kind = resolve(src, fmt)
             if name in large and kind == events.FORMAT_PARQUET and not src.compressed:
-                for rows in first_pass_slices(name, large[name]):  # a slice at a time: the pass's memory is one slice's
+                for rows in _first_pass_rows(name, large[name]):  # a slice at a time: the pass's memory is one slice's
                     hashes.add(first_pass(src, narrow_repeat_hashes, rows))
                 held(held_names)
                 explicitly = {name} if explicit else set()
@@ -170,9 +170,19 @@ def sliced_files(ingested: Ingested) -> list[str]:
 FIRST_PASS_ROWS = 1_000_000
 
 
-def first_pass_slices(name: str, rows: int) -> list[tuple[int, int]]:
+def _first_pass_rows(name: str, rows: int) -> list[tuple[int, int]]:
     """The (offset, length) slices a first pass reads a file of ``rows`` rows in."""
     return [(piece.offset, piece.rows) for piece in _slices(name, rows, FIRST_PASS_ROWS)]
+
+
+def first_pass_slices(ingested: Ingested) -> list[tuple[str, tuple[int, int]]]:
+    """Each file ``ingested`` reads in parts as the (file, (offset, length)) slices a first pass
+    reads it in, :data:`FIRST_PASS_ROWS` rows at a time, in input order."""
+    rows: dict[str, int] = {}
+    for part in ingested.deferred:
+        for piece in part.files:
+            rows[piece.name] = max(rows.get(piece.name, 0), piece.offset + piece.rows)
+    return [(name, r) for name, total in rows.items() for r in _first_pass_rows(name, total)]
 
 
 def _parquet_rows(names: Sequence[str]) -> dict[str, int]:
