@@ -306,12 +306,6 @@ def _with_option(analysis: Split | None, check_config: bool) -> Split | None:
     return replace(analysis, vllm_option=per_context_option())
 
 
-def context_split(ingested: Ingested, *, method: str | None = None, check_config: bool = True) -> Split | None:
-    """The best k by context length of ``ingested`` (what ``recommend`` adds beside its batch-size
-    table): its steps that know their context, a part at a time; None when none does."""
-    return recommendation_reads(ingested, method=method, check_config=check_config)[1]
-
-
 def recommendation_input(ingested: Ingested, *, method: str | None = None) -> pl.LazyFrame | pl.DataFrame:
     """What ``recommend`` reads of ``ingested``: its windows, or for an input read in parts,
     the recommendation cells of each part in turn (the same fits: cells never cross a source)."""
@@ -325,8 +319,9 @@ def recommendation_reads(
     ingested: Ingested, *, method: str | None = None, check_config: bool = True
 ) -> tuple[pl.LazyFrame | pl.DataFrame, Split | None, pl.DataFrame]:
     """Everything ``recommend`` reads of ``ingested``, in one pass over its parts: the
-    recommendation's input (:func:`recommendation_input`), the split by context length
-    (:func:`context_split`) and the captured steps of each serving result (``capture_sums``)."""
+    recommendation's input (:func:`recommendation_input`), the best k by context length (the
+    split ``recommend`` adds beside its batch-size table; None when no step knows its context)
+    and the captured steps of each serving result (``capture_sums``)."""
     blocks, cells, stretches, captured = [], [], [], []
     for frame in trimmed_parts(ingested, method):
         blocks.append(recommendation_blocks(frame))
@@ -365,12 +360,13 @@ def judged_whole(ingested: Ingested, method: str | None = None) -> Unsettled | N
     is unreadable as a whole (``Ingested.unreadable_file``), as reading it whole would find it."""
     found = Unsettled()
     read = {s.name for s in ingested.sources}
+    labelled = functools.partial(_labelled, method=method)
+    pieces = first_pass_slices(ingested)
     for name in sliced_files(ingested):
         if name not in read:  # found damaged already
             continue
         src = open_source(name)
-        labelled = functools.partial(_labelled, method=method)
-        slices = [first_pass(src, labelled, r) for file, r in first_pass_slices(ingested) if file == name]
+        slices = [first_pass(src, labelled, rows) for file, rows in pieces if file == name]
         try:
             found = found.merged(unsettled_in_slices(slices, name))
         except Exception as exc:  # polars raises ComputeError, OSError... for a damaged page
@@ -393,7 +389,6 @@ def whole_span(ingested: Ingested) -> TimeSpan | None:
 __all__ = [
     "ReportSums",
     "analyze",
-    "context_split",
     "recommendation_input",
     "recommendation_reads",
     "report_from_sums",

@@ -358,23 +358,29 @@ def _medians(steps: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     return fine, coarse
 
 
+def _fine_slow(step: pl.Expr) -> pl.Expr:
+    """A step time ``step`` too slow for its configuration (``_medians``' fine columns)."""
+    return (pl.col("_fine_steps") >= MIN_STEPS_TO_JUDGE) & (step > OUTLIER_FACTOR * pl.col("_fine_median"))
+
+
+def _coarse_slow(step: pl.Expr, per_token: pl.Expr) -> pl.Expr:
+    """A step too slow for its coarse configuration (``_medians``' coarse columns): per token
+    alone would call a lone step at a small batch slow (its fixed cost is shared by few
+    tokens), so it must also be slow in absolute terms against the same steps."""
+    judged = pl.col("_coarse_steps") >= MIN_STEPS_TO_JUDGE
+    slow_per_token = per_token > COARSE_OUTLIER_FACTOR * pl.col("_coarse_median_per_token")
+    return judged & slow_per_token & (step > OUTLIER_FACTOR * pl.col("_coarse_median"))
+
+
 def _slow(steps: pl.LazyFrame, fine: pl.LazyFrame, coarse: pl.LazyFrame) -> pl.LazyFrame:
     """``_row`` and ``_engine`` of the steps slower than their configuration's median allows."""
     step = pl.col("step_seconds")
-
-    def slow(value: pl.Expr, count: str, median: str, factor: float) -> pl.Expr:
-        return (pl.col(count) >= MIN_STEPS_TO_JUDGE) & (value > factor * pl.col(median))
-
-    fine_slow = slow(step, "_fine_steps", "_fine_median", OUTLIER_FACTOR)
-    # Per token alone would call a lone step at a small batch slow (its fixed cost is shared
-    # by few tokens): it must also be slow in absolute terms against the same steps.
-    coarse_slow = slow(pl.col("_per_token"), "_coarse_steps", "_coarse_median_per_token", COARSE_OUTLIER_FACTOR)
-    coarse_slow = coarse_slow & slow(step, "_coarse_steps", "_coarse_median", OUTLIER_FACTOR)
     judged = pl.col("_fine_steps") >= MIN_STEPS_TO_JUDGE
+    slow = pl.when(judged).then(_fine_slow(step)).otherwise(_coarse_slow(step, pl.col("_per_token")))
     return (
         steps.join(fine, on="_config", how="left")
         .join(coarse, on="_coarse", how="left")
-        .filter(pl.when(judged).then(fine_slow).otherwise(coarse_slow))
+        .filter(slow)
         .select("_row", "_engine")
     )
 
@@ -426,15 +432,9 @@ def unsettled_in_slices(slices: Sequence[pl.LazyFrame], source: str) -> Unsettle
     # When even the slowest step of each configuration is not slow (the common case), no step
     # is: no second pass (a coarse configuration's slowest step and time per token stand for
     # the steps of its configurations too few to judge).
-    fine_slow = (pl.col("_fine_steps") >= MIN_STEPS_TO_JUDGE) & (
-        pl.col("_fine_max") > OUTLIER_FACTOR * pl.col("_fine_median")
-    )
-    coarse_slow = (
-        (pl.col("_coarse_steps") >= MIN_STEPS_TO_JUDGE)
-        & (pl.col("_coarse_max_per_token") > COARSE_OUTLIER_FACTOR * pl.col("_coarse_median_per_token"))
-        & (pl.col("_coarse_max") > OUTLIER_FACTOR * pl.col("_coarse_median"))
-    )
-    if not fine.select(fine_slow.any()).item() and not coarse.select(coarse_slow.any()).item():
+    fine_slow = _fine_slow(pl.col("_fine_max")).any()
+    coarse_slow = _coarse_slow(pl.col("_coarse_max"), pl.col("_coarse_max_per_token")).any()
+    if not fine.select(fine_slow).item() and not coarse.select(coarse_slow).item():
         return Unsettled({source: (none, none)})
     slow, firsts = [], []
     for part in slices:
