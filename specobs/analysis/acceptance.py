@@ -135,9 +135,10 @@ def aggregate(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str]) -> pl.D
     """
     lazy = with_group_columns(windows.lazy())
     if is_cells(lazy):
-        positions = sum(1 for c in lazy.collect_schema().names() if c.startswith("pos_"))
+        schema = lazy.collect_schema()
+        positions = sum(1 for c in schema.names() if c.startswith("pos_"))
         names = [t.name for t in _term_list(positions)]
-        rolled = [_rollup_expr(name).alias(name) for name in names if name not in keys]
+        rolled = [rollup_expr(name, schema[name]).alias(name) for name in names if name not in keys]
         return _known_totals(_grouped(lazy, keys).agg(rolled).collect(), keys)
     out = _aggregate(lazy, keys, _positions_guess(lazy))
     longest = int(out.select(pl.col("longest_list").max()).item() or 0)
@@ -260,7 +261,7 @@ def grouped_terms(lazy: pl.LazyFrame, keys: Sequence[str | pl.Expr], terms: Sequ
 
 def _term_list(k: int) -> list[Term]:
     """Every aggregation :func:`aggregate` makes of rows, over ``k`` positions (each a sum, a
-    count, a min/max or an any/all of per-row values: :func:`_rollup_expr` combines them)."""
+    count, a min/max or an any/all of per-row values: :func:`rollup_expr` combines them)."""
     drafts, accepted, tokens = pl.col("num_drafts"), pl.col("num_accepted_tokens"), pl.col("num_draft_tokens")
     per_pos = pl.col("num_accepted_tokens_per_pos")
     length_known = drafts.is_not_null() & accepted.is_not_null() & (drafts > 0)
@@ -396,7 +397,10 @@ def per_position(aggregated: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
 
 
 #: How each aggregated column combines when groups are rolled up into a total.
-def _rollup_expr(name: str) -> pl.Expr:
+def rollup_expr(name: str, dtype: pl.DataType | None = None) -> pl.Expr:
+    """How sums of cells (or of groups) combine into a larger one. A float sum is taken over its
+    values sorted: the same cells in any order (a group-by returns them in any order) give the
+    same number to the last bit, so one input always reports the same digits."""
     if name in ("num_drafts_derived", "has_drafts", "has_draft_tokens", "has_accepted"):
         return pl.col(name).any()
     if name == "positions_from_intervals":
@@ -410,6 +414,10 @@ def _rollup_expr(name: str) -> pl.Expr:
     if name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
         # Null stays null when no group knew it (unknown is never 0).
         return pl.when(pl.col(name).is_not_null().any()).then(pl.col(name).sum())
+    if dtype is not None and dtype.is_float():
+        # Summed in order of value, one after another (the optimizer drops a sort before `sum`);
+        # nulls first, so the last running total is the sum, and 0 where all are null as `sum` says.
+        return pl.col(name).sort().cum_sum().last().fill_null(0)
     return pl.col(name).sum()
 
 
@@ -424,7 +432,7 @@ def summarize_with_total(
     keys = group_columns(by)
     agg = aggregate(windows, keys)
     total = agg.select(
-        [_rollup_expr(c).alias(c) for c in agg.columns if c not in keys]
+        [rollup_expr(c, agg.schema[c]).alias(c) for c in agg.columns if c not in keys]
         + [pl.col(k).max().alias(k) for k in keys if k == "num_spec_tokens"]
     )
     if not agg.height:

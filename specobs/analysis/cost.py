@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from specobs.analysis.acceptance import Term, cells, grouped_terms, is_cells, key_hash, with_group_columns
+from specobs.analysis.acceptance import (
+    Term,
+    cells,
+    grouped_terms,
+    is_cells,
+    key_hash,
+    rollup_expr,
+    with_group_columns,
+)
 
 # The cost formulas' home is specobs.formulas; named here too (the exporters' mapping imports them from here).
 from specobs.formulas import acceptance_rate
@@ -178,8 +186,10 @@ def timing_by_batch(windows: pl.LazyFrame | pl.DataFrame, keys: Sequence[str] = 
     """
     keys = [k for k in keys if k != "batch_bucket"]
     if is_cells(windows):
-        sums = [pl.col(n).min() if n == "batch_min" else pl.col(n).sum() for n in _TIMING_SUMS]
-        grouped = with_group_columns(windows.lazy()).group_by([*keys, "batch_bucket"]).agg(sums)
+        lazy = with_group_columns(windows.lazy())
+        schema = lazy.collect_schema()
+        sums = [pl.col(n).min() if n == "batch_min" else rollup_expr(n, schema[n]) for n in _TIMING_SUMS]
+        grouped = lazy.group_by([*keys, "batch_bucket"]).agg(sums)
     else:
         grouped = grouped_terms(with_group_columns(steady_state(windows)), [*keys, "batch_bucket"], timing_terms())
     out = (

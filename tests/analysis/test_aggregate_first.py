@@ -132,6 +132,25 @@ def test_timing_from_cells_is_the_timing_from_rows(trimmed: pl.DataFrame, keys: 
     assert_same(timing_by_batch(trimmed, keys), timing_by_batch(step_cells(trimmed), keys))
 
 
+@pytest.mark.parametrize("by", [("method", "k"), ("k", "batch"), ()])
+def test_the_same_cells_in_any_order_give_the_same_digits(trimmed: pl.DataFrame, by: tuple[str, ...]) -> None:
+    """A group-by hands cells (and groups) back in any order; a float sum taken in that order
+    differs in its last bits from one run to the next. Summed in order of value, one input
+    reports the same digits every time (the dashboard compares a report with itself)."""
+    cells = step_cells(trimmed)
+    keys = acceptance.group_columns(by)
+    first_summary = acceptance.summarize_with_total(cells, by)
+    first_timing = timing_by_batch(cells, keys)
+    sums = [c for c, dtype in first_timing.schema.items() if dtype.is_float()]
+    assert sums and first_timing.select(sums).null_count().row(0) != tuple(first_timing.height for _ in sums)
+    for seed in range(8):
+        shuffled = cells.sample(fraction=1.0, shuffle=True, seed=seed)
+        assert timing_by_batch(shuffled, keys).equals(first_timing), seed
+        total, groups = acceptance.summarize_with_total(shuffled, by)
+        assert total.equals(first_summary[0]), seed
+        assert groups.sort(keys or pl.first()).equals(first_summary[1].sort(keys or pl.first())), seed
+
+
 def test_parquet_labels_are_read_as_codes_and_mix_with_text_sources(tmp_path):
     """A Parquet event file is decoded once with its labels as categoricals (``schema.conform``
     keeps them); read beside a JSON-lines file (labels as text) the windows concatenate, and
