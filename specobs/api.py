@@ -32,6 +32,7 @@ from specobs import dimensions, schema
 from specobs.advice import recommend as recommending
 from specobs.advice.compare import compare as compare_windows
 from specobs.advice.load import advise
+from specobs.advice.log_speedup import SERVED_LOAD, served_intervals
 from specobs.advice.model import step_blocks
 from specobs.advice.report_builder import ReportSums, recommendation_reads, report_from_sums, report_sums
 from specobs.advice.validate import measured_throughput
@@ -672,7 +673,8 @@ def _recommendation_part(frame: pl.DataFrame, grid: TimeGrid | None) -> pl.DataF
     steps = frame.lazy()
     if "request_id" in frame.columns:
         steps = steps.filter(pl.col("request_id").is_null())
-    return with_time_bucket(step_blocks(with_draining(steps).collect(), RECOMMENDATION_LABELS), grid)
+    steps = served_intervals(steps)  # the served intervals of a log, by load (``log_speedup``)
+    return with_time_bucket(step_blocks(with_draining(steps).collect(), (*RECOMMENDATION_LABELS, SERVED_LOAD)), grid)
 
 
 def _end_times(read: Ingested) -> tuple[float | None, float | None]:

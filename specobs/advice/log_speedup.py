@@ -1,18 +1,28 @@
 """Speedups measured from what servers already print: generation throughput at matched load.
 
-A vLLM server's stats line gives, every interval, the generation throughput it measured and the
-requests running at the line (a snapshot); a plain server of the same model printing the same
-lines under the same load is the baseline. So at each number of running requests N that both
-show, the speedup is measured, not modelled::
+A vLLM server's stats line gives, every interval, the tokens it generated per second of wall
+time (prompt processing, idle moments and request turnover inside the interval included) and
+the requests running at the line (a snapshot); a plain server of the same model printing the
+same lines under the same load is the baseline. So at each load N that both show, the speedup
+is measured, not modelled::
 
     speedup(bucket) = Σ_N w_N · mean_spec(N) / Σ_N w_N · mean_plain(N)
 
 over the N of a power-of-two bucket that both engines ran (each with :data:`MIN_INTERVALS`
 intervals or more), weighted by the speculative engine's intervals at N (its traffic). Its 95%
 interval is the ratio's, on the log scale, from the spread of the intervals' throughputs
-(``var(mean) = Σ w² var/n / (Σ w)²`` per side, Welch–Satterthwaite degrees of freedom). Intervals
-whose load changed across them are left out at ingest (``vllm_log._load_changed``: idle time or
-the end of a burst inside them).
+(``var(mean) = Σ w² var/n / (Σ w)²`` per side, Welch–Satterthwaite degrees of freedom).
+
+Which intervals, and at what N (:func:`served_intervals`): every interval inside a busy stretch,
+at the mean of the running counts at its two ends (rounded half up). Not the snapshot at its
+end alone: at one client, an interval whose end caught the gap between two requests reads
+"Running: 0", and leaving those out keeps the intervals with the least idle time in them — on
+recordings where the gaps were a third of the time, the plain server read 322 tokens/s where
+its clients measured 217, and every speedup against it came out low. The first and last
+interval of a stretch (the one that began idle, the one that ended idle) are left out: part of
+their time lay outside the load. So the figure is served throughput (:data:`Measures.SERVED`),
+what clients see while the load holds, not decode steps alone.
+
 Separate server processes differ by more than this spread can show (on shared machines, 20–40%):
 the assumptions say so.
 
@@ -32,12 +42,93 @@ import polars as pl
 
 from specobs.analysis.intervals import t95, variance_from_sums, welch_df
 from specobs.formulas import tokens_per_step_from_totals
-from specobs.records import ServedSpeedup
+from specobs.records.recommendation import NotMeasured, ServedSpeedup, Target
+from specobs.records.result import Measures, Unmeasured
 
 #: Intervals each side needs at a number of running requests before that N is matched.
 MIN_INTERVALS = 3
 #: What identifies an engine's target: the plain engine must match on these.
 TARGET = ("model", "platform", "device")
+#: The column of the load a served interval ran at (:func:`served_intervals`); null for the rest.
+SERVED_LOAD = "served_load"
+#: Rows whose counters cover an interval of wall time (a log's stats interval, a scrape pair).
+_INTERVAL_COUNTERS = ("interval", "cumulative")
+#: Two rows are consecutive when the second ends less than this many of the source's usual
+#: interval lengths after the first (an idle interval between them prints no row: two lengths).
+_JOINED = 1.75
+
+
+def served_intervals(windows: pl.LazyFrame) -> pl.LazyFrame:
+    """``windows`` with :data:`SERVED_LOAD` and, for the intervals it is set on, their served
+    throughput in ``generation_tokens_per_second`` (generated tokens over the interval's wall
+    time, as the server printed it); null elsewhere. Steps pass through.
+
+    An interval is served when it lies inside a busy stretch: the rows before and after it end
+    one usual interval length away (the median length of the source's intervals whose rate the
+    reader kept; an idle interval prints no row, so a longer step is idle time). Its load is the
+    mean of the running requests at its two ends, rounded half up and at least 1 (it generated):
+    ``Running: 1`` then ``Running: 0`` is one request with a turnover gap, load 1; ``8`` then ``7``
+    is load 8. Where the reader dropped the printed rate (the load changed across the interval,
+    or began at 0), it is generated tokens over the interval's seconds: its own start where that
+    agrees with the previous row's end within a second (a speculative line's exact interval),
+    else the time since the previous row (vLLM's logger spans the intervals it did not print in).
+    """
+    names = windows.collect_schema().names()
+    needed = ("start_ts", "end_ts", "counters", "num_generated_tokens", "batch_size", "source")
+    if not all(c in names for c in needed) or "generation_tokens_per_second" not in names:
+        return windows.with_columns(pl.lit(None, pl.Int64).alias(SERVED_LOAD))
+    engine = pl.col("engine").fill_null(-1) if "engine" in names else pl.lit(-1)
+    busy = (
+        pl.col("counters").is_in(_INTERVAL_COUNTERS)
+        & pl.col("num_generated_tokens").is_not_null()
+        & pl.col("end_ts").is_not_null()
+        & ((pl.col("num_generated_tokens") > 0) | (pl.col("batch_size").fill_null(0) > 0))
+    )
+    by = ["_source", "_engine"]
+    own = pl.col("end_ts") - pl.col("start_ts")
+    since = pl.col("end_ts") - pl.col("end_ts").shift(1).over(by)
+    until = pl.col("end_ts").shift(-1).over(by) - pl.col("end_ts")
+    usual = own.filter(pl.col("generation_tokens_per_second").is_not_null() & (own > 0)).median().over(by)
+    seconds = pl.when((own - since).abs() < 1).then(own).otherwise(since)
+    load = ((pl.col("batch_size").fill_null(0).shift(1).over(by) + pl.col("batch_size").fill_null(0)) / 2 + 0.5).floor()
+    indexed = windows.with_row_index("_served_row")
+    rows = (
+        indexed.filter(busy)
+        .select(
+            "_served_row",
+            "start_ts",
+            "end_ts",
+            "num_generated_tokens",
+            "batch_size",
+            "generation_tokens_per_second",
+            _source=pl.col("source").fill_null(""),
+            _engine=engine,
+        )
+        .sort([*by, "end_ts"])
+        .select(
+            "_served_row",
+            _joined=(since < _JOINED * usual).fill_null(False) & (until < _JOINED * usual).fill_null(False),
+            _load=load.cast(pl.Int64).clip(lower_bound=1),
+            _rate=pl.coalesce(
+                "generation_tokens_per_second", pl.when(seconds > 0).then(pl.col("num_generated_tokens") / seconds)
+            ),
+        )
+        .filter("_joined")
+        .drop("_joined")
+    )
+    served = pl.col("_load").is_not_null() & pl.col("_rate").is_not_null()
+    return (
+        indexed.join(rows, on="_served_row", how="left")
+        .sort("_served_row")
+        .with_columns(
+            pl.when(served).then(pl.col("_load")).alias(SERVED_LOAD),
+            pl.when(served)
+            .then(pl.col("_rate"))
+            .otherwise(pl.lit(None, pl.Float64))
+            .alias("generation_tokens_per_second"),
+        )
+        .drop("_served_row", "_load", "_rate")
+    )
 
 
 @dataclass(frozen=True)
@@ -52,12 +143,13 @@ class _Side:
 
 
 def _by_running(blocks: pl.DataFrame) -> dict[int, _Side]:
-    """Per running-request count N: the intervals' throughput statistics (from the blocks' sums)."""
-    if blocks.is_empty() or "throughput_n" not in blocks.columns:
+    """Per load N (:data:`SERVED_LOAD`): the served intervals' throughput statistics (from the
+    blocks' sums)."""
+    if blocks.is_empty() or "throughput_n" not in blocks.columns or SERVED_LOAD not in blocks.columns:
         return {}
     rows = (
-        blocks.filter(pl.col("batch_size").is_not_null() & (pl.col("throughput_n") > 0))
-        .group_by("batch_size")
+        blocks.filter(pl.col(SERVED_LOAD).is_not_null() & (pl.col("throughput_n") > 0))
+        .group_by(SERVED_LOAD)
         .agg(
             pl.col("throughput_n").sum().alias("n"),
             pl.col("throughput_sum").sum().alias("s"),
@@ -105,6 +197,49 @@ def _tokens_per_step(spec: Mapping[int, _Side], running: Iterable[int]) -> float
     generated = sum(spec[n].generated for n in running if n in spec)
     accepted = sum(spec[n].accepted for n in running if n in spec)
     return tokens_per_step_from_totals(generated, accepted) if generated > accepted > 0 else None
+
+
+def why_not_measured(
+    spec: pl.DataFrame, blocks: pl.DataFrame, target: Mapping[str, Any], *, method: str | None,
+    draft_model: str | None,
+) -> NotMeasured:  # fmt: skip
+    """Why an untimed method (its blocks ``spec``) has no served speedup against a plain engine
+    among ``blocks``: no plain engine; plain engines of other targets only; no throughput on one
+    side; or too few steady intervals at a load both show (with the counts)."""
+    plain_all = blocks.filter(pl.col("method").is_null() & (pl.col("num_spec_tokens").fill_null(-1) == 0))
+    if plain_all.is_empty():
+        return NotMeasured(method, draft_model, Unmeasured.NO_PLAIN)
+    same = plain_all
+    for key in TARGET:
+        if target.get(key) is not None:
+            same = same.filter(pl.col(key) == target[key])
+    if same.is_empty():
+        others = (
+            plain_all.group_by(list(TARGET), maintain_order=True)
+            .agg(pl.col("num_rows").sum())
+            .sort(list(TARGET), nulls_last=True)
+        )
+        targets = tuple(Target(m, p, d, int(n)) for m, p, d, n in others.iter_rows())
+        return NotMeasured(method, draft_model, Unmeasured.PLAIN_OTHER_TARGET, plain_targets=targets)
+    mine, plain = _by_running(spec), _by_running(plain_blocks(blocks, target))
+    shown = tuple(sorted(mine)), tuple(sorted(plain))
+    if not mine or not plain:
+        return NotMeasured(
+            method, draft_model, Unmeasured.NO_TIMING, running_shown=shown[0], plain_running_shown=shown[1]
+        )
+    shared = set(mine) & set(plain)
+    closest = max(shared, key=lambda n: (min(mine[n].n, plain[n].n), n), default=None)
+    return NotMeasured(
+        method,
+        draft_model,
+        Unmeasured.FEW_INTERVALS,
+        running=closest,
+        intervals=mine[closest].n if closest is not None else 0,
+        plain_intervals=plain[closest].n if closest is not None else 0,
+        needed=MIN_INTERVALS,
+        running_shown=shown[0],
+        plain_running_shown=shown[1],
+    )
 
 
 def plain_blocks(blocks: pl.DataFrame, target: Mapping[str, Any]) -> pl.DataFrame:
@@ -174,7 +309,8 @@ def _served(
         intervals=int(n_spec),
         plain_intervals=int(n_plain),
         tokens_per_step=tokens,
+        measures=Measures.SERVED,
     )
 
 
-__all__ = ["MIN_INTERVALS", "plain_blocks", "served_speedups"]
+__all__ = ["MIN_INTERVALS", "SERVED_LOAD", "plain_blocks", "served_intervals", "served_speedups", "why_not_measured"]

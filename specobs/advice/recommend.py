@@ -25,7 +25,7 @@ import polars as pl
 from specobs import buckets
 from specobs.advice import config_line as speculative
 from specobs.advice.band import speedup_band
-from specobs.advice.log_speedup import plain_blocks, served_speedups
+from specobs.advice.log_speedup import SERVED_LOAD, plain_blocks, served_intervals, served_speedups, why_not_measured
 from specobs.advice.model import (
     Acceptance,
     CostModel,
@@ -56,6 +56,8 @@ from specobs.records import (
     SpeedupBand,
     Target,
 )
+from specobs.records.recommendation import NotMeasured
+from specobs.records.result import Measures
 from specobs.schema import TARGET_LABELS, categorical_labels
 from specobs.vllm.spec_config import MODEL_FREE
 
@@ -147,8 +149,11 @@ def recommendation_blocks(windows: pl.LazyFrame | pl.DataFrame, *, method: str |
         lazy = lazy.filter(pl.col("request_id").is_null())
     if method is not None:
         lazy = with_method(lazy, method)
+    # Served intervals are judged before the trim (they need their neighbours), and kept apart
+    # in the blocks by their load (``log_speedup.served_intervals``).
+    lazy = served_intervals(lazy)
     # Trimmed once and held: the merge into blocks reads it several times.
-    return step_blocks(with_draining(steady_state(lazy)).collect(), (*TARGET_LABELS, "draining"))
+    return step_blocks(with_draining(steady_state(lazy)).collect(), (*TARGET_LABELS, "draining", SERVED_LOAD))
 
 
 def with_method(windows: pl.LazyFrame, method: str) -> pl.LazyFrame:
@@ -747,11 +752,15 @@ def recommend(
         speculative.complete_band(_band(f, max_k), target, metadata, check_config=check_config) for f in untimed
     )
     served = _served(frame, untimed)
+    unmeasured = _why_not_measured(frame, untimed, served)
     if not timed:
         facts = tuple(_facts(f) for f in fits)
         if served:
             found = _from_served(untimed, served, margin)
-            found = replace(found, methods=facts, target=target, other_targets=others, bands=bands, served=served)
+            found = replace(
+                found, methods=facts, target=target, other_targets=others, bands=bands, served=served,
+                not_measured=unmeasured,
+            )  # fmt: skip
             return speculative.complete(found, metadata, check_config=check_config)
         return Recommendation(
             recommended=_not_measured(fits),
@@ -761,6 +770,7 @@ def recommend(
             target=target,
             other_targets=others,
             bands=bands,
+            not_measured=unmeasured,
         )
     buckets = traffic_buckets(timed)
     evaluations = [
@@ -776,6 +786,7 @@ def recommend(
         other_targets=others,
         bands=bands,
         served=served,
+        not_measured=unmeasured,
         methods=result.methods + untimed_facts,
     )
     return speculative.complete(result, metadata, check_config=check_config)
@@ -792,6 +803,19 @@ def _served(frame: pl.DataFrame, fits: list[MethodFit]) -> tuple[ServedSpeedup, 
         plain = plain_blocks(frame, fit.labels)
         draft = fit.labels.get("draft_model")
         out += served_speedups(fit.spec_steps, plain, method=fit.method, draft_model=draft, buckets=buckets)
+    return tuple(out)
+
+
+def _why_not_measured(
+    frame: pl.DataFrame, fits: list[MethodFit], served: tuple[ServedSpeedup, ...]
+) -> tuple[NotMeasured, ...]:
+    """For each untimed fit without a served speedup, what the input lacks to measure it."""
+    measured = {(s.method, s.draft_model) for s in served}
+    out = []
+    for fit in fits:
+        draft = fit.labels.get("draft_model")
+        if (fit.method, draft) not in measured:
+            out.append(why_not_measured(fit.spec_steps, frame, fit.labels, method=fit.method, draft_model=draft))
     return tuple(out)
 
 
@@ -816,6 +840,7 @@ def _from_served(fits: list[MethodFit], served: tuple[ServedSpeedup, ...], margi
         baseline=Baseline.PLAIN,
         basis=Basis.MEASURED,
         within_noise=speculative and within_noise(best.interval),
+        measures=Measures.SERVED,
     )
     return Recommendation(
         recommended=recommended, by_batch_size=tuple(_served_choice(s, k) for s in rows), predicted=()
@@ -859,7 +884,8 @@ def _band(fit: MethodFit, max_k: int | None) -> SpeedupBand:
 
 
 def _not_measured(fits: list[MethodFit]) -> Recommended:
-    """No recommendation: the input has no step timing (see ``bands``)."""
+    """No recommendation: nothing was measured (why: ``Recommendation.not_measured``; what can
+    be said instead: ``bands``)."""
     return Recommended(None, None, 0, None, None, None, None, Baseline.NONE, basis=Basis.NOT_MEASURED)
 
 
@@ -906,7 +932,9 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
         judged = [c for ev in evaluations for c in ev.candidates]
         best_tried = max(judged, key=lambda c: c.speedup, default=None)
         basis = _overall_basis(best_tried.bases, fits) if best_tried else Basis.MODELLED
-        recommended = Recommended(None, None, 0, None, 1.0, None, None, _baseline(fits), basis=basis)
+        recommended = Recommended(
+            None, None, 0, None, 1.0, None, None, _baseline(fits), basis=basis, measures=Measures.DECODE
+        )
     else:
         fit = fits[chosen.fit]
         choices = [
@@ -929,6 +957,7 @@ def _result(evaluations: list[_Evaluation], buckets: list[Bucket], chosen: _Cand
             baseline=_baseline([fit]),
             basis=_overall_basis(chosen.bases, [fit]),
             within_noise=within_noise(chosen.interval),
+            measures=Measures.DECODE,
         )
     return Recommendation(
         recommended=recommended,

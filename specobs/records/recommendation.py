@@ -8,7 +8,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specobs.records.context_split import Split
-from specobs.records.result import Baseline, Basis, BucketBasis, NoteKind, Result, internal, jsonable, rounded
+from specobs.records.result import (
+    Baseline,
+    Basis,
+    BucketBasis,
+    Measures,
+    NoteKind,
+    Result,
+    Unmeasured,
+    internal,
+    jsonable,
+    rounded,
+)
 from specobs.records.serving_load import LoadAdvice
 
 # --- recommendation -------------------------------------------------------------------------------
@@ -88,6 +99,8 @@ class Recommended(Result):
     #: The 95% interval of ``predicted_speedup`` reaches parity (1×): a gain not shown beyond noise
     #: (decided in ``advice.recommend``).
     within_noise: bool = field(default=False, metadata={"json": False})
+    #: What ``predicted_speedup`` measures where measured (:class:`Measures`); None: not measured.
+    measures: Measures | None = None
 
     @property
     def ready(self) -> bool:
@@ -239,6 +252,27 @@ class ServedSpeedup(Result):
     intervals: int
     plain_intervals: int
     tokens_per_step: float | None  # generated / (generated − accepted): tokens per request-step
+    measures: Measures = Measures.SERVED
+
+
+@dataclass(frozen=True)
+class NotMeasured(Result):
+    """Why one method's speed was not measured: what the input lacks (``reason``), with the counts
+    that decided it (``specobs.advice.recommend``)."""
+
+    method: str | None
+    draft_model: str | None
+    reason: Unmeasured
+    #: FEW_INTERVALS: the running count both engines show that came closest (None: none shared),
+    #: and the steady intervals each engine has there; otherwise 0.
+    running: int | None = None
+    intervals: int = 0
+    plain_intervals: int = 0
+    needed: int = 0  # steady intervals each engine needs at a running count
+    running_shown: tuple[int, ...] = ()  # running counts of the speculative engine's steady intervals
+    plain_running_shown: tuple[int, ...] = ()  # and of the plain engine's
+    #: PLAIN_OTHER_TARGET: the plain engines the input holds (none on this method's target).
+    plain_targets: tuple[Target, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -258,6 +292,8 @@ class Recommendation(Result):
     bands: tuple[SpeedupBand, ...] = ()
     #: Speculative servers measured against a plain one from their throughput lines.
     served: tuple[ServedSpeedup, ...] = ()
+    #: Methods whose speed was not measured, each with why (the thing the input lacks).
+    not_measured: tuple[NotMeasured, ...] = ()
     #: Where each configuration should draft, from its measured crossover under load.
     under_load: tuple[LoadAdvice, ...] = ()
     #: The best k by context length, measured (None: no step knows its context). Advice only: no
@@ -279,6 +315,7 @@ class Recommendation(Result):
             "other_targets": jsonable(self.other_targets),
             "bands": jsonable(self.bands),
             "served": jsonable(self.served),
+            "not_measured": jsonable(self.not_measured),
             "under_load": jsonable(self.under_load),
             "by_context": rounded(self.by_context.to_dict()) if self.by_context is not None else None,
         }

@@ -105,7 +105,23 @@ class Baseline(StrEnum):
     PLAIN = "plain engine"
     OFF_MINUS_DRAFT = "estimated: k=0 steps of the speculative engine minus their drafting"
     VERIFY = "estimated: verify at one token per request plus overhead"
-    NONE = "not measured: no step timing and no plain engine in the input"
+    NONE = "not measured"  # why: ``Recommendation.not_measured`` (:class:`Unmeasured`)
+
+
+class Unmeasured(StrEnum):
+    """Why a method's speed was not measured (``NotMeasured.reason``): the thing the input lacks."""
+
+    NO_PLAIN = "no step timing and no plain engine in the input"
+    PLAIN_OTHER_TARGET = "no step timing, and the plain engine in the input runs another model, platform or device"
+    FEW_INTERVALS = "no step timing, and too few steady intervals at a running count both engines show"
+    NO_TIMING = "no step timing, and no throughput lines to compare with the plain engine's"
+
+
+class Measures(StrEnum):
+    """What a measured speedup measures (``Recommended.measures``, ``ServedSpeedup.measures``)."""
+
+    DECODE = "decode steps only"  # generated tokens over the seconds of decode steps: prompt steps and idle left out
+    SERVED = "served throughput"  # whole intervals while the load held: prompt processing and turnover gaps in
 
 
 class Basis(StrEnum):

@@ -95,13 +95,15 @@ def _stats_lines(path: Path) -> list[tuple[float, int]]:
 
 
 def _by_running(path: Path) -> dict[int, list[float]]:
-    """Throughputs per running count, leaving out intervals whose load changed: Running 0 at the
-    line before, or the two lines' counts more than 1.5 times apart."""
+    """Throughputs per load of every interval inside a busy stretch (consecutive lines that
+    generated or had requests running) but its first and last, at the mean of the running counts
+    of the line before and its own, rounded half up, at least 1."""
     lines = _stats_lines(path)
     out: dict[int, list[float]] = {}
-    for (_, before), (rate, running) in itertools.pairwise(lines):
-        if before > 0 and running > 0 and max(before, running) <= 1.5 * min(before, running):
-            out.setdefault(running, []).append(rate)
+    for before, (rate, running), after in zip(lines, lines[1:], lines[2:], strict=False):
+        if all(r > 0 or n > 0 for r, n in (before, (rate, running), after)):
+            load = max(math.floor((before[1] + running) / 2 + 0.5), 1)
+            out.setdefault(load, []).append(rate)
     return out
 
 
@@ -122,7 +124,8 @@ def test_beside_a_plain_log_the_speedup_is_measured_and_agrees_with_the_clients(
         total = sum(weights.values())
         s = sum(weights[n] * sum(spec_rates[n]) / len(spec_rates[n]) for n in mine) / total
         p = sum(weights[n] * sum(plain_rates[n]) / len(plain_rates[n]) for n in mine) / total
-        assert row.speedup == pytest.approx(s / p, rel=1e-9)
+        # (a rate the reader dropped comes back from whole generated tokens: ±0.5 token per interval)
+        assert row.speedup == pytest.approx(s / p, rel=1e-3)
         assert row.interval[0] < row.speedup < row.interval[1]
         # Within 15% of what the clients measured against the plain server at that concurrency.
         clients = measured[level] / baseline[level]
@@ -138,13 +141,14 @@ def test_the_interval_of_a_served_speedup_is_the_ratio_of_two_means(tmp_path: Pa
             f"(EngineCore pid=2) INFO 11-30 04:00:00 [core.py:1] Initializing a V1 LLM engine (v0.32.0) with config: "
             f"model='m', speculative_config={config}, served_model_name=m, enforce_eager=True"
         ]
-        running = [0, 4, *[4] * len(rates)]
-        for i, rate in enumerate([0.0, 50.0, *rates]):
+        # Idle, the stretch's first interval (began idle: left out), the rates, its last (left out), idle.
+        running = [0, 4, *[4] * len(rates), 0, 0]
+        for i, rate in enumerate([0.0, 50.0, *rates, 30.0, 0.0]):
             lines.append(
                 f"(APIServer pid=1) INFO 11-30 04:00:{2 * i + 2:02d} [loggers.py:335] Engine 000: Avg prompt throughput: "
                 f"0.0 tokens/s, Avg generation throughput: {rate} tokens/s, Running: {running[i]} reqs, Waiting: 0 reqs"
             )
-            if "ngram" in config and i:
+            if "ngram" in config and rate:
                 lines.append(
                     f"(APIServer pid=1) INFO 11-30 04:00:{2 * i + 2:02d} [metrics.py:120] SpecDecoding metrics: Mean "
                     "acceptance length: 2.00, Accepted throughput: 20.00 tokens/s, Drafted throughput: 60.00 tokens/s, "
@@ -173,3 +177,4 @@ def test_the_interval_of_a_served_speedup_is_the_ratio_of_two_means(tmp_path: Pa
     assert row["interval"][1] == pytest.approx(s / p * math.exp(half), rel=1e-9)
     assert row["running"] == [4] and row["intervals"] == 4 and row["plain_intervals"] == 4
     assert data["recommended"]["basis"] == "measured" and data["recommended"]["num_speculative_tokens"] == 3
+    assert row["measures"] == data["recommended"]["measures"] == "served throughput"
