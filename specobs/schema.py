@@ -171,6 +171,9 @@ REQUESTS: dict[str, pl.DataType] = {
 BENCH_LATENCIES = ("ttft", "tpot", "itl", "e2el")
 BENCH_STATISTICS = ("mean", "median", "std", "p50", "p90", "p95", "p99")
 
+#: The serving-benchmark clients whose results are read (``BENCH.client``).
+BENCH_CLIENTS = ("vllm bench serve", "aiperf", "guidellm")
+
 #: One row per serving-benchmark result (``vllm bench serve`` or one run of ``vllm bench sweep
 #: serve``): a server configuration under one load level, measured from the client.
 BENCH: dict[str, pl.DataType] = {
@@ -178,6 +181,11 @@ BENCH: dict[str, pl.DataType] = {
     "source_line": pl.Int64(),  # the record's line (JSON Lines) or item number (a sweep's summary)
     "date": pl.String(),  # as vLLM writes it (YYYYMMDD-HHMMSS, local time)
     "label": pl.String(),
+    # The client that measured it: "vllm bench serve", "aiperf" or "guidellm" (:data:`BENCH_CLIENTS`).
+    "client": pl.String(),
+    # The prompts' dataset as the result names it (vLLM's ``dataset_name`` from --metadata or a
+    # sweep's bench parameters; the other clients' own dataset settings); null where unsaid.
+    "dataset": pl.String(),
     # The configuration the result is of: ``config`` from --metadata, else the sweep's server
     # combination, else the label, else the speculative settings, else the model.
     "config": pl.String(),

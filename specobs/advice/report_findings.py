@@ -22,11 +22,13 @@ from specobs.analysis.findings import (
 )
 from specobs.analysis.under_load import CROSSOVER_METRICS, MATERIAL_TREND, NOT_DRAFTING
 from specobs.records import (
+    BurstLatency,
     Crossover,
     CrossoverVerdict,
     Finding,
     FindingKind,
     LatencyShift,
+    LatencyUnit,
     LoadAdvice,
     LoadAdviceFacts,
     LoadRatio,
@@ -36,6 +38,7 @@ from specobs.records import (
     Serving,
     ServingFacts,
     Severity,
+    SyntheticPromptsFacts,
     Trend,
 )
 
@@ -110,13 +113,28 @@ def crossover_verdict(c: Crossover, ratios: Sequence[LoadRatio]) -> CrossoverVer
 
 
 def latency_beyond_noise(ratios: Sequence[LoadRatio]) -> tuple[LatencyShift, ...]:
-    """The tail-latency ratios whose interval excludes parity, per level (p99 and p90 first)."""
+    """The tail-latency ratios whose interval excludes parity, per level (p99 and p90 first):
+    per token or per request only. ITL is per output event, which under speculation carries a
+    step's accepted tokens: its ratios compare bursts with single tokens (:func:`bursts`)."""
     out = []
     for r in ratios:
         for m in sorted(r.latency, key=lambda m: m.measure, reverse=True):
+            if m.unit == LatencyUnit.EVENT:
+                continue
             if m.ratio is None or m.low is None or m.high is None or not beyond_parity(m.low, m.high):
                 continue
             out.append(LatencyShift(m.measure, r.load, r.level, m.ratio, m.low, m.high))
+    return tuple(out)
+
+
+def bursts(ratios: Sequence[LoadRatio]) -> tuple[BurstLatency, ...]:
+    """Per level where the results report ITL, its median and p99 ratios beside the TPOT ratio:
+    what a reader of ITL percentiles would compare, and the per-token measure to read instead."""
+    out = []
+    for r in ratios:
+        itl = {m.measure: m.ratio for m in r.latency if m.unit == LatencyUnit.EVENT}
+        if itl:
+            out.append(BurstLatency(r.load, r.level, itl.get("median_itl_ms"), itl.get("p99_itl_ms"), r.tpot_ratio))
     return tuple(out)
 
 
@@ -148,7 +166,10 @@ def serving_findings(serving: Serving | None) -> list[Finding]:
             taxed_levels=tuple(r.level for r in idle if taxed(r)),
             repeated=all(c.repeated for c in crossovers), levels=tuple(mine.values()),
             plain_levels=tuple(plains.values()), slo=serving.slo, step_cost=step_cost, tokens_per_draft=tokens,
+            bursts=bursts(ratios),
         )))  # fmt: skip
+    if serving.synthetic:
+        out.append(finding(FindingKind.SYNTHETIC_PROMPTS, SyntheticPromptsFacts(serving.synthetic)))
     return out
 
 
@@ -236,6 +257,7 @@ __all__ = [
     "SUMMARY_FINDINGS",
     "UNNAMED_RANK",
     "beyond_parity",
+    "bursts",
     "crossover_verdict",
     "findings_of",
     "group_findings_of",

@@ -39,13 +39,17 @@ from specobs import schema
 from specobs.analysis.intervals import geometric_ratio
 from specobs.errors import SpecobsError
 from specobs.formulas import acceptance_length_or_none, per_position_rates
-from specobs.records import Crossover, LoadRatio, MeasureRatio, Serving, ServingLevel, Slo
+from specobs.records import Crossover, LoadRatio, MeasureRatio, Serving, ServingLevel, Slo, SyntheticPrompts
 
 #: The measures an SLO may bound (vLLM's ``--goodput`` keys).
 SLO_MEASURES = ("ttft", "tpot", "e2el")
 _UNITS = {"ms": 1e-3, "s": 1.0, "": 1e-3}  # a bare number is milliseconds, as in vLLM's --goodput
 #: Latency measures compared per level, when both sides report them (lower is better).
 LATENCY_STATISTICS = ("median", "p90", "p99")
+#: vLLM's benchmark datasets whose prompts are synthetic token ids, not text (``random``,
+#: ``random-mm``, ``random-rerank``: random ids; ``prefix_repetition``: random ids behind a shared
+#: prefix; ``burstgpt``: consecutive ids at the trace's lengths; ``timed_trace``: random ids).
+SYNTHETIC_TOKEN_DATASETS = ("random", "random-mm", "random-rerank", "prefix_repetition", "burstgpt", "timed_trace")
 #: Metrics a crossover is found for, and whether higher is better.
 CROSSOVER_METRICS = {"output_throughput": True, "mean_tpot_ms": False, "goodput": True}
 #: Below this share of steps drafting, a level counts as not speculating (the K=0 tax): a k=0
@@ -265,6 +269,7 @@ def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo |
             .sum()
             .filter(pl.col("spec_decode_num_drafts").is_not_null().any()),
             captured_steps=pl.col("steps").sum(),
+            clients=pl.col("client").drop_nulls().unique().sort(),
             run_ids=pl.col("run_ids").list.explode(keep_nulls=False, empty_as_null=False).drop_nulls().unique().sort(),
             goodput=pl.col("goodput").mean().filter(pl.col("goodput").is_not_null().all()),
             _good=pl.col("good").sum(),
@@ -313,7 +318,7 @@ def levels(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo |
         .sort("model", "config", "load", "level", nulls_last=True)
     )
     return [
-        ServingLevel(**{**row, "run_ids": tuple(row["run_ids"] or ()),
+        ServingLevel(**{**row, "run_ids": tuple(row["run_ids"] or ()), "clients": tuple(row["clients"] or ()),
                         "captured_per_position": tuple(row["captured_per_position"] or ()) or None})
         for row in grouped.iter_rows(named=True)
     ]  # fmt: skip
@@ -429,7 +434,23 @@ def serving(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo 
             for metric, curve in points.items():
                 if (found_crossover := crossover((model, config, load), metric, curve)) is not None:
                     crossovers.append(found_crossover)
-    return Serving(tuple(found), tuple(ratios), tuple(crossovers), slo)
+    return Serving(tuple(found), tuple(ratios), tuple(crossovers), slo, synthetic_prompts(bench))
+
+
+def synthetic_prompts(bench: pl.DataFrame) -> tuple[SyntheticPrompts, ...]:
+    """The results whose dataset is synthetic tokens (:data:`SYNTHETIC_TOKEN_DATASETS`), per
+    dataset and client, with the configurations measured on them."""
+    if "dataset" not in bench.columns:
+        return ()
+    synthetic = bench.filter(pl.col("dataset").str.to_lowercase().is_in(SYNTHETIC_TOKEN_DATASETS))
+    if not synthetic.height:
+        return ()
+    grouped = synthetic.group_by("dataset", "client", maintain_order=True).agg(
+        pl.col("config").unique(maintain_order=True), pl.len()
+    )
+    return tuple(
+        SyntheticPrompts(dataset, client, tuple(configs), n) for dataset, client, configs, n in grouped.iter_rows()
+    )
 
 
 def _step_time_ratio(spec: ServingLevel | None, plain: ServingLevel | None) -> float | None:

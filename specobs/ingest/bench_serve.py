@@ -40,6 +40,8 @@ from specobs.ingest.source import Source, read_whole
 from specobs.records import SourceReport
 
 FORMAT = "vllm-bench-serve"
+#: ``schema.BENCH.client`` of these results.
+CLIENT = schema.BENCH_CLIENTS[0]
 #: Keys every result has early in the file (the sniff reads the first bytes): the count of
 #: prompts, and one of the setup or traffic keys beside it.
 _MARK = b'"num_prompts"'
@@ -242,6 +244,7 @@ def parse(record: Any, source: str = "") -> tuple[dict[str, Any] | None, str | N
         method = None
     row.update(
         date=_text(record.get("date")), label=_text(record.get("label")), config=_configuration(record, source),
+        client=CLIENT, dataset=_text(record.get("dataset_name") or record.get("dataset")),
         model=_text(record.get("model_id")), backend=_text(record.get("backend") or record.get("endpoint_type")),
         method=method, num_spec_tokens=_count(k), speculative=bool(spec) or method is not None,
         max_concurrency=concurrency, run_number=_count(record.get("run_number")),

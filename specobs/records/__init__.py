@@ -40,6 +40,7 @@ from specobs.records.finding_facts import (
     AcceptanceLengthFacts,
     AcceptanceRateFacts,
     BreakFacts,
+    BurstLatency,
     ChangeFacts,
     ConditionalTrendFacts,
     ContradictionFacts,
@@ -58,6 +59,7 @@ from specobs.records.finding_facts import (
     RequestSpreadFacts,
     ServingFacts,
     Severity,
+    SyntheticPromptsFacts,
     TaxFacts,
     Trend,
     UndraftedRequestsFacts,
@@ -100,7 +102,9 @@ from specobs.records.result import (
 )
 from specobs.records.run_metadata import ENVIRONMENT_FIELDS, RunMetadata
 from specobs.records.serving_load import (
+    LATENCY_UNITS,
     Crossover,
+    LatencyUnit,
     LoadAdvice,
     LoadRatio,
     LoadRecommendation,
@@ -108,12 +112,15 @@ from specobs.records.serving_load import (
     Serving,
     ServingLevel,
     Slo,
+    SyntheticPrompts,
+    latency_unit,
 )
 from specobs.records.tuner import TUNER_ACTIONS, TunerDecision, TunerReason, reason_of
 
 __all__ = [
     "DETAIL_KEYS",
     "ENVIRONMENT_FIELDS",
+    "LATENCY_UNITS",
     "MAX_SKIPPED_EXAMPLES",
     "MEASURED_BASES",
     "RECOMMEND_DEFAULTS",
@@ -132,6 +139,7 @@ __all__ = [
     "BucketBasis",
     "BucketChoice",
     "BucketThroughput",
+    "BurstLatency",
     "Cause",
     "Change",
     "ChangeFacts",
@@ -157,6 +165,7 @@ __all__ = [
     "IntervalBiasFacts",
     "KBand",
     "LatencyShift",
+    "LatencyUnit",
     "LengthBin",
     "LoadAdvice",
     "LoadAdviceFacts",
@@ -199,6 +208,8 @@ __all__ = [
     "SplitBest",
     "SplitRow",
     "Summary",
+    "SyntheticPrompts",
+    "SyntheticPromptsFacts",
     "Target",
     "TaxFacts",
     "Throughput",
@@ -218,6 +229,7 @@ __all__ = [
     "WastedPositionsFacts",
     "internal",
     "jsonable",
+    "latency_unit",
     "reason_of",
     "rounded",
 ]

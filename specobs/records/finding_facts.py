@@ -19,7 +19,7 @@ from specobs.records.checks import IntegrityIssue
 from specobs.records.history import Break, Change
 from specobs.records.request_acceptance import FlaggedRequest
 from specobs.records.result import Result, jsonable
-from specobs.records.serving_load import Crossover, LoadAdvice, LoadRatio, ServingLevel, Slo
+from specobs.records.serving_load import Crossover, LoadAdvice, LoadRatio, ServingLevel, Slo, SyntheticPrompts
 
 
 class FindingKind(StrEnum):
@@ -64,6 +64,7 @@ class FindingKind(StrEnum):
     # serving under load
     SERVING = "serving"
     SCHEDULE_UNDER_LOAD = "schedule_under_load"
+    SYNTHETIC_PROMPTS = "synthetic_prompts"
 
 
 class Severity(StrEnum):
@@ -248,6 +249,23 @@ class LatencyShift(Facts):
 
 
 @dataclass(frozen=True)
+class BurstLatency(Facts):
+    """ITL against TPOT at one level of a speculative server over plain: ITL is per output event
+    (a speculative step streams its accepted tokens as one), TPOT per output token."""
+
+    load: str
+    level: float | None
+    median_itl_ratio: float | None
+    p99_itl_ratio: float | None
+    tpot_ratio: float | None
+
+
+@dataclass(frozen=True)
+class SyntheticPromptsFacts(Facts):
+    uses: tuple[SyntheticPrompts, ...]
+
+
+@dataclass(frozen=True)
 class Trend(Facts):
     """How a quantity moved from the lowest load level to the highest (grew, fell, held)."""
 
@@ -264,7 +282,7 @@ class ServingFacts(Facts):
     load: str
     ratios: tuple[LoadRatio, ...]
     verdicts: tuple[CrossoverVerdict, ...]
-    latency: tuple[LatencyShift, ...]
+    latency: tuple[LatencyShift, ...]  # per token or per request (ITL is in ``bursts``)
     not_drafting: tuple[LoadRatio, ...]  # levels where it drafted (almost) nothing: the K=0 tax
     taxed_levels: tuple[float | None, ...]  # of those, where the tax is beyond noise
     repeated: bool  # every level has repeated runs (an interval)
@@ -273,6 +291,8 @@ class ServingFacts(Facts):
     slo: Slo | None
     step_cost: Trend | None = None  # the speculative step's relative cost, lowest to highest level
     tokens_per_draft: Trend | None = None
+    #: ITL beside TPOT per level: ITL's ratios compare bursts with single tokens.
+    bursts: tuple[BurstLatency, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,37 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from specobs.records.result import Result
+
+
+class LatencyUnit(StrEnum):
+    """What one latency measure of a serving benchmark is per, which decides whether its ratio
+    between a speculative and a plain server compares like with like."""
+
+    #: TTFT and end-to-end latency: one number per request.
+    REQUEST = "per request"
+    #: TPOT: (end-to-end − TTFT) / (output tokens − 1) of each request: the per-token measure.
+    TOKEN = "per output token"
+    #: ITL: the gaps between streamed output events. A speculative step streams the tokens it
+    #: accepted as one event, so its gaps are bursts (one long gap, then none) where a plain
+    #: server's are one token each: percentiles of ITL compare unlike things under speculation.
+    EVENT = "per output event"
+
+
+#: The unit of each latency measure (``schema.BENCH_LATENCIES``).
+LATENCY_UNITS: dict[str, LatencyUnit] = {
+    "ttft": LatencyUnit.REQUEST,
+    "tpot": LatencyUnit.TOKEN,
+    "itl": LatencyUnit.EVENT,
+    "e2el": LatencyUnit.REQUEST,
+}
+
+
+def latency_unit(measure: str) -> LatencyUnit:
+    """The unit of a latency column (``p99_itl_ms`` → per output event)."""
+    return LATENCY_UNITS[measure.removesuffix("_ms").split("_", 1)[1]]
 
 
 @dataclass(frozen=True)
@@ -53,6 +82,8 @@ class ServingLevel(Result):
     captured_draft_ms: float | None = None
     captured_verify_ms: float | None = None
     run_ids: tuple[str, ...] = ()
+    #: The benchmark clients whose results these are (``schema.BENCH_CLIENTS``).
+    clients: tuple[str, ...] = ()
     #: Under an SLO (``Serving.slo``): good requests per second (mean over runs) and the share of
     #: requests that met it; None without an SLO or without the per-request data it needs.
     goodput: float | None = None
@@ -61,12 +92,20 @@ class ServingLevel(Result):
 
 @dataclass(frozen=True)
 class MeasureRatio(Result):
-    """B/A of one latency measure (``p99_tpot_ms``…) with its 95% interval over repeats."""
+    """B/A of one latency measure (``p99_tpot_ms``…) with its 95% interval over repeats, and
+    what the measure is per (:class:`LatencyUnit`: ITL's ratios compare bursts with tokens)."""
 
     measure: str
     ratio: float | None
     low: float | None
     high: float | None
+
+    @property
+    def unit(self) -> LatencyUnit:
+        return latency_unit(self.measure)
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "unit": self.unit.value}
 
 
 @dataclass(frozen=True)
@@ -123,6 +162,19 @@ class Crossover(Result):
 
 
 @dataclass(frozen=True)
+class SyntheticPrompts(Result):
+    """Serving results whose prompts were synthetic tokens (vLLM's ``random`` datasets): a
+    drafter guesses continuations of text, and on random token ids it guesses far less (users
+    report 12% acceptance on random tokens against 52% on prose), so their acceptance and
+    speedup say little about real traffic."""
+
+    dataset: str
+    client: str | None
+    configs: tuple[str | None, ...]
+    results: int
+
+
+@dataclass(frozen=True)
 class Serving(Result):
     """Speculation under load, from serving-benchmark results (``analysis.serving``)."""
 
@@ -130,6 +182,8 @@ class Serving(Result):
     ratios: tuple[LoadRatio, ...]
     crossovers: tuple[Crossover, ...]
     slo: Slo | None = None
+    #: The results measured on synthetic tokens, per dataset and client (empty: none said so).
+    synthetic: tuple[SyntheticPrompts, ...] = ()
 
 
 @dataclass(frozen=True)

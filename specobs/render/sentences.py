@@ -24,6 +24,7 @@ from specobs.records import (
     BreakKind,
     BucketBasis,
     BucketChoice,
+    BurstLatency,
     Cause,
     ChangeFacts,
     Comparison,
@@ -59,6 +60,7 @@ from specobs.records import (
     SpeedupBand,
     Split,
     Summary,
+    SyntheticPromptsFacts,
     Target,
     TaxFacts,
     Throughput,
@@ -447,10 +449,56 @@ def _serving(f: ServingFacts) -> str:
         )
     why = f" Captured in the engine during those runs — {'; '.join(seen)}.{_why_under_load(f)}" if seen else ""
     goodput = _goodput_note(f.slo, [*f.levels, *f.plain_levels])
+    clients = sorted({c for lv in (*f.levels, *f.plain_levels) for c in lv.clients})
+    by = _CLIENT_WORDS.get(clients[0], clients[0]) if len(clients) == 1 else "serving benchmarks"
+    if len(clients) > 1:
+        by += " (" + ", ".join(clients) + ")"
     return (
-        f"Measured under load by vLLM's serving benchmark ({f.model or 'model ?'}), {f.config} against "
+        f"Measured under load by {by} ({f.model or 'model ?'}), {f.config} against "
         f"{f.plain_config or 'the plain server'} — {each}: {verdicts}.{_latency_beyond_noise(f.latency)}"
-        f"{_not_drafting(f)}{goodput}{repeats}{why}"
+        f"{_bursts(f.bursts)}{_not_drafting(f)}{goodput}{repeats}{why}"
+    )
+
+
+#: Each serving-benchmark client (``schema.BENCH_CLIENTS``) in a sentence.
+_CLIENT_WORDS = {
+    "vllm bench serve": "vLLM's serving benchmark",
+    "aiperf": "AIPerf",
+    "guidellm": "GuideLLM",
+}
+
+
+def _bursts(bursts: Sequence[BurstLatency]) -> str:
+    """Why ITL is not compared: it is per output event, and a speculative step streams a burst."""
+    shown = [b for b in bursts if b.median_itl_ratio is not None or b.p99_itl_ratio is not None]
+    if not shown:
+        return ""
+    b = shown[0]
+    itl = ", ".join(
+        f"{name} ITL {value:.3g}×"
+        for name, value in (("median", b.median_itl_ratio), ("p99", b.p99_itl_ratio))
+        if value is not None
+    )
+    tpot = f"; TPOT {b.tpot_ratio:.2f}×" if b.tpot_ratio is not None else ""
+    return (
+        f" ITL is per output event, not per token: a speculative step streams the tokens it accepted as one "
+        f"event, so ITL percentiles compare bursts with single tokens ({itl} at {_level(b.load, b.level)}{tpot}): "
+        "TPOT is the per-token latency to compare."
+    )
+
+
+def _synthetic_prompts(f: SyntheticPromptsFacts) -> str:
+    """Results measured on random token ids: their acceptance is not what real text gets."""
+    each = "; ".join(
+        f"{u.results} result(s) of {', '.join(str(c) for c in u.configs)} on dataset {u.dataset!r}"
+        + (f" ({u.client})" if u.client else "")
+        for u in f.uses
+    )
+    return (
+        f"Serving results measured on synthetic tokens, not text — {each}. A drafter guesses continuations of "
+        "text; on random token ids it guesses far less (users report 12% acceptance on random tokens against "
+        "52% on prose), so these acceptance and speedup figures say little about real traffic: measure on "
+        "prompts like the real ones (specobs sweep uses real text unless asked for random tokens)."
     )
 
 
@@ -731,6 +779,7 @@ _WORDS: dict[type, Callable[[Any], str]] = {
     NoSpeculativeDecodingFacts: _no_speculative_decoding,
     ServingFacts: _serving,
     LoadAdviceFacts: _schedule_under_load,
+    SyntheticPromptsFacts: _synthetic_prompts,
 }
 #: Kinds whose sentence needs no facts.
 _PLAIN_WORDS: dict[str, Callable[[Any], str]] = {FindingKind.DRAFTS_DERIVED: _drafts_derived}
@@ -772,9 +821,13 @@ def request_findings(report: Report) -> list[Worded]:
     return worded(f for f in report.findings or () if f.kind in REQUEST_KINDS)
 
 
+#: The kinds said under serving under load.
+SERVING_KINDS = (FindingKind.SERVING, FindingKind.SYNTHETIC_PROMPTS)
+
+
 def serving_findings(report: Report) -> list[Worded]:
     """The findings a report carries about serving under load, worded, in the report's order."""
-    return worded(f for f in report.findings or () if f.kind == FindingKind.SERVING)
+    return worded(f for f in report.findings or () if f.kind in SERVING_KINDS)
 
 
 # --- the recommendation ---------------------------------------------------------------------------

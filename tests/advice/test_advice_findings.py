@@ -8,6 +8,7 @@ import pytest
 from specobs.advice.report_findings import (
     FINDING_RANK,
     beyond_parity,
+    bursts,
     crossover_verdict,
     latency_beyond_noise,
     not_drafting,
@@ -80,7 +81,12 @@ def test_a_crossover_names_the_levels_beyond_noise():
 def test_latency_beyond_noise_keeps_the_intervals_that_exclude_parity():
     r = _ratio(latency=(MeasureRatio("p99_tpot_ms", 1.3, 1 + EPS, 1.5), MeasureRatio("p90_ttft_ms", 1.1, 1 - EPS, 1.2),
                         MeasureRatio("median_itl_ms", 0.8, 0.7, 1 - EPS)))  # fmt: skip
-    assert [s.measure for s in latency_beyond_noise([r])] == ["p99_tpot_ms", "median_itl_ms"]
+    # ITL is per output event: a speculative step's burst against one token, never "beyond noise".
+    assert [s.measure for s in latency_beyond_noise([r])] == ["p99_tpot_ms"]
+    (burst,) = bursts([r])
+    assert (burst.median_itl_ratio, burst.p99_itl_ratio, burst.tpot_ratio) == (0.8, None, r.tpot_ratio)
+    assert [m.to_dict()["unit"] for m in r.latency] == ["per output token", "per request", "per output event"]
+    assert bursts([_ratio(latency=(MeasureRatio("p99_tpot_ms", 1.3, 1.2, 1.5),))]) == ()
 
 
 def test_the_serving_finding_carries_its_decisions():

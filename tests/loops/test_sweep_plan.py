@@ -20,6 +20,8 @@ from support.helpers import run_cli
 
 from specobs.errors import SpecobsError
 from specobs.loops.sweep import (
+    TEXT_DATASET,
+    TEXT_PROMPTS,
     Configuration,
     SweepPlan,
     bench_arguments,
@@ -32,6 +34,7 @@ from specobs.loops.sweep import (
     server_environment,
     write_sharegpt,
 )
+from specobs.loops.vllm_bench import read_prompts
 from specobs.loops.vllm_server import ServerError, VllmServer, group_alive, wait_quiet
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
@@ -220,10 +223,10 @@ def test_each_run_is_greedy_detailed_and_labelled(tmp_path):
     assert flag(args, "--result-filename") == "ngram-c4-r2.json" and flag(args, "--label") == "ngram"
     assert flag(args, "--burstiness") == "2"
     assert args[args.index("--metadata") + 1 :] == metadata(SPEC, 2) == [
-        "config=ngram", "method=ngram", "k=3", "repeat=2",
+        "config=ngram", "method=ngram", "k=3", "repeat=2", "dataset=random",
         'speculative_config={"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}',
     ]  # fmt: skip
-    assert metadata(PLAIN, 1) == ["config=plain", "method=none", "k=0", "repeat=1"]
+    assert metadata(PLAIN, 1) == ["config=plain", "method=none", "k=0", "repeat=1", "dataset=random"]
     rate = bench_arguments(plan(tmp_path, load="rate", levels=(2.5,)), PLAIN, 1, 2.5, "http://127.0.0.1:1")
     assert flag(rate, "--request-rate") == "2.5" and "--max-concurrency" not in rate
     assert flag(rate, "--result-filename") == "plain-rps2.5-r1.json"
@@ -238,6 +241,29 @@ def test_prompts_go_to_the_benchmark_as_a_sharegpt_dataset(tmp_path):
     assert (flag(args, "--dataset-name"), flag(args, "--dataset-path"), flag(args, "--sharegpt-output-len")) == (
         "sharegpt", str(path), "20")  # fmt: skip
     assert "--random-input-len" not in args
+
+
+def test_the_bundled_prompts_are_real_text_and_every_result_names_its_dataset(tmp_path):
+    """A sweep sends real prose and code unless asked for random tokens, and each result says
+    which: ``dataset=`` in its metadata, read back as the result's dataset."""
+    texts, skipped = read_prompts(str(TEXT_PROMPTS))
+    kinds = [json.loads(line)["kind"] for line in TEXT_PROMPTS.read_text(encoding="utf-8").splitlines()]
+    assert not skipped and len(texts) == len(kinds) >= 32 and kinds.count("prose") == kinds.count("code")
+    assert all(120 <= len(t) <= 400 for t in texts) and len(set(texts)) == len(texts)
+    words = [w for t in texts for w in t.split()]
+    assert len(set(words)) > 500  # text, not a few phrases repeated
+    text = plan(tmp_path, prompts=tuple(texts), dataset=TEXT_DATASET)
+    args = bench_arguments(text, SPEC, 1, 1, "http://127.0.0.1:1", tmp_path / "p.json")
+    assert "dataset=specobs-text" in args and flag(args, "--dataset-name") == "sharegpt"
+    assert "dataset=prompts" in bench_arguments(plan(tmp_path, prompts=("a b c d e",)), SPEC, 1, 1, "u", tmp_path)
+    assert text.to_dict()["dataset"] == "specobs-text" and plan(tmp_path).to_dict()["dataset"] == "random"
+    # What vLLM writes from --metadata is what the reader takes as the dataset.
+    from specobs.ingest.bench_serve import parse
+
+    record = {"duration": 5.0, "completed": 4, "output_throughput": 100.0, "num_prompts": 4, "max_concurrency": 1}
+    items = dict(item.split("=", 1) for item in metadata(SPEC, 1, dataset=TEXT_DATASET))
+    row, why = parse({**record, **items})
+    assert why is None and row is not None and (row["dataset"], row["client"]) == ("specobs-text", "vllm bench serve")
 
 
 @pytest.mark.vllm
@@ -276,7 +302,9 @@ def test_vllm_s_own_parser_takes_every_flag(tmp_path):
         (["--config", "plain", "--server-args", "--x 'open"], "--server-args --x 'open: No closing quotation"),
         (["--config", "plain", "--quiet-limit", "5"], "--quiet-limit 5: not a duration"),
         (["--config", "plain", "--repeats", "0"], "--repeats 0: must be a whole number of at least 1"),
-        (["--config", "plain", "--prompts", "p.txt", "--input-len", "8"], "--input-len: only with random prompts"),
+        (["--config", "plain", "--prompts", "p.txt", "--input-len", "8"], "--input-len: only with --random-tokens"),
+        (["--config", "plain", "--input-len", "8"], "--input-len: only with --random-tokens"),
+        (["--config", "plain", "--prompts", "p.txt", "--random-tokens"], "--prompts and --random-tokens: give one"),
     ],
 )
 def test_bad_sweep_arguments_are_one_line_and_start_nothing(tmp_path, args, says):
