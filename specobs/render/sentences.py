@@ -72,6 +72,8 @@ from specobs.records import (
     UnsteadyFacts,
     WastedPositionsFacts,
 )
+from specobs.records.recommendation import NotMeasured
+from specobs.records.result import Unmeasured
 
 #: How configuration columns read in sentences.
 CONFIG_NAMES = {"num_spec_tokens": "k", "batch_bucket": "batch", "method": "method", "workload": "workload"}
@@ -863,7 +865,8 @@ def headline(rec: Recommendation) -> str:
         f"Recommendation{target}: {what}, {verb} {speedup_with_interval(r.predicted_speedup, r.interval)} "
         "plain decoding"
     )
-    text += " on this traffic" + (f" ({estimated})" if estimated else "") + "."
+    said = ", ".join(x for x in (str(r.measures) if r.measures else "", estimated) if x)
+    text += " on this traffic" + (f" ({said})" if said else "") + "."
     if r.within_noise:
         text += " Its interval reaches below 1×: a gain not shown beyond noise."
     if not r.method:
@@ -872,11 +875,44 @@ def headline(rec: Recommendation) -> str:
 
 
 def _not_measured_headline(rec: Recommendation) -> str:
-    """No number: what the input can say instead (the band of the k that ran)."""
-    text = "No recommendation: not measured (no step timing and no plain engine in the input)."
+    """No number: why (what the input lacks), and what it can say instead (the band of the k that ran)."""
+    why = not_measured_reason(rec.not_measured[0]) if rec.not_measured else str(Unmeasured.NO_PLAIN)
+    text = f"No recommendation: not measured ({why})."
     for band in rec.bands[:1]:
         text += " " + band_summary(band)
     return text
+
+
+def not_measured_reason(n: NotMeasured) -> str:
+    """What the input lacks to measure a method's speed, with the counts that decided it."""
+    name = _method_name(n.method, n.draft_model)
+    if n.reason == Unmeasured.PLAIN_OTHER_TARGET:
+        others = "; ".join(
+            " on ".join(x for x in (t.model or "an unnamed model", t.platform, t.device) if x) for t in n.plain_targets
+        )
+        return (
+            f"{name}: no step timing, and the plain engine in the input runs another model, platform or device "
+            f"({others}): the baseline must be a plain server of the same model"
+        )
+    if n.reason == Unmeasured.FEW_INTERVALS and n.running is None:
+        return (
+            f"{name}: no step timing, and the plain and speculative servers show no load in common (speculative at "
+            f"{_counts(n.running_shown)}, plain at {_counts(n.plain_running_shown)} running requests)"
+        )
+    if n.reason == Unmeasured.FEW_INTERVALS:
+        return (
+            f"{name}: no step timing, and too few steady intervals at a load both servers show: at most "
+            f"{n.intervals} of the speculative server's and {n.plain_intervals} of the plain server's at "
+            f"{n.running} running request(s), {n.needed} each needed (hold each load longer)"
+        )
+    if n.reason == Unmeasured.NO_TIMING:
+        side = "the plain server's" if n.running_shown else "the speculative server's"
+        return f"{name}: no step timing, and {side} input prints no throughput over steady intervals to compare"
+    return f"{name}: {n.reason}"
+
+
+def _counts(values: Sequence[int]) -> str:
+    return ", ".join(str(v) for v in values) or "none"
 
 
 def _method_name(method: str | None, draft_model: str | None) -> str:
@@ -1085,10 +1121,21 @@ def explanations(rec: Recommendation) -> list[str]:
     out = [explain_bucket(t) for t in rec.by_batch_size]
     if not rec.recommended.num_speculative_tokens and rec.recommended.predicted_speedup is not None:
         out.insert(0, RUN_WITHOUT)
+    served = {(s.method, s.draft_model) for s in rec.served}
+    why = {(n.method, n.draft_model): n for n in rec.not_measured}
     for band in rec.bands:
         if rec.recommended.predicted_speedup is not None:  # beside a timed recommendation
             out.append(f"Not timed: {band_summary(band)}")
-        out += band_notes(band)
+        notes = band_notes(band)
+        key = (band.method, band.draft_model)
+        if key in served:  # the k that ran was measured: the band is for the others
+            notes = [n for n in notes if n != f"{_capital(HOW_TO_MEASURE)}."]
+        elif key in why and why[key].reason != Unmeasured.NO_PLAIN:  # else: add a plain server, as it says
+            notes = [
+                f"Not measured: {not_measured_reason(why[key])}." if n == f"{_capital(HOW_TO_MEASURE)}." else n
+                for n in notes
+            ]
+        out += notes
     return out + [f"Under load: {load_advice_text(a)}" for a in rec.under_load]
 
 
@@ -1100,10 +1147,11 @@ def assumptions(rec: Recommendation) -> list[str]:
         name = m.method or "unknown method"
         if not m.timed and m.method in served:
             out.append(
-                f"{name}: speedups measured from the servers' own generation throughput against a plain server at "
-                "the same running requests; k other than the one that ran are a modelled band. The plain server "
-                "is a separate process: separate processes of one configuration can differ by 20–40% on shared "
-                "machines"
+                f"{name}: speedups measured from the servers' own generation throughput (served throughput: every "
+                "interval of a busy stretch but its first and last, prompt processing and turnover gaps included) "
+                "against a plain server at the same load; k other than the one that ran are a modelled band. The "
+                "plain server is a separate process: separate processes of one configuration can differ by 20–40% "
+                "on shared machines"
             )
         elif not m.timed:
             out.append(f"{name}: no step timing in the input: its speed is a modelled band, not a measurement")

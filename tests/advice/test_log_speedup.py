@@ -8,7 +8,6 @@ lines by regex), not by specobs's tuning code.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
