@@ -46,8 +46,10 @@ from specobs.records import (
     Basis,
     BucketBasis,
     BucketChoice,
+    Measures,
     MethodFacts,
     MethodWin,
+    NotMeasured,
     Prediction,
     Recommendation,
     Recommended,
@@ -55,9 +57,8 @@ from specobs.records import (
     ServedSpeedup,
     SpeedupBand,
     Target,
+    Unmeasured,
 )
-from specobs.records.recommendation import NotMeasured
-from specobs.records.result import Measures
 from specobs.schema import TARGET_LABELS, categorical_labels
 from specobs.vllm.spec_config import MODEL_FREE
 
@@ -814,8 +815,17 @@ def _why_not_measured(
     out = []
     for fit in fits:
         draft = fit.labels.get("draft_model")
-        if (fit.method, draft) not in measured:
-            out.append(why_not_measured(fit.spec_steps, frame, fit.labels, method=fit.method, draft_model=draft))
+        if (fit.method, draft) in measured:
+            continue
+        steps = fit.spec_steps.filter(pl.col("num_timed_steps").is_not_null())
+        timed = int(steps.filter(pl.col("step_seconds").is_not_null())["num_timed_steps"].sum())
+        if timed:  # timed whole: the verify time is what is missing, not timing
+            verified = int(steps.filter(pl.col("verify_seconds").is_not_null())["num_timed_steps"].sum())
+            reason = NotMeasured(fit.method, draft, Unmeasured.NO_VERIFY_TIMING, timed_steps=timed,
+                                 verify_timed_steps=verified)  # fmt: skip
+            out.append(reason)
+            continue
+        out.append(why_not_measured(fit.spec_steps, frame, fit.labels, method=fit.method, draft_model=draft))
     return tuple(out)
 
 

@@ -273,6 +273,9 @@ class NotMeasured(Result):
     plain_running_shown: tuple[int, ...] = ()  # and of the plain engine's
     #: PLAIN_OTHER_TARGET: the plain engines the input holds (none on this method's target).
     plain_targets: tuple[Target, ...] = ()
+    #: NO_VERIFY_TIMING: the speculative steps timed whole, and those with a verify time (0).
+    timed_steps: int = 0
+    verify_timed_steps: int = 0
 
 
 @dataclass(frozen=True)

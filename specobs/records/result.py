@@ -115,6 +115,10 @@ class Unmeasured(StrEnum):
     PLAIN_OTHER_TARGET = "no step timing, and the plain engine in the input runs another model, platform or device"
     FEW_INTERVALS = "no step timing, and too few steady intervals at a running count both engines show"
     NO_TIMING = "no step timing, and no throughput lines to compare with the plain engine's"
+    #: Steps timed whole (``step_seconds``) but not split into drafting and verifying: the cost
+    #: model needs the verify time (a capture from before the split timing, or a timing hook
+    #: that did not run).
+    NO_VERIFY_TIMING = "steps timed whole, without the verify time the cost model needs"
 
 
 class Measures(StrEnum):

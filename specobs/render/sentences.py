@@ -484,8 +484,8 @@ def _bursts(bursts: Sequence[BurstLatency]) -> str:
     tpot = f"; TPOT {b.tpot_ratio:.2f}×" if b.tpot_ratio is not None else ""
     return (
         f" ITL is per output event, not per token: a speculative step streams the tokens it accepted as one "
-        f"event, so ITL percentiles compare bursts with single tokens ({itl} at {_level(b.load, b.level)}{tpot}): "
-        "TPOT is the per-token latency to compare."
+        f"event (and a busy stream coalesces tokens too), so ITL percentiles compare bursts of different sizes "
+        f"({itl} at {_level(b.load, b.level)}{tpot}): TPOT is the per-token latency to compare."
     )
 
 
@@ -904,6 +904,13 @@ def not_measured_reason(n: NotMeasured) -> str:
             f"{name}: no step timing, and too few steady intervals at a load both servers show: at most "
             f"{n.intervals} of the speculative server's and {n.plain_intervals} of the plain server's at "
             f"{n.running} running request(s), {n.needed} each needed (hold each load longer)"
+        )
+    if n.reason == Unmeasured.NO_VERIFY_TIMING:
+        split = f"only {n.verify_timed_steps:,} split" if n.verify_timed_steps else "none split"
+        return (
+            f"{name}: its {n.timed_steps:,} timed steps were timed whole, {split} into drafting and verifying "
+            "(verify_seconds: a capture from before the split timing, or its timing hooks did not run), and the "
+            "cost model needs the verify time of decode steps: capture with a current specobs"
         )
     if n.reason == Unmeasured.NO_TIMING:
         side = "the plain server's" if n.running_shown else "the speculative server's"

@@ -17,7 +17,7 @@ from support.paths import ROOT
 from specobs.advice.log_speedup import MIN_INTERVALS
 from specobs.advice.recommend import recommend
 from specobs.ingest import load
-from specobs.records import Recommendation
+from specobs.records import Recommendation, Unmeasured
 from specobs.render.sentences import headline
 
 SERVE = ROOT / "examples" / "data" / "vllm-cpu-serve"
@@ -115,3 +115,34 @@ def test_a_side_without_throughput_over_steady_intervals_is_said() -> None:
     assert why.running_shown == tuple(sorted(_interior(SERVE / "vllm-cpu-ngram-k3-r1.log")))
     assert why.plain_running_shown == ()
     assert "the plain server's input prints no throughput" in headline(rec)
+
+
+def test_steps_timed_whole_name_the_missing_verify_time():
+    """The bundled sweep's capture times every step whole (``step_seconds``) but has no verify
+    time, and its plain engine is in the input: what is missing is the draft/verify split, with
+    the count of whole-timed steps (counted here from the files)."""
+    capture = ROOT / "examples" / "data" / "vllm-cpu-serve-sweep" / "capture"
+    rec = _recommend(capture)
+    (why,) = rec.not_measured
+    assert why.reason == Unmeasured.NO_VERIFY_TIMING and why.method == "ngram"
+    rows = _rows(capture, "specobs-sweep-ngram*-p*.jsonl.gz")
+    speculative = [r for r in rows if (r["num_spec_tokens"] or 0) > 0]
+    plain = _rows(capture, "specobs-sweep-plain-*-p*.jsonl.gz")
+    assert any(r["method"] is None and r["num_spec_tokens"] == 0 for r in plain)  # a plain engine
+    assert all(r["verify_seconds"] is None for r in speculative) and why.verify_timed_steps == 0
+    # Timed steps after warm-up and outliers are trimmed: at most every speculative step, most of them.
+    assert 0.5 * len(speculative) < why.timed_steps <= len(speculative)
+    said = headline(rec)
+    assert f"{why.timed_steps:,} timed steps were timed whole" in said and "no plain engine" not in said
+
+
+def _rows(capture: Path, pattern: str) -> list[dict]:
+    """The step rows of the capture's files matching ``pattern`` (metadata files left out)."""
+    import gzip
+
+    rows = []
+    for path in sorted(capture.glob(pattern)):
+        if "-meta-" not in path.name:
+            with gzip.open(path, "rt") as handle:
+                rows += [json.loads(line) for line in handle]
+    return rows
