@@ -6,8 +6,9 @@ source label, plus what was skipped and why. A format is one module with its ``R
 (``registry``): ``events`` (specobs event files), ``request_rows`` (finished requests),
 ``metadata_files`` (run metadata), ``decisions`` (the online tuner's log), ``tune_result``
 (``tune.json``), ``vllm_log`` (vLLM server logs), ``sglang_log`` (SGLang scheduler logs),
-``prometheus_text`` (saved scrapes), ``prometheus_api`` (a live Prometheus) and ``bench_serve``
-(serving-benchmark results). Beside them: ``ingested`` (what was read and its parts), ``repeats``
+``prometheus_text`` (saved scrapes), ``prometheus_api`` (a live Prometheus), ``bench_serve``
+(serving-benchmark results) and ``aiperf`` / ``guidellm`` (those two clients' results, read as
+serving-benchmark results). Beside them: ``ingested`` (what was read and its parts), ``repeats``
 (what is counted once: it returns what it drops, never changing ``Ingested``), ``source``
 (plain, gzip and stdin inputs), ``scan`` and ``columns`` (helpers of the text readers) and
 ``specobs_metrics`` (the table of every family specobs exports, which the Prometheus reader and

@@ -37,7 +37,7 @@ them (``aiperf/exporters/metrics_json_exporter.py``, ``post_processors/record_ex
   ``vllm:spec_decode_*`` counters there (``stats.total``, summed over engines) give the
   ``spec_decode_*`` columns as ``vllm bench serve`` computes them, and mark the server speculative.
 - Everything else AIPerf writes (``profile_export_aiperf.csv``, the copies under ``phases/<phase>/``,
-  ``phase_manifest.json``, ``inputs.json``, ``server_metrics_export.csv``,
+  ``phase_manifest.json``, ``inputs.json``, ``server_metrics_export.csv``, ``.aiperf_results_ready.json``,
   ``profile_export_console.txt``, ``logs/aiperf.log``) is recognised and not read (silently: a
   folder of AIPerf runs reads without a line per file).
 
@@ -136,7 +136,8 @@ def looks_like_other_file(head: bytes) -> bool:
     phase_server = b'"endpoint_summaries"' in head and b'"benchmark_id"' in head
     manifest = b'"phases"' in head and b'"phase_kind"' in head and b'"metrics_json"' in head
     inputs = re.match(rb'\{\s*"data"\s*:\s*\[\s*\{\s*"session_id"', start) is not None and b'"payloads"' in head
-    return server or phase_server or manifest or inputs
+    ready = re.match(rb'\{\s*"ready"\s*:', start) is not None and b'"was_cancelled"' in head  # the ready flag
+    return server or phase_server or manifest or inputs or ready
 
 
 def _sniff(head: bytes) -> str | None:
