@@ -239,3 +239,15 @@ def test_configuration_names_and_methods():
     assert configuration("eagle3_rate2.5") == "eagle3" and configuration("c4") == "c4"
     assert method_in("ngram-k3") == ("ngram", 3) and method_in("plain") == (None, None)
     assert method_in("llama-eagle3-k5") == ("eagle3", 5)
+
+
+def test_the_capture_window_holds_the_profiling_phase(bench):
+    from specobs.analysis.under_load import spans
+
+    windows = spans(bench)
+    for run in RUNS:
+        (phase,) = [
+            p for p in json.loads(_text(run / "phase_manifest.json"))["phases"] if p["phase_kind"] == "profiling"
+        ]
+        (start, end) = windows.filter(windows["source"].str.contains(f"/{run.name}/")).select("start", "end").row(0)
+        assert start <= phase["start_ns"] / 1e9 and phase["end_ns"] / 1e9 <= end

@@ -161,3 +161,26 @@ def test_labels_name_the_configuration_and_method(tmp_path):
     assert bench.select("config", "method", "num_spec_tokens", "speculative").unique().rows() == [
         ("eagle-candidate", "eagle", 2, True)
     ]
+
+
+def test_goodput_and_the_capture_window_come_from_the_report(ingested):
+    from specobs.analysis.under_load import parse_slo, spans, with_goodput
+
+    bench = ingested.bench.sort("source", "source_line")
+    good = with_goodput(bench, parse_slo("e2el:300ms"))
+    windows = spans(bench)
+    for config in CONFIGS:
+        for item, benchmark in enumerate(_report(config)["benchmarks"], start=1):
+            here = (good["config"] == config) & (good["source_line"] == item)
+            latencies = [r["request_latency"] for r in benchmark["requests"]["successful"]]
+            assert good.filter(here)["good"].item() == sum(v <= 0.3 for v in latencies)
+            assert good.filter(here)["goodput"].item() == pytest.approx(
+                sum(v <= 0.3 for v in latencies) / benchmark["duration"]
+            )
+            # The window the capture join uses holds the measured window (date: whole seconds).
+            (start, end) = (
+                windows.filter((windows["source_line"] == item) & windows["source"].str.contains(config))
+                .select("start", "end")
+                .row(0)
+            )
+            assert start <= benchmark["start_time"] and benchmark["end_time"] <= end
