@@ -120,11 +120,21 @@ def with_goodput(bench: pl.DataFrame, slo: Slo | None) -> pl.DataFrame:
 
 
 def with_load(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with its load kind and level: concurrency where set, else the request rate."""
-    return frame.with_columns(
+    """``frame`` with its load kind and level: concurrency where set, else the request rate.
+
+    Results of several benchmark clients (``client``) are not repeats of one another (each sends
+    its own prompts and measures in its own way): where the input mixes clients, each
+    configuration is named with its client (``ngram · aiperf``), and :func:`serving` pairs a
+    configuration only with the plain server its own client measured."""
+    out = frame.with_columns(
         load=pl.when(pl.col("max_concurrency").is_not_null()).then(pl.lit("concurrency")).otherwise(pl.lit("rate")),
         level=pl.coalesce(pl.col("max_concurrency").cast(pl.Float64), pl.col("request_rate")),
     ).filter(pl.col("level").is_not_null())
+    if "client" in out.columns and out["client"].n_unique() > 1:
+        out = out.with_columns(
+            config=pl.format("{} · {}", pl.col("config").fill_null("?"), pl.col("client").fill_null("?"))
+        )
+    return out
 
 
 #: Seconds added on each side of a result's time window: vLLM writes its end to the second.
@@ -409,7 +419,8 @@ def serving(bench: pl.DataFrame, captured: pl.DataFrame | None = None, slo: Slo 
     by_level = {(lv.model, lv.config, lv.load, lv.level): lv for lv in found}
     ratios: list[LoadRatio] = []
     crossovers: list[Crossover] = []
-    for (model, load), part in frame.partition_by("model", "load", as_dict=True, maintain_order=True).items():
+    by_client = frame.partition_by("model", "client", "load", as_dict=True, maintain_order=True)
+    for (model, _client, load), part in by_client.items():
         plain = part.filter(~pl.col("speculative"))
         plain_configs = plain["config"].unique(maintain_order=True).to_list()
         plain_config = plain_configs[0] if len(plain_configs) == 1 else None

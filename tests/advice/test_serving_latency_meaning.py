@@ -95,3 +95,24 @@ def test_results_on_random_tokens_are_named_with_why(tmp_path):
     # Without a random dataset named, nothing is said.
     assert not [f for f in _report([RESULTS]).findings or () if f.kind == FindingKind.SYNTHETIC_PROMPTS]
     assert "random" in SYNTHETIC_TOKEN_DATASETS and "sharegpt" not in SYNTHETIC_TOKEN_DATASETS
+
+
+def test_results_of_two_clients_are_never_pooled_as_repeats():
+    """AIPerf and GuideLLM measured the same plain and ngram servers with their own prompts: read
+    together, each client's configurations are paired with its own plain server, and the ratios
+    are those each folder gives alone (pooled, they would be repeats of one configuration)."""
+    data = ROOT / "examples" / "data"
+    alone = {
+        client: {(r.level): r.throughput_ratio for r in _report([data / folder]).serving.ratios}  # type: ignore[union-attr]
+        for client, folder in (("aiperf", "aiperf-vllm-cpu"), ("guidellm", "guidellm-vllm-cpu"))
+    }
+    both = _report([data / "aiperf-vllm-cpu", data / "guidellm-vllm-cpu"]).serving
+    assert both is not None
+    got: dict[str, dict[float, float | None]] = {}
+    for r in both.ratios:
+        config, client = (r.config or "").split(" · ")
+        assert config == "ngram-k3"
+        assert r.plain_config == f"plain · {client}" and r.runs == r.plain_runs == 1
+        got.setdefault(client, {})[r.level] = r.throughput_ratio
+    assert got == alone and set(got) == {"aiperf", "guidellm"}
+    assert all(len(lv.clients) == 1 for lv in both.levels)
