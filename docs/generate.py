@@ -544,7 +544,18 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "machine); `problems` (what vLLM refuses; empty: nothing); `target_path` (the target as the engines "
         "loaded it, null when the input does not show it); `folders_not_found` (model folders the config names "
         "that are not here); `load_error` (why the target's config would not load here)",
-        "recommended.baseline": "what speedups are against: `plain engine`, or how plain decoding was estimated",
+        "recommended.baseline": "what speedups are against: `plain engine`, or how plain decoding was estimated "
+        "(`not measured`: see `not_measured`)",
+        "recommended.measures": "what the speedup measures: `decode steps only` (generated tokens over the seconds "
+        "of decode steps, from the capture: prompt steps and idle left out) or `served throughput` (a server's "
+        "printed generation throughput over whole stats intervals at a running count: prefill, idle moments and "
+        "turnover inside them count, as clients see them)",
+        "not_measured": "per method with no measured speedup, why: `reason` (`no step timing and no plain engine in "
+        "the input`; a plain engine of another model, platform or device, listed in `plain_targets`; too few "
+        "steady intervals at a running count both engines show, with `running`, `intervals`, `plain_intervals`, "
+        "`needed`, `running_shown`, `plain_running_shown`; no throughput lines on one side; steps timed whole, "
+        "without the verify time the cost model needs, with `timed_steps` and `verify_timed_steps`), `method`, "
+        "`draft_model`; empty when every method was measured",
         "recommended.basis": "`measured` (every bucket measured against a measured plain engine), `modelled` (some "
         "part from the model: the buckets say which) or `not measured` (no step timing: `predicted_speedup` is "
         "null and `bands` says what the input can)",
@@ -596,8 +607,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "stats lines, a scrape's generation counter) at matched running requests, per batch bucket and `overall`: "
         "objects with `method`, `draft_model`, `num_speculative_tokens`, `batch_size_min`/`max`, `running` (the "
         "running-request counts matched), `speedup` and its 95% `interval`, `tokens_per_second` and "
-        '`plain_tokens_per_second`, `intervals`/`plain_intervals`, `tokens_per_step` (docs/model.md, "Measured from '
-        "serving throughput\"); empty without a plain server's lines",
+        '`plain_tokens_per_second`, `intervals`/`plain_intervals`, `tokens_per_step`, `measures` (`served '
+        "throughput`; docs/model.md, \"Measured from serving throughput\"); empty without a plain server's lines",
         "under_load": "with serving-benchmark results: where each configuration should draft, from its measured "
         "crossover — the objects of the report's `load_advice`; empty without them",
         "by_context": "the best k by context length, measured (the report's `context`; null when no step knows its "
