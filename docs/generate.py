@@ -607,8 +607,8 @@ JSON_KEYS: dict[str, dict[str, str]] = {
         "stats lines, a scrape's generation counter) at matched running requests, per batch bucket and `overall`: "
         "objects with `method`, `draft_model`, `num_speculative_tokens`, `batch_size_min`/`max`, `running` (the "
         "running-request counts matched), `speedup` and its 95% `interval`, `tokens_per_second` and "
-        '`plain_tokens_per_second`, `intervals`/`plain_intervals`, `tokens_per_step`, `measures` (`served '
-        "throughput`; docs/model.md, \"Measured from serving throughput\"); empty without a plain server's lines",
+        "`plain_tokens_per_second`, `intervals`/`plain_intervals`, `tokens_per_step`, `measures` (`served "
+        'throughput`; docs/model.md, "Measured from serving throughput"); empty without a plain server\'s lines',
         "under_load": "with serving-benchmark results: where each configuration should draft, from its measured "
         "crossover — the objects of the report's `load_advice`; empty without them",
         "by_context": "the best k by context length, measured (the report's `context`; null when no step knows its "
