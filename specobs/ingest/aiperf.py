@@ -297,7 +297,10 @@ def _profiling_phase(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _dataset(record: Mapping[str, Any], config: Mapping[str, Any]) -> str | None:
-    """A public dataset's name, else the first dataset's type and lengths (``synthetic isl=64 osl=64``)."""
+    """A public dataset's name, else the first dataset's type, corpus and lengths (``synthetic
+    isl=64 osl=64``; AIPerf's default corpus is Shakespeare's sonnets, text). Prompts drawn from
+    its ``random`` corpus are token ids drawn uniformly, vLLM's random dataset's strategy: named
+    ``random``, as vLLM names it, so the report warns about them."""
     metadata = record.get("metadata")
     public = metadata.get("dataset") if isinstance(metadata, dict) else None
     if isinstance(public, dict) and text(public.get("name")):
@@ -306,6 +309,11 @@ def _dataset(record: Mapping[str, Any], config: Mapping[str, Any]) -> str | None
     first = datasets[0] if isinstance(datasets, list) and datasets and isinstance(datasets[0], dict) else {}
     kind = text(first.get("public_dataset") or first.get("type") or first.get("name"))
     prompts: dict[str, Any] = first["prompts"] if isinstance(first.get("prompts"), dict) else {}
+    corpus = text(prompts.get("corpus"))
+    if corpus is not None and corpus.lower() == "random":
+        return "random"
+    if corpus is not None:
+        kind = f"{kind} corpus={corpus}" if kind else None
     sizes = [f"{k}={number(v.get('mean')):g}" for k, v in prompts.items()
              if isinstance(v, dict) and number(v.get("mean")) is not None]  # fmt: skip
     return text(" ".join([kind, *sizes])) if kind else None

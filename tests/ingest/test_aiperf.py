@@ -251,3 +251,25 @@ def test_the_capture_window_holds_the_profiling_phase(bench):
         ]
         (start, end) = windows.filter(windows["source"].str.contains(f"/{run.name}/")).select("start", "end").row(0)
         assert start <= phase["start_ns"] / 1e9 and phase["end_ns"] / 1e9 <= end
+
+
+@pytest.mark.parametrize(
+    ("corpus", "dataset", "warned"),
+    [(None, "synthetic isl=64 osl=64", False), ("coding", "synthetic corpus=coding isl=64 osl=64", False),
+     ("random", "random", True)],
+)  # fmt: skip
+def test_the_prompt_corpus_names_the_dataset_and_random_tokens_are_warned(tmp_path, corpus, dataset, warned):
+    """AIPerf's synthetic prompts are text (its sonnet or coding corpus) unless its ``random``
+    corpus drew token ids uniformly, vLLM's random dataset: named ``random``, and the report warns."""
+    folder = tmp_path / "runs"
+    for run in RUNS:
+        shutil.copytree(run, folder / run.name)
+        summary = json.loads(_text(run / "profile_export_aiperf.json"))
+        if corpus is not None:
+            summary["input_config"]["datasets"][0]["prompts"]["corpus"] = corpus
+        for name in ("profile_export_aiperf.json", "profile_export_aiperf.json.gz"):
+            (folder / run.name / name).unlink(missing_ok=True)
+        (folder / run.name / "profile_export_aiperf.json").write_text(json.dumps(summary))
+    assert set(specobs.load(str(folder)).bench["dataset"]) == {dataset}
+    kinds = [f["kind"] for f in report_json(str(folder))["finding_facts"]]
+    assert ("synthetic_prompts" in kinds) is warned
