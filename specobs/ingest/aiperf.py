@@ -74,7 +74,7 @@ from specobs import schema
 from specobs.errors import InputError, Notice, Skipped, SpecobsError
 from specobs.formulas import acceptance_length_or_none, acceptance_rate_or_none
 from specobs.ingest.registry import Progress, Read, Reader
-from specobs.ingest.request_rows import _problem as request_problem
+from specobs.ingest.request_rows import request_problem
 from specobs.ingest.source import Source, open_source, read_whole
 from specobs.records import SourceReport
 

@@ -82,8 +82,7 @@ from specobs.ingest.aiperf import (
     text,
 )
 from specobs.ingest.registry import Progress, Read, Reader
-from specobs.ingest.request_rows import _from_metrics as vllm_request_columns
-from specobs.ingest.request_rows import _problem as request_problem
+from specobs.ingest.request_rows import request_problem, vllm_request_columns
 from specobs.ingest.source import Source, read_whole
 from specobs.records import SourceReport
 

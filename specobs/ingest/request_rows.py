@@ -167,7 +167,7 @@ def _counts(value: Any) -> bool:
     return isinstance(value, list) and all(_count(v) for v in value)
 
 
-def _problem(row: Mapping[str, Any]) -> str | None:
+def request_problem(row: Mapping[str, Any]) -> str | None:
     """Why a row's acceptance numbers cannot be counted, or None when they agree."""
     ts = row.get("ts")
     if ts is not None and (not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts)):
@@ -214,7 +214,7 @@ def _problem(row: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _from_metrics(metrics: Any) -> dict[str, Any] | str:
+def vllm_request_columns(metrics: Any) -> dict[str, Any] | str:
     """vLLM's ``RequestSpecDecodeMetrics.to_dict()`` (or the response's ``speculative_decoding``) → columns."""
     if not isinstance(metrics, dict):
         return "the speculative decoding metrics are not an object"
@@ -276,7 +276,7 @@ def _openai_rows(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str
         return []
     if not isinstance(request_id, str):
         return "id is not a string"
-    row = _from_metrics(spec)
+    row = vllm_request_columns(spec)
     if isinstance(row, str):
         return row
     usage: dict[str, Any] = record["usage"] if isinstance(record.get("usage"), dict) else {}
@@ -316,7 +316,7 @@ def _offline_rows(record: dict[str, Any], state: dict[str, Any]) -> list[dict[st
         if output.get("spec_decode_metrics") is None:
             state["without"] = state.get("without", 0) + 1
             continue
-        row = _from_metrics(output["spec_decode_metrics"])
+        row = vllm_request_columns(output["spec_decode_metrics"])
         if isinstance(row, str):
             return row
         index = output.get("index", position)
@@ -359,7 +359,7 @@ def read(src: Source, fmt: str) -> tuple[pl.DataFrame, list[Skipped], int]:
         if isinstance(found, str):
             skipped.append(Skipped(src.name, number, found))
             continue
-        problems = [p for p in map(_problem, found) if p is not None]
+        problems = [p for p in map(request_problem, found) if p is not None]
         if problems:
             skipped.append(Skipped(src.name, number, problems[0]))
             continue
@@ -383,4 +383,4 @@ def _read_requests(src: Source, fmt: str, progress: Progress = None) -> Read:
 READER = Reader(FORMATS, looks_like_requests, _read_requests, detect_order=2, list_order=4)
 
 
-__all__ = ["FORMATS", "looks_like_requests", "offline_record", "read"]
+__all__ = ["FORMATS", "looks_like_requests", "offline_record", "read", "request_problem", "vllm_request_columns"]
