@@ -27,7 +27,8 @@ import os
 import time
 from pathlib import Path
 
-from specobs.testing.server_recording import record_server, speculative_config
+from specobs.loops.vllm_bench import read_prompts
+from specobs.testing.server_recording import PROMPTS, record_server, speculative_config
 
 METHODS = ("plain", "ngram", "draft", "eagle")
 
@@ -54,7 +55,18 @@ def main() -> None:
         "--quiet-load", type=float, help="before each server, wait until the 1-minute load average is below this"
     )
     ap.add_argument("--quiet-wait", type=float, default=300, help="... but at most this many seconds")
+    ap.add_argument(
+        "--prompts",
+        help="prompts file (JSON Lines with a 'prompt', or one per line) instead of the 12 built-in ones, e.g. "
+        "specobs/loops/text_prompts.jsonl: real text held out from what the estimators were built on",
+    )
     a = ap.parse_args()
+    prompts = PROMPTS
+    if a.prompts:
+        read, skipped = read_prompts(a.prompts)
+        if skipped or not read:
+            ap.error(f"{a.prompts}: {len(skipped)} line(s) not prompts, {len(read)} read")
+        prompts = tuple(read)
 
     methods = a.method.split(",")
     if unknown := set(methods) - set(METHODS):
@@ -83,6 +95,7 @@ def main() -> None:
                 log_interval=a.log_interval,
                 scrape_every=scrape_every,
                 anonymise_log=a.anonymise,
+                prompts=prompts,
                 progress=lambda msg: print(msg, flush=True),
             )
             print(f"wrote {Path(a.out) / name}.* ({record.scrapes} scrapes)", flush=True)

@@ -19,7 +19,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 from support.helpers import report_json, run_cli
 
-from specobs.dashboard.data import ARGS_ENV
+from specobs.dashboard.data import ARGS_ENV, BUNDLED_SERVING
 from specobs.ingest import load
 
 APP = str(ROOT / "dashboards" / "streamlit_app.py")
@@ -89,7 +89,9 @@ def recommend_json(*paths: Path) -> dict:
 
 
 def test_overview_shows_the_report_numbers(app):
-    expected = report_json(str(SWEEP), "--by", "method,k")
+    # The app opens on the bundled sweep and serving results (no steps among the results).
+    expected = report_json(str(SWEEP), str(BUNDLED_SERVING), "--by", "method,k")
+    assert expected["summary"] == report_json(str(SWEEP), "--by", "method,k")["summary"]
     summary = expected["summary"]
     shown = metrics(app)
     assert shown["Acceptance length"] == f"{summary['mean_acceptance_length']:.2f}"
@@ -253,8 +255,9 @@ def test_compare_page_gives_the_compare_verdict(app):
 def test_sources_page_lists_inputs(app):
     goto(app, "Sources")
     table = frame_with(app, "format")
-    assert sorted(Path(p).name for p in table["input"]) == sorted(p.name for p in SWEEP.iterdir())
-    assert set(table["format"]) == {"events-jsonl", "run-metadata"}
+    bundled = [*SWEEP.iterdir(), *BUNDLED_SERVING.iterdir()]
+    assert sorted(Path(p).name for p in table["input"]) == sorted(p.name for p in bundled)
+    assert set(table["format"]) == {"events-jsonl", "run-metadata", "vllm-bench-serve"}
     # One window per step line; the run-metadata records beside them hold none.
     assert table["windows"].sum() == sum(1 for p in SWEEP.glob("specobs-*") for _ in p.open())
     assert app.subheader[0].value == "Skipped lines: 0"
