@@ -246,7 +246,9 @@ class ServedSpeedup(Result):
     running: tuple[int, ...]  # the running-request counts both engines showed
     overall: bool  # every matched count, not one bucket
     speedup: float
-    interval: tuple[float, float]  # 95%, from the spread of the intervals' throughputs
+    #: 95%: the spread of the intervals' throughputs, and how far such figures have been from
+    #: the clients' (``specobs.advice.log_speedup.SERVED_SYSTEMATIC``)
+    interval: tuple[float, float]
     tokens_per_second: float  # the speculative engine's, weighted by its intervals at each count
     plain_tokens_per_second: float
     intervals: int
