@@ -250,7 +250,8 @@ def _with_generated(windows: pl.DataFrame, lines: pl.DataFrame, taken: pl.Series
     )
     precise = pl.col("_chained") & pl.col("spec_seconds").is_not_null()
     seconds = pl.when(precise).then(pl.col("spec_seconds")).otherwise(pl.col("_seconds"))
-    generated = (pl.col("generation_tokens_per_second") * seconds).round(0).cast(pl.Int64)
+    # A rate no engine prints (1.8e22 tokens/s in a damaged line) overflows: no count, not a crash.
+    generated = (pl.col("generation_tokens_per_second") * seconds).round(0).cast(pl.Int64, strict=False)
     return (
         windows.join(stats, on="stats_line", how="left")
         .with_columns(

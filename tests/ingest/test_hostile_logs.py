@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ import time
 import zlib
 from pathlib import Path
 
+import polars as pl
 import pytest
 from support.helpers import run_cli, windows_of
 from support.paths import ROOT
@@ -364,3 +366,25 @@ def test_good_sglang_lines_still_read(write) -> None:
     result = load([str(path)], None)
     assert result.windows.collect()["source_line"].to_list() == [1, 2]
     assert result.skipped == []
+
+
+def test_a_throughput_no_engine_prints_counts_no_tokens_and_crashes_nothing(tmp_path: Path) -> None:
+    """A damaged stats line whose generation throughput overflows a token count (1.8e22 tokens/s
+    over its interval) leaves that interval's generated tokens unknown; every other interval keeps
+    its count, and the report runs."""
+    source = ROOT / "examples" / "data" / "vllm-cpu-serve" / "vllm-cpu-plain-r1.log"
+    lines = source.read_text().splitlines()
+    stats = [i for i, line in enumerate(lines) if "Avg generation throughput: " in line and "Running: 1 reqs" in line]
+    damaged = stats[len(stats) // 2]
+    lines[damaged] = re.sub(r"Avg generation throughput: [0-9.]+", "Avg generation throughput: 18000000000000000000000.0", lines[damaged])
+    path = tmp_path / "damaged.log"
+    path.write_text("\n".join(lines) + "\n")
+    whole = load([str(source)], None).windows.collect()
+    windows = load([str(path)], None).windows.collect()
+    row = windows.filter(pl.col("source_line") == damaged + 1)
+    assert row.height == 1 and row["num_generated_tokens"].to_list() == [None]
+    others = windows.filter(pl.col("source_line") != damaged + 1)
+    kept = whole.filter(pl.col("source_line") != damaged + 1)
+    assert others["num_generated_tokens"].to_list() == kept["num_generated_tokens"].to_list()
+    done = run_cli("report", str(path), "--format", "json")
+    assert done.returncode == 0 and "Traceback" not in done.stderr.decode()
