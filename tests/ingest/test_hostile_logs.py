@@ -376,7 +376,9 @@ def test_a_throughput_no_engine_prints_counts_no_tokens_and_crashes_nothing(tmp_
     lines = source.read_text().splitlines()
     stats = [i for i, line in enumerate(lines) if "Avg generation throughput: " in line and "Running: 1 reqs" in line]
     damaged = stats[len(stats) // 2]
-    lines[damaged] = re.sub(r"Avg generation throughput: [0-9.]+", "Avg generation throughput: 18000000000000000000000.0", lines[damaged])
+    lines[damaged] = re.sub(
+        r"Avg generation throughput: [0-9.]+", "Avg generation throughput: 18000000000000000000000.0", lines[damaged]
+    )
     path = tmp_path / "damaged.log"
     path.write_text("\n".join(lines) + "\n")
     whole = load([str(source)], None).windows.collect()
