@@ -128,7 +128,7 @@ def test_sweep_at_tensor_parallel_2(models, tmp_path):
         "--dtype float32 --enforce-eager --gpu-memory-utilization 0.3 --max-model-len 512 --seed 0",
         "--max-num-seqs", "8", "--out", str(out), "--quiet-limit", "0s", "--config", "plain",
         "--config", "ngram=" + json.dumps(NGRAM), "--concurrency", "2", "--repeats", "1", "--num-prompts", "8",
-        "--output-len", "32", "--tensor-parallel-size", "2", "-f", "json",
+        "--random-tokens", "--input-len", "32", "--output-len", "32", "--tensor-parallel-size", "2", "-f", "json",
     ], cwd=models)  # fmt: skip
     doc = json.loads(done.stdout)
     record = json.loads((out / "sweep.json").read_text())
@@ -146,13 +146,18 @@ def test_sweep_at_tensor_parallel_2(models, tmp_path):
         assert len(rows_at(rows, name, 2)) == 1
         raw = json.loads((out / "results" / f"{name}-c2-r1.json").read_text())
         assert raw["tensor_parallel_size"] == "2" and raw["completed"] == 8
-        assert raw["dataset"] == "specobs-text"  # the sweep's default: real text
+        assert raw["dataset"] == "random"  # asked for: short prompts keep this test fast, and named
     # The report is the files', and the capture saw the server's own steps, with their step time.
     (ratio,) = doc["serving"]["ratios"]
     assert ratio["throughput_ratio"] == pytest.approx(ratios_by_hand(out)[("ngram", 2)], rel=1e-5)
     levels = {lv["config"]: lv for lv in doc["serving"]["levels"]}
     assert levels["plain"]["captured_steps"] > 0 and levels["ngram"]["captured_steps"] > 0
     assert levels["plain"]["captured_step_ms"] > 0 and levels["ngram"]["captured_step_ms"] > 0
+    # Random tokens were asked for: the report says what that means for the acceptance measured.
+    assert "--random-tokens: prompts of random token ids" in done.stderr
+    assert [f["facts"]["uses"][0]["dataset"] for f in doc["finding_facts"] if f["kind"] == "synthetic_prompts"] == [
+        "random"
+    ]
     counted = pooled_acceptance(rows_at(rows, "ngram", 2))
     assert levels["ngram"]["captured_acceptance_length"] == pytest.approx(counted, abs=0.15)
     print(f"sweep of 2 servers at tensor parallel 2 took {took:.0f} s")
