@@ -61,7 +61,6 @@ record of the per-request file that is not JSON or has the wrong types is skippe
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -73,6 +72,7 @@ import polars as pl
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped, SpecobsError
 from specobs.formulas import acceptance_length_or_none, acceptance_rate_or_none
+from specobs.ingest.bench_serve import MAX_CHARS, count, number, text
 from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.request_rows import request_problem
 from specobs.ingest.source import Source, open_source, read_whole
@@ -83,8 +83,6 @@ FORMAT_RECORDS = "aiperf-records"
 FORMAT_FILES = "aiperf-files"
 #: ``schema.BENCH.client`` of these results.
 CLIENT = schema.BENCH_CLIENTS[1]
-#: Longest name kept.
-MAX_CHARS = 200
 
 #: AIPerf metric → the latency of ``schema.BENCH_LATENCIES`` it is (see the module docstring).
 LATENCIES = {"time_to_first_token": "ttft", "inter_token_latency": "tpot", "inter_chunk_latency": "itl",
@@ -149,29 +147,6 @@ def _sniff(head: bytes) -> str | None:
 
 
 # --- values ----------------------------------------------------------------------------------------
-
-
-def number(value: Any) -> float | None:
-    """A finite number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def count(value: Any) -> int | None:
-    """A non-negative integer (a whole float counts), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return value if isinstance(value, int) and value >= 0 else None
-
-
-def text(value: Any) -> str | None:
-    """A scalar as text (cut to :data:`MAX_CHARS`); None for nothing, lists and objects."""
-    if value is None or isinstance(value, dict | list):
-        return None
-    return str(value)[:MAX_CHARS]
 
 
 _LEVEL_SUFFIX = re.compile(r"[-_.](?:c|concurrency|conc|rate|qps|rps|r|run|repeat|trial)\d+(?:\.\d+)?$", re.I)
@@ -633,6 +608,6 @@ READER = Reader((FORMAT, FORMAT_RECORDS, FORMAT_FILES), _sniff, _read, detect_or
 
 
 __all__ = [
-    "CLIENT", "FORMAT", "LATENCIES", "STATISTICS", "add_histograms", "configuration", "count", "dense", "local_date",
-    "method_in", "number", "parse", "read_requests", "request_lists", "server_counters", "spec_columns", "text",
+    "CLIENT", "FORMAT", "LATENCIES", "STATISTICS", "add_histograms", "configuration", "dense", "local_date",
+    "method_in", "parse", "read_requests", "request_lists", "server_counters", "spec_columns",
 ]  # fmt: skip

@@ -89,7 +89,7 @@ def _failure(src: Source) -> Skipped:
         raise InputError(src.name, "a sweep's failure record, not a JSON object")
     run = record.get("run_number")
     what = "server" if run is None else "warm-up run" if _warmup(record) else f"run {run}"
-    error = _text(f"{record.get('error_type', '?')}: {record.get('error', '')}")
+    error = text(f"{record.get('error_type', '?')}: {record.get('error', '')}")
     return Skipped(src.name, None, f"a sweep's failed {what}, no result: {error}")
 
 
@@ -116,13 +116,15 @@ def looks_like_sweep_csv(head: bytes) -> bool:
     return {b"num_prompts", b"output_throughput", b"run_number"} <= set(header.split(b","))
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A finite number (not a bool), else None (every serving-result reader's check)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def _count(value: Any) -> int | None:
+def count(value: Any) -> int | None:
+    """A non-negative integer (a whole float counts), else None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, float) and value.is_integer():
@@ -130,7 +132,8 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and value >= 0 else None
 
 
-def _text(value: Any) -> str | None:
+def text(value: Any) -> str | None:
+    """A scalar as text (cut to :data:`MAX_CHARS`); None for nothing, lists and objects."""
     if value is None or isinstance(value, dict | list):
         return None
     return str(value)[:MAX_CHARS]
@@ -163,16 +166,16 @@ def _configuration(record: dict[str, Any], source: str) -> str | None:
     """``config`` from --metadata, else the sweep's server combination, else the label, else
     the speculative settings, else the model. A sweep's combination comes before the label: a
     ``--label`` in the sweep's bench command is the same for every server, and would make them one."""
-    if _text(record.get("config")):
-        return _text(record.get("config"))
+    if text(record.get("config")):
+        return text(record.get("config"))
     if (server := sweep_server(source)) is not None:
-        return _text(server)
-    if _text(record.get("label")):
-        return _text(record.get("label"))
+        return text(server)
+    if text(record.get("label")):
+        return text(record.get("label"))
     settings = _speculative_config(record)
     if settings.get("method"):
-        return _text(f"{settings['method']} k={settings.get('num_speculative_tokens', '?')}")
-    return _text(record.get("model_id"))
+        return text(f"{settings['method']} k={settings.get('num_speculative_tokens', '?')}")
+    return text(record.get("model_id"))
 
 
 def parse(record: Any, source: str = "") -> tuple[dict[str, Any] | None, str | None]:
@@ -180,28 +183,28 @@ def parse(record: Any, source: str = "") -> tuple[dict[str, Any] | None, str | N
     if not isinstance(record, dict):
         return None, "not a JSON object"
     for key in _REQUIRED:
-        if _number(record.get(key)) is None:
+        if number(record.get(key)) is None:
             return None, f"{key} is missing or not a number"
     row: dict[str, Any] = {}
     for key in _NUMBERS:
         if key in record and record[key] is not None:
-            if (value := _number(record[key])) is None:
+            if (value := number(record[key])) is None:
                 return None, f"{key} is not a number"
             row[key] = value
     for key in _COUNTS:
         if key in record and record[key] is not None:
-            if (value := _count(record[key])) is None:
+            if (value := count(record[key])) is None:
                 return None, f"{key} is not a non-negative integer"
             row[key] = value
     if row["duration"] <= 0 or row["output_throughput"] < 0:
         return None, "duration is not positive or output_throughput is negative"
     concurrency = record.get("max_concurrency")
-    if concurrency is not None and (_count(concurrency) is None or concurrency < 1):
+    if concurrency is not None and (count(concurrency) is None or concurrency < 1):
         return None, "max_concurrency is not a positive integer"
     rate = record.get("request_rate")
     if rate == "inf" or rate is None:
         row["request_rate"] = None
-    elif (value := _number(rate)) is None or value <= 0:
+    elif (value := number(rate)) is None or value <= 0:
         return None, "request_rate is neither a positive number nor inf"
     else:
         row["request_rate"] = value
@@ -209,23 +212,23 @@ def parse(record: Any, source: str = "") -> tuple[dict[str, Any] | None, str | N
         for stat in schema.BENCH_STATISTICS:
             key = f"{stat}_{name}_ms"
             if key in record and record[key] is not None:
-                if (value := _number(record[key])) is None or value < 0:
+                if (value := number(record[key])) is None or value < 0:
                     return None, f"{key} is not a non-negative number"
                 row[key] = value
     spec = {k: record[k] for k in record if k.startswith("spec_decode_")}
     if spec:
         length, rate_pct = (
-            _number(spec.get("spec_decode_acceptance_length")),
-            _number(spec.get("spec_decode_acceptance_rate")),
+            number(spec.get("spec_decode_acceptance_length")),
+            number(spec.get("spec_decode_acceptance_rate")),
         )
         counts = [
-            _count(spec.get(k))
+            count(spec.get(k))
             for k in ("spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens")
         ]
         per_position = spec.get("spec_decode_per_position_acceptance_rates") or []
         if length is None or rate_pct is None or None in counts or not isinstance(per_position, list):
             return None, "the spec_decode section is incomplete or not numbers"
-        if any(_number(v) is None for v in per_position):
+        if any(number(v) is None for v in per_position):
             return None, "spec_decode_per_position_acceptance_rates is not a list of numbers"
         row.update(spec_decode_acceptance_length=length, spec_decode_acceptance_rate=rate_pct / 100,
                    spec_decode_num_drafts=counts[0], spec_decode_draft_tokens=counts[1],
@@ -236,18 +239,18 @@ def parse(record: Any, source: str = "") -> tuple[dict[str, Any] | None, str | N
         return None, why
     row.update(requests)
     settings = _speculative_config(record)
-    method = _text(record.get("method") or settings.get("method"))
+    method = text(record.get("method") or settings.get("method"))
     k = record.get("k", record.get("num_speculative_tokens", settings.get("num_speculative_tokens")))
     if isinstance(k, str) and k.isdigit():
         k = int(k)
     if method in ("none", "plain", ""):
         method = None
     row.update(
-        date=_text(record.get("date")), label=_text(record.get("label")), config=_configuration(record, source),
-        client=CLIENT, dataset=_text(record.get("dataset_name") or record.get("dataset")),
-        model=_text(record.get("model_id")), backend=_text(record.get("backend") or record.get("endpoint_type")),
-        method=method, num_spec_tokens=_count(k), speculative=bool(spec) or method is not None,
-        max_concurrency=concurrency, run_number=_count(record.get("run_number")),
+        date=text(record.get("date")), label=text(record.get("label")), config=_configuration(record, source),
+        client=CLIENT, dataset=text(record.get("dataset_name") or record.get("dataset")),
+        model=text(record.get("model_id")), backend=text(record.get("backend") or record.get("endpoint_type")),
+        method=method, num_spec_tokens=count(k), speculative=bool(spec) or method is not None,
+        max_concurrency=concurrency, run_number=count(record.get("run_number")),
     )  # fmt: skip
     if not row["speculative"] and row["num_spec_tokens"] is None:
         row["num_spec_tokens"] = 0
@@ -256,9 +259,9 @@ def parse(record: Any, source: str = "") -> tuple[dict[str, Any] | None, str | N
 
 #: Per-request lists of a result: (key in the file, column, element check).
 _REQUEST_LISTS = (
-    ("latencies", "request_latency_s", _number),
-    ("ttfts", "request_ttft_s", _number),
-    ("output_lens", "request_output_tokens", _count),
+    ("latencies", "request_latency_s", number),
+    ("ttfts", "request_ttft_s", number),
+    ("output_lens", "request_output_tokens", count),
 )
 
 
@@ -291,17 +294,17 @@ def _requests(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None
 def _records(data: bytes, name: str) -> list[tuple[int | None, Any]]:
     """(line or item, record) of one file: a JSON value (an object, or a sweep's list), else
     JSON Lines (``--append-result``). A file that is neither is unreadable."""
-    text = data.decode("utf-8", errors="replace")
+    content = data.decode("utf-8", errors="replace")
     try:
-        whole = json.loads(text)
+        whole = json.loads(content)
     except json.JSONDecodeError as exc:
         out: list[tuple[int | None, Any]] = []
-        for number, line in enumerate(text.split("\n"), start=1):
+        for at, line in enumerate(content.split("\n"), start=1):
             if line.strip():
                 try:
-                    out.append((number, json.loads(line)))
+                    out.append((at, json.loads(line)))
                 except ValueError:
-                    out.append((number, _BROKEN))
+                    out.append((at, _BROKEN))
         # JSON Lines only when some line is a whole object: a pretty-printed result cut short
         # (a sweep's ``run=N.json``, written with indent) is one broken file, not 80 broken lines.
         if len(out) < 2 or not any(isinstance(record, dict) for _, record in out):
@@ -318,8 +321,8 @@ _BROKEN = object()
 def _warmup(record: Any) -> bool:
     """A sweep's warm-up run (``--warmup-num-prompts``): ``run_number`` -1, which vLLM leaves out
     of its summary."""
-    number = record.get("run_number") if isinstance(record, dict) else None
-    return isinstance(number, int) and not isinstance(number, bool) and number < 0
+    run = record.get("run_number") if isinstance(record, dict) else None
+    return isinstance(run, int) and not isinstance(run, bool) and run < 0
 
 
 #: Why a warm-up result is not counted (a notice, not a skipped record).

@@ -70,17 +70,8 @@ import polars as pl
 
 from specobs import schema
 from specobs.errors import InputError, Notice, Skipped
-from specobs.ingest.aiperf import (
-    add_histograms,
-    configuration,
-    count,
-    dense,
-    local_date,
-    method_in,
-    number,
-    spec_columns,
-    text,
-)
+from specobs.ingest.aiperf import add_histograms, configuration, dense, local_date, method_in, spec_columns
+from specobs.ingest.bench_serve import count, number, text
 from specobs.ingest.registry import Progress, Read, Reader
 from specobs.ingest.request_rows import request_problem, vllm_request_columns
 from specobs.ingest.source import Source, read_whole

@@ -74,6 +74,7 @@ from specobs.records import (
 )
 from specobs.records.recommendation import NotMeasured
 from specobs.records.result import Unmeasured
+from specobs.schema import BENCH_CLIENTS
 
 #: How configuration columns read in sentences.
 CONFIG_NAMES = {"num_spec_tokens": "k", "batch_bucket": "batch", "method": "method", "workload": "workload"}
@@ -463,11 +464,7 @@ def _serving(f: ServingFacts) -> str:
 
 
 #: Each serving-benchmark client (``schema.BENCH_CLIENTS``) in a sentence.
-_CLIENT_WORDS = {
-    "vllm bench serve": "vLLM's serving benchmark",
-    "aiperf": "AIPerf",
-    "guidellm": "GuideLLM",
-}
+_CLIENT_WORDS = dict(zip(BENCH_CLIENTS, ("vLLM's serving benchmark", "AIPerf", "GuideLLM"), strict=True))
 
 
 def _bursts(bursts: Sequence[BurstLatency]) -> str:

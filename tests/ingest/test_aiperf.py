@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from support.bench_files import assert_ratios_are_the_rows
 from support.helpers import report_json
 from support.paths import DATA
 
@@ -158,15 +159,7 @@ def test_without_records_the_servers_counters_give_the_acceptance(tmp_path):
 
 
 def test_a_report_gives_ngram_against_plain_at_each_level(bench):
-    doc = report_json(str(AIPERF))
-    ratios = {r["level"]: r for r in doc["serving"]["ratios"]}
-    assert sorted(ratios) == [1.0, 4.0]
-    for level, ratio in ratios.items():
-        assert (ratio["config"], ratio["plain_config"]) == ("ngram-k3", "plain")
-        tp = {c: bench.filter((bench["config"] == c) & (bench["max_concurrency"] == level))["output_throughput"][0]
-              for c in ("ngram-k3", "plain")}  # fmt: skip
-        assert ratio["throughput_ratio"] == pytest.approx(tp["ngram-k3"] / tp["plain"], rel=1e-6)
-        assert ratio["throughput_low"] is None  # one run a side: no interval, and the report says so
+    assert_ratios_are_the_rows(report_json(str(AIPERF)), bench)
 
 
 def _summary(run: Path) -> dict:

@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from support.bench_files import assert_ratios_are_the_rows
 from support.helpers import report_json
 from support.paths import DATA
 
@@ -94,15 +95,7 @@ def test_the_requests_with_vllm_metrics_are_requests_rows(ingested):
 
 
 def test_a_report_gives_ngram_against_plain_at_each_level(ingested):
-    bench = ingested.bench
-    doc = report_json(str(GUIDELLM))
-    ratios = {r["level"]: r for r in doc["serving"]["ratios"]}
-    assert sorted(ratios) == [1.0, 4.0]
-    for level, ratio in ratios.items():
-        assert (ratio["config"], ratio["plain_config"]) == ("ngram-k3", "plain")
-        tp = {c: bench.filter((bench["config"] == c) & (bench["max_concurrency"] == level))["output_throughput"][0]
-              for c in CONFIGS}  # fmt: skip
-        assert ratio["throughput_ratio"] == pytest.approx(tp["ngram-k3"] / tp["plain"], rel=1e-6)
+    assert_ratios_are_the_rows(report_json(str(GUIDELLM)), ingested.bench, *CONFIGS)
 
 
 def _write(tmp_path: Path, report: dict, name: str = "benchmarks.json") -> Path:

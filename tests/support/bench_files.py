@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 #: The benchmark's flat ``spec_decode_*`` keys (present only when the server had speculative counters
 #: in ``/metrics``), named here without the prefix.
 SPEC_DECODE_KEYS = (
@@ -92,3 +94,16 @@ def write_json(path: Path, value: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(value))
     return path
+
+
+def assert_ratios_are_the_rows(doc: dict[str, Any], bench: Any, spec: str = "ngram-k3", plain: str = "plain") -> None:
+    """A report's serving ratios (``doc``: its JSON) are ``spec`` over ``plain`` throughput of the
+    rows read (``bench``: ``schema.BENCH`` rows, one run a side) at levels 1 and 4: no interval."""
+    ratios = {r["level"]: r for r in doc["serving"]["ratios"]}
+    assert sorted(ratios) == [1.0, 4.0]
+    for level, ratio in ratios.items():
+        assert (ratio["config"], ratio["plain_config"]) == (spec, plain)
+        tp = {c: bench.filter((bench["config"] == c) & (bench["max_concurrency"] == level))["output_throughput"][0]
+              for c in (spec, plain)}  # fmt: skip
+        assert ratio["throughput_ratio"] == pytest.approx(tp[spec] / tp[plain], rel=1e-6)
+        assert ratio["throughput_low"] is None  # one run a side: no interval, and the report says so
